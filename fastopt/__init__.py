@@ -1,0 +1,32 @@
+"""fastopt: in-place optimizer updates on NumPy arrays at memory speed.
+
+The three update rules of the ONNX ``ai.onnx.preview.training`` domain,
+exactly as specified, over one tensor or many tensors in one C call:
+
+- :func:`momentum` (standard and Nesterov)
+- :func:`adagrad`
+- :func:`adam`
+
+Thread control: :func:`set_num_threads`, :func:`get_num_threads`;
+build facts: :func:`show_config`.
+"""
+__version__ = "0.1.0"
+
+try:
+    from . import _core  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "fastopt's compiled extension fastopt._core could not be imported "
+        f"({exc}). Build it with `pip install .` from the source checkout "
+        "(or `python setup.py build_ext --inplace` for development); it needs "
+        "a C compiler, Cython>=3 and numpy>=2 at build time."
+    ) from exc
+
+from ._config import config, get_num_threads, set_num_threads, show_config
+from ._updates import adagrad, adam, momentum
+
+__all__ = [
+    "momentum", "adagrad", "adam",
+    "set_num_threads", "get_num_threads", "show_config", "config",
+    "__version__",
+]

@@ -1,0 +1,403 @@
+# cython: language_level=3, embedsignature=True, cdivision=True
+"""Thin wrappers over the C core (src_c/fastopt.h).
+
+The entry points here are the *fast path*: they accept a call only when every
+argument is already in the exact form the C kernels need (ndarrays of native
+float32/float64, C- or F-contiguous in the same order within a tensor,
+aligned, writeable outputs, the gradient of the parameter's own shape, no
+output overlapping any other array, plain Python float/int scalars in range).
+Such a call is checked at C speed through NumPy's C-API (no memoryviews: a
+memoryview costs ~160 ns per array) and run as ONE C call with the GIL
+released; the function returns True.
+
+Anything else makes them return False *before anything is written*, and the
+Python layer (fastopt/_validation.py, the one place that raises for user
+input) takes over: it either raises a clear error or normalises the
+arguments (copies of awkward layouts, broadcast gradients) and calls back.
+So these functions never raise for bad user input; they only decline it.
+"""
+
+from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from libc.math cimport isfinite
+from libc.stdint cimport int64_t, int32_t
+from libc.string cimport memcmp
+
+cimport numpy as cnp
+
+cnp.import_array()
+
+cdef extern from "fastopt.h" nogil:
+    int FO_OK
+    int FO_ENOMEM
+    int FO_F32
+    int FO_F64
+    int FO_STANDARD
+    int FO_NESTEROV
+
+    ctypedef struct fo_tensor:
+        void *x
+        const void *g
+        void *s1
+        void *s2
+        int64_t n
+        int32_t dtype
+
+    ctypedef struct fo_momentum_args:
+        double lr, alpha, beta, norm_coefficient
+        int64_t t
+        int32_t mode
+
+    ctypedef struct fo_adagrad_args:
+        double lr, decay_factor, epsilon, norm_coefficient
+        int64_t t
+
+    ctypedef struct fo_adam_args:
+        double lr, alpha, beta, epsilon, norm_coefficient, norm_coefficient_post
+        int64_t t
+
+    int fo_momentum(const fo_tensor *ts, int64_t nt, const fo_momentum_args *a,
+                    int n_threads)
+    int fo_adagrad(const fo_tensor *ts, int64_t nt, const fo_adagrad_args *a,
+                   int n_threads)
+    int fo_adam(const fo_tensor *ts, int64_t nt, const fo_adam_args *a,
+                int n_threads)
+    int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
+                        int64_t m, int64_t *scratch, int64_t *i, int64_t *j)
+    int fo_have_openmp()
+    int fo_max_threads()
+    int fo_num_procs()
+    int64_t fo_serial_bytes()
+    int64_t fo_chunk_bytes()
+
+
+import contextvars
+
+# Thread count chosen by fastopt.set_num_threads(); None means "whatever
+# OpenMP would use now" (OMP_NUM_THREADS, threadpoolctl). A ContextVar so
+# that the context manager in one Python thread does not leak into others.
+default_n_threads = contextvars.ContextVar("fastopt_n_threads", default=None)
+
+# Tensors handled with a stack buffer before we fall back to the heap.
+cdef enum:
+    STACK_TENSORS = 8
+
+cdef int _OUT_FLAGS = cnp.NPY_ARRAY_WRITEABLE | cnp.NPY_ARRAY_ALIGNED
+cdef int _IN_FLAGS = cnp.NPY_ARRAY_ALIGNED
+
+
+def have_openmp():
+    """Whether the extension was compiled with OpenMP."""
+    return bool(fo_have_openmp())
+
+
+def max_threads():
+    """omp_get_max_threads() (1 without OpenMP)."""
+    return fo_max_threads()
+
+
+def num_procs():
+    """omp_get_num_procs() (1 without OpenMP)."""
+    return fo_num_procs()
+
+
+def tuning():
+    """The C driver's tuning constants, in bytes of parameters."""
+    return {"serial_bytes": fo_serial_bytes(), "chunk_bytes": fo_chunk_bytes()}
+
+
+cdef inline int _threads(object n_threads):
+    """Resolve n_threads to a positive count, or 0 to decline."""
+    cdef long long v
+    cdef int overflow = 0
+    if n_threads is None:
+        n_threads = default_n_threads.get()
+        if n_threads is None:
+            return fo_max_threads()
+    if type(n_threads) is not int:
+        return 0
+    v = PyLong_AsLongLongAndOverflow(n_threads, &overflow)
+    if overflow or v == 0 or v < -1 or v > 1 << 20:
+        return 0
+    if v == -1:
+        return fo_num_procs()
+    return <int>v
+
+
+cdef inline bint _real(object o, double *out):
+    """Accept a finite Python float (ints and others go the slow way)."""
+    if type(o) is not float:
+        return False
+    out[0] = PyFloat_AS_DOUBLE(o)
+    return isfinite(out[0])
+
+
+cdef inline bint _count(object o, int64_t *out):
+    """Accept a Python int in [0, 2**63)."""
+    cdef int overflow = 0
+    cdef long long v
+    if type(o) is not int:
+        return False
+    v = PyLong_AsLongLongAndOverflow(o, &overflow)
+    if overflow or v < 0:
+        return False
+    out[0] = v
+    return True
+
+
+cdef inline bint _same_shape(cnp.ndarray a, cnp.ndarray b):
+    cdef int nd = cnp.PyArray_NDIM(a)
+    if cnp.PyArray_NDIM(b) != nd:
+        return False
+    return nd == 0 or memcmp(cnp.PyArray_DIMS(a), cnp.PyArray_DIMS(b),
+                             nd * sizeof(cnp.npy_intp)) == 0
+
+
+cdef inline bint _fast_array(object o, int type_num, int flags, int order,
+                             cnp.ndarray like):
+    """o is an ndarray of type_num in native byte order with all of flags,
+    contiguous in `order` and, when like is given, of like's shape."""
+    cdef cnp.ndarray a
+    if not cnp.PyArray_Check(o):
+        return False
+    a = <cnp.ndarray>o
+    return (cnp.PyArray_TYPE(a) == type_num
+            and cnp.PyArray_ISNOTSWAPPED(a)
+            and (cnp.PyArray_FLAGS(a) & (flags | order)) == (flags | order)
+            and (like is None or _same_shape(a, like)))
+
+
+cdef class _Gather:
+    """Per-call buffers: the fo_tensor list and the byte ranges to check for
+    overlap. Stack storage for a few tensors, the heap beyond that."""
+    cdef fo_tensor stack_t[STACK_TENSORS]
+    cdef int64_t stack_e[STACK_TENSORS * 8]
+    cdef int64_t stack_s[STACK_TENSORS * 12]
+    cdef unsigned char stack_o[STACK_TENSORS * 4]
+    cdef fo_tensor *ts
+    cdef int64_t *ext
+    cdef int64_t *scratch
+    cdef unsigned char *is_out
+    cdef Py_ssize_t cap
+
+    def __cinit__(self):
+        self.ts = self.stack_t
+        self.ext = self.stack_e
+        self.scratch = self.stack_s
+        self.is_out = self.stack_o
+        self.cap = STACK_TENSORS
+
+    cdef int reserve(self, Py_ssize_t nt) except -1:
+        if nt <= self.cap:
+            return 0
+        self.ts = <fo_tensor *>PyMem_Malloc(nt * sizeof(fo_tensor))
+        self.ext = <int64_t *>PyMem_Malloc(nt * 8 * sizeof(int64_t))
+        self.scratch = <int64_t *>PyMem_Malloc(nt * 12 * sizeof(int64_t))
+        self.is_out = <unsigned char *>PyMem_Malloc(nt * 4)
+        self.cap = nt
+        if not (self.ts and self.ext and self.scratch and self.is_out):
+            raise MemoryError()
+        return 0
+
+    def __dealloc__(self):
+        if self.ts != self.stack_t:
+            PyMem_Free(self.ts)
+            PyMem_Free(self.ext)
+            PyMem_Free(self.scratch)
+            PyMem_Free(self.is_out)
+
+
+cdef int _gather(_Gather buf, object xs, object gs, object s1s, object s2s,
+                 Py_ssize_t *nt_out) except -1:
+    """Fill buf with the tensors of a call if all of them qualify for the
+    fast path; return 1, or 0 to decline. Writes nothing to any array."""
+    cdef Py_ssize_t nt, i, m = 0, nstate = 1 if s2s is None else 2
+    cdef bint seq = type(xs) is list or type(xs) is tuple
+    cdef object x, g, s1, s2
+    cdef cnp.ndarray xa
+    cdef int type_num, order
+    cdef int64_t nbytes, oi = 0, oj = 0
+    cdef char *p
+
+    if seq:
+        if type(xs) is list:
+            xs = tuple(xs)
+        if type(gs) is list:
+            gs = tuple(gs)
+        if type(s1s) is list:
+            s1s = tuple(s1s)
+        if type(s2s) is list:
+            s2s = tuple(s2s)
+        nt = len(<tuple>xs)
+        if (nt == 0 or type(gs) is not tuple or type(s1s) is not tuple
+                or len(<tuple>gs) != nt or len(<tuple>s1s) != nt
+                or (s2s is not None and (type(s2s) is not tuple
+                                         or len(<tuple>s2s) != nt))):
+            return 0
+    else:
+        nt = 1
+    buf.reserve(nt)
+
+    for i in range(nt):
+        if seq:
+            x = (<tuple>xs)[i]
+            g = (<tuple>gs)[i]
+            s1 = (<tuple>s1s)[i]
+            s2 = None if s2s is None else (<tuple>s2s)[i]
+        else:
+            x, g, s1, s2 = xs, gs, s1s, s2s
+        if not cnp.PyArray_Check(x):
+            return 0
+        xa = <cnp.ndarray>x
+        type_num = cnp.PyArray_TYPE(xa)
+        if type_num != cnp.NPY_FLOAT and type_num != cnp.NPY_DOUBLE:
+            return 0
+        if cnp.PyArray_FLAGS(xa) & cnp.NPY_ARRAY_C_CONTIGUOUS:
+            order = cnp.NPY_ARRAY_C_CONTIGUOUS
+        elif cnp.PyArray_FLAGS(xa) & cnp.NPY_ARRAY_F_CONTIGUOUS:
+            order = cnp.NPY_ARRAY_F_CONTIGUOUS
+        else:
+            return 0
+        if not (_fast_array(x, type_num, _OUT_FLAGS, order, None)
+                and _fast_array(g, type_num, _IN_FLAGS, order, xa)
+                and _fast_array(s1, type_num, _OUT_FLAGS, order, xa)
+                and (s2 is None or _fast_array(s2, type_num, _OUT_FLAGS, order, xa))):
+            return 0
+        buf.ts[i].x = cnp.PyArray_DATA(xa)
+        buf.ts[i].g = cnp.PyArray_DATA(<cnp.ndarray>g)
+        buf.ts[i].s1 = cnp.PyArray_DATA(<cnp.ndarray>s1)
+        buf.ts[i].s2 = NULL if s2 is None else cnp.PyArray_DATA(<cnp.ndarray>s2)
+        buf.ts[i].n = cnp.PyArray_SIZE(xa)
+        buf.ts[i].dtype = FO_F32 if type_num == cnp.NPY_FLOAT else FO_F64
+        nbytes = buf.ts[i].n * cnp.PyArray_ITEMSIZE(xa)
+        # byte ranges: x, g, s1[, s2]; g is the only one that is read only
+        p = <char *>buf.ts[i].x
+        buf.ext[2 * m] = <int64_t>p
+        buf.ext[2 * m + 1] = <int64_t>(p + nbytes)
+        buf.is_out[m] = 1
+        p = <char *>buf.ts[i].g
+        buf.ext[2 * m + 2] = <int64_t>p
+        buf.ext[2 * m + 3] = <int64_t>(p + nbytes)
+        buf.is_out[m + 1] = 0
+        p = <char *>buf.ts[i].s1
+        buf.ext[2 * m + 4] = <int64_t>p
+        buf.ext[2 * m + 5] = <int64_t>(p + nbytes)
+        buf.is_out[m + 2] = 1
+        m += 3
+        if s2 is not None:
+            p = <char *>buf.ts[i].s2
+            buf.ext[2 * m] = <int64_t>p
+            buf.ext[2 * m + 1] = <int64_t>(p + nbytes)
+            buf.is_out[m] = 1
+            m += 1
+    if fo_find_overlap(buf.ext, buf.is_out, m, buf.scratch, &oi, &oj):
+        return 0
+    nt_out[0] = nt
+    return 1
+
+
+cdef inline int _check_rc(int rc) except -1:
+    if rc == FO_ENOMEM:
+        raise MemoryError("fastopt: out of memory in the C driver")
+    if rc != FO_OK:
+        raise RuntimeError(f"fastopt: internal error {rc} from the C driver")
+    return 0
+
+
+def momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
+             n_threads):
+    """Fast path of fastopt.momentum. True if done, False to decline."""
+    cdef fo_momentum_args a
+    cdef _Gather buf
+    cdef Py_ssize_t nt = 0
+    cdef int nth, rc
+    if mode == "standard":
+        a.mode = FO_STANDARD
+    elif mode == "nesterov":
+        a.mode = FO_NESTEROV
+    else:
+        return False
+    nth = _threads(n_threads)
+    if not (nth and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
+            and _real(alpha, &a.alpha) and _real(beta, &a.beta)
+            and _real(norm_coefficient, &a.norm_coefficient)):
+        return False
+    buf = _Gather.__new__(_Gather)
+    if not _gather(buf, xs, gs, vs, None, &nt):
+        return False
+    with nogil:
+        rc = fo_momentum(buf.ts, nt, &a, nth)
+    _check_rc(rc)
+    return True
+
+
+def adagrad(xs, gs, hs, lr, t, decay_factor, epsilon, norm_coefficient,
+            n_threads):
+    """Fast path of fastopt.adagrad. True if done, False to decline."""
+    cdef fo_adagrad_args a
+    cdef _Gather buf
+    cdef Py_ssize_t nt = 0
+    cdef int nth, rc
+    nth = _threads(n_threads)
+    if not (nth and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
+            and _real(decay_factor, &a.decay_factor) and a.decay_factor >= 0
+            and _real(epsilon, &a.epsilon) and a.epsilon >= 0
+            and _real(norm_coefficient, &a.norm_coefficient)):
+        return False
+    buf = _Gather.__new__(_Gather)
+    if not _gather(buf, xs, gs, hs, None, &nt):
+        return False
+    with nogil:
+        rc = fo_adagrad(buf.ts, nt, &a, nth)
+    _check_rc(rc)
+    return True
+
+
+def adam(xs, gs, vs, hs, lr, t, alpha, beta, epsilon, norm_coefficient,
+         norm_coefficient_post, n_threads):
+    """Fast path of fastopt.adam. True if done, False to decline."""
+    cdef fo_adam_args a
+    cdef _Gather buf
+    cdef Py_ssize_t nt = 0
+    cdef int nth, rc
+    nth = _threads(n_threads)
+    if not (nth and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
+            and _real(alpha, &a.alpha) and 0 <= a.alpha <= 1
+            and (a.alpha < 1 or a.t == 0)
+            and _real(beta, &a.beta) and 0 <= a.beta <= 1
+            and _real(epsilon, &a.epsilon) and a.epsilon >= 0
+            and _real(norm_coefficient, &a.norm_coefficient)
+            and _real(norm_coefficient_post, &a.norm_coefficient_post)):
+        return False
+    if hs is None:
+        return False
+    buf = _Gather.__new__(_Gather)
+    if not _gather(buf, xs, gs, vs, hs, &nt):
+        return False
+    with nogil:
+        rc = fo_adam(buf.ts, nt, &a, nth)
+    _check_rc(rc)
+    return True
+
+
+cdef extern from *:
+    """
+    #ifndef FASTOPT_BUILD_CFLAGS
+    #define FASTOPT_BUILD_CFLAGS "unknown"
+    #endif
+    #ifndef FASTOPT_BUILD_COMPILER
+    #define FASTOPT_BUILD_COMPILER "unknown"
+    #endif
+    """
+    const char *FASTOPT_BUILD_CFLAGS
+    const char *FASTOPT_BUILD_COMPILER
+
+
+def build_info():
+    """Compiler, flags and ISA paths the extension was built with."""
+    return {
+        "compiler": FASTOPT_BUILD_COMPILER.decode(),
+        "cflags": FASTOPT_BUILD_CFLAGS.decode(),
+        "isa_paths": "baseline (compiler default target)",
+    }

@@ -1,0 +1,108 @@
+"""Extension wiring for fastopt; all metadata lives in pyproject.toml.
+
+The C core is compiled with -O3 -fno-math-errno -ffp-contract=off (never
+-ffast-math, never -march=native): -fno-math-errno lets GCC vectorize the
+sqrt of Adagrad/Adam, -ffp-contract=off keeps every ISA path bit-identical
+to a NumPy evaluation of the same expression (SEMANTICS.md section 5).
+
+OpenMP is probed by compiling and linking a tiny parallel program with the
+build's own compiler. Without it the build falls back to a serial extension
+with a loud warning; FASTOPT_REQUIRE_OPENMP=1 makes that an error.
+FASTOPT_DEBUG=1 turns Cython's bounds/wraparound checks back on.
+Extra compile/link flags (sanitizers) come from FASTOPT_EXTRA_CFLAGS and
+FASTOPT_EXTRA_LDFLAGS.
+"""
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import textwrap
+
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+BASE_CFLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off"]
+OPENMP_FLAGS = ["-fopenmp"]
+
+# Oldest NumPy C-API the extension may use, so a wheel built against NumPy 2
+# runs on every NumPy the package accepts (numpy>=1.25 in pyproject.toml).
+NPY_TARGET = ("NPY_TARGET_VERSION", "NPY_1_25_API_VERSION")
+
+
+def _probe_openmp(compiler):
+    """Compile and link a tiny OpenMP program with this build's compiler."""
+    src = textwrap.dedent("""
+        #include <omp.h>
+        int main(void) {
+            int n = 0;
+            #pragma omp parallel reduction(+:n)
+            n += 1;
+            return n > 0 && omp_get_max_threads() > 0 ? 0 : 1;
+        }
+    """)
+    tmp = tempfile.mkdtemp(prefix="fastopt-omp-")
+    try:
+        path = os.path.join(tmp, "probe.c")
+        with open(path, "w") as f:
+            f.write(src)
+        objs = compiler.compile([path], output_dir=tmp, extra_postargs=OPENMP_FLAGS)
+        compiler.link_executable(objs, os.path.join(tmp, "probe"),
+                                 extra_postargs=OPENMP_FLAGS)
+        return True
+    except Exception:  # any compile or link failure means "no OpenMP"
+        return False
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class BuildExt(build_ext):
+    def build_extensions(self):
+        openmp = _probe_openmp(self.compiler)
+        if not openmp:
+            msg = ("fastopt: the compiler cannot build OpenMP programs; building "
+                   "a SERIAL extension (n_threads will have no effect)")
+            if os.environ.get("FASTOPT_REQUIRE_OPENMP") == "1":
+                raise RuntimeError(msg + " and FASTOPT_REQUIRE_OPENMP=1")
+            sys.stderr.write("\n" + "!" * 72 + "\nWARNING: " + msg + "\n" + "!" * 72 + "\n")
+        extra_c = shlex.split(os.environ.get("FASTOPT_EXTRA_CFLAGS", ""))
+        extra_l = shlex.split(os.environ.get("FASTOPT_EXTRA_LDFLAGS", ""))
+        cflags = BASE_CFLAGS + (OPENMP_FLAGS if openmp else []) + extra_c
+        lflags = (OPENMP_FLAGS if openmp else []) + extra_l
+        for ext in self.extensions:
+            ext.extra_compile_args = cflags
+            ext.extra_link_args = lflags
+            ext.define_macros = list(ext.define_macros) + [
+                ("FASTOPT_BUILD_CFLAGS", '"%s"' % " ".join(cflags)),
+                ("FASTOPT_BUILD_COMPILER", '"%s"' % " ".join(self.compiler.compiler_so[:1])),
+            ]
+        super().build_extensions()
+
+
+debug = os.environ.get("FASTOPT_DEBUG") == "1"
+extensions = [
+    Extension(
+        "fastopt._core",
+        sources=["fastopt/_core.pyx", "src_c/fastopt.c"],
+        include_dirs=["src_c", np.get_include()],
+        depends=["src_c/fastopt.h", "src_c/kernels.inc"],
+        define_macros=[NPY_TARGET, ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    )
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        compiler_directives={
+            "language_level": 3,
+            "boundscheck": debug,
+            "wraparound": debug,
+            "initializedcheck": debug,
+            "cdivision": True,
+            "embedsignature": True,
+        },
+    ),
+    cmdclass={"build_ext": BuildExt},
+)

@@ -1,0 +1,136 @@
+/*
+ * fastopt C API.
+ *
+ * Plain C99: no Python, no NumPy. Every function takes plain pointers and
+ * 64-bit signed lengths and returns 0 or a negative error code; nothing here
+ * aborts, prints or keeps global state.
+ *
+ * Update rules: ONNX ai.onnx.preview.training Momentum, Adagrad and Adam
+ * (see shared SEMANTICS.md section 1). Every array is contiguous, aligned to
+ * its element size and in native byte order; the caller (fastopt/_core.pyx)
+ * guarantees that, and that no output overlaps another array of the call.
+ */
+#ifndef FASTOPT_H
+#define FASTOPT_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes. */
+#define FO_OK 0
+#define FO_ENOMEM (-1)
+#define FO_EINVAL (-2)
+
+/* Element types of a tensor. */
+#define FO_F32 0
+#define FO_F64 1
+
+/* Momentum modes. */
+#define FO_STANDARD 0
+#define FO_NESTEROV 1
+
+/*
+ * One tensor of a multi-tensor update: the parameter x (updated in place),
+ * its gradient g (only read; same number of elements), and its states
+ * s1 (Momentum V, Adagrad H, Adam V) and s2 (Adam H; NULL otherwise).
+ * All four point at n contiguous elements of type dtype.
+ */
+typedef struct fo_tensor {
+    void *x;
+    const void *g;
+    void *s1;
+    void *s2;
+    int64_t n;
+    int32_t dtype;   /* FO_F32 or FO_F64 */
+    int32_t pad_;
+} fo_tensor;
+
+/*
+ * Scalar arguments, as the ONNX operators define them. The drivers derive
+ * the per-step coefficients (b, r, R_adj, ...) from them once per call, in
+ * double precision, then round them to float for float32 tensors.
+ */
+typedef struct fo_momentum_args {
+    double lr, alpha, beta, norm_coefficient;
+    int64_t t;
+    int32_t mode;    /* FO_STANDARD or FO_NESTEROV */
+} fo_momentum_args;
+
+typedef struct fo_adagrad_args {
+    double lr, decay_factor, epsilon, norm_coefficient;
+    int64_t t;
+} fo_adagrad_args;
+
+typedef struct fo_adam_args {
+    double lr, alpha, beta, epsilon, norm_coefficient, norm_coefficient_post;
+    int64_t t;
+} fo_adam_args;
+
+/*
+ * Multi-tensor drivers: update every tensor of ts[0..nt) in one call.
+ * n_threads <= 1, or a total below the serial threshold, runs serially
+ * without entering an OpenMP region; otherwise ONE parallel region splits
+ * the concatenation of all tensors into 64-byte-aligned chunks. Results are
+ * bit-identical for every n_threads (the updates are elementwise).
+ * Return FO_OK, FO_EINVAL (bad dtype/mode/negative n) or FO_ENOMEM.
+ */
+int fo_momentum(const fo_tensor *ts, int64_t nt, const fo_momentum_args *a,
+                int n_threads);
+int fo_adagrad(const fo_tensor *ts, int64_t nt, const fo_adagrad_args *a,
+               int n_threads);
+int fo_adam(const fo_tensor *ts, int64_t nt, const fo_adam_args *a,
+            int n_threads);
+
+/*
+ * Serial single-array kernels (the loops the drivers call per chunk), for one
+ * contiguous run of n elements with precomputed coefficients:
+ *   momentum: v = alpha*v + b*(nc*x + g);  x -= lr*v   (standard)
+ *                                         x -= lr*(g_r + alpha*v) (nesterov)
+ *   adagrad:  h += g_r*g_r;  x -= r*g_r / (sqrt(h) + eps)
+ *   adam:     v = alpha*v + (1-alpha)*g_r;  h = beta*h + (1-beta)*g_r*g_r;
+ *             x = post * (x - radj*v / (sqrt(h) + eps))
+ * where g_r = nc*x + g and post = 1 - norm_coefficient_post.
+ */
+void fo_momentum_f32(int64_t n, float *x, const float *g, float *v,
+                     float lr, float alpha, float b, float nc, int nesterov);
+void fo_momentum_f64(int64_t n, double *x, const double *g, double *v,
+                     double lr, double alpha, double b, double nc, int nesterov);
+void fo_adagrad_f32(int64_t n, float *x, const float *g, float *h,
+                    float r, float eps, float nc);
+void fo_adagrad_f64(int64_t n, double *x, const double *g, double *h,
+                    double r, double eps, double nc);
+void fo_adam_f32(int64_t n, float *x, const float *g, float *v, float *h,
+                 float radj, float alpha, float one_m_alpha, float beta,
+                 float one_m_beta, float eps, float nc, float post);
+void fo_adam_f64(int64_t n, double *x, const double *g, double *v, double *h,
+                 double radj, double alpha, double one_m_alpha, double beta,
+                 double one_m_beta, double eps, double nc, double post);
+
+/*
+ * Overlap check for the fast path. ext holds 2*m int64 values
+ * (start, end) of byte ranges, m of them; is_out[i] != 0 marks a range that
+ * is written. Ranges with start == end are ignored. Returns 1 and stores
+ * the indices of one intersecting pair (at least one written) in *i, *j, or
+ * 0 if no written range intersects any other range. scratch must hold 3*m
+ * int64 values. Runs in O(m) passes of a radix sort.
+ */
+int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
+                    int64_t m, int64_t *scratch, int64_t *i, int64_t *j);
+
+/* Build facts and thread control. */
+int fo_have_openmp(void);
+int fo_max_threads(void);   /* omp_get_max_threads(), 1 without OpenMP */
+int fo_num_procs(void);     /* omp_get_num_procs(), 1 without OpenMP */
+
+/* Tuning constants (bytes of x), exposed for tests and show_config. */
+int64_t fo_serial_bytes(void);
+int64_t fo_chunk_bytes(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FASTOPT_H */
