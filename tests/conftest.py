@@ -1,0 +1,40 @@
+"""Shared pytest configuration: hypothesis profiles and the opt-in `large` marker.
+
+Hypothesis profiles: "ci" (a fixed, derandomized example budget; chosen when
+the CI environment variable is set, as .ci/run does), "dev" (the default
+otherwise) and "thorough" (for long local runs). FASTOPT_HYPOTHESIS_PROFILE
+picks one explicitly.
+
+Tests marked `large` need tens of GB of memory and run only with
+`--run-large` (or FASTOPT_RUN_LARGE=1).
+"""
+import os
+
+import pytest
+from hypothesis import settings
+
+settings.register_profile("ci", max_examples=30, derandomize=True, deadline=None,
+                          print_blob=True)
+settings.register_profile("dev", max_examples=60, deadline=None)
+settings.register_profile("thorough", max_examples=2000, deadline=None)
+settings.load_profile(os.environ.get("FASTOPT_HYPOTHESIS_PROFILE")
+                      or ("ci" if os.environ.get("CI") else "dev"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-large", action="store_true", default=False,
+                     help="run tests marked `large` (they need ~20 GB of RAM)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "large: needs tens of GB of RAM; run with --run-large")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--run-large") or os.environ.get("FASTOPT_RUN_LARGE") == "1":
+        return
+    skip = pytest.mark.skip(reason="large: pass --run-large (needs ~20 GB of RAM)")
+    for item in items:
+        if "large" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,288 @@
+"""Support for the hardening tests: float64 references with error bounds, and
+arrays in awkward memory layouts whose surrounding bytes are watched.
+
+References
+----------
+Each update rule is written once, generically, over a tiny "tracked value"
+arithmetic (:class:`Tracked`): every operation computes its float64 value and
+a rigorous first-order bound on the error that evaluating the same formula in
+the tensor's dtype may have (``u * |result|`` per rounding, plus half the
+smallest subnormal, plus the propagated input errors; a quotient whose
+denominator could be zero gets an infinite bound). The check then asserts
+``|fast - ref| <= K * bound`` element by element: tight (a wrong coefficient,
+a missed element or a wrong T convention is off by far more than a few ulps)
+but honest about ill-conditioned elements (catastrophic cancellation in
+``norm_coefficient * x + g`` divided by a tiny ``sqrt(h) + eps``), which get
+the wide bound they deserve rather than a blanket tolerance for everyone.
+
+Non-finite reference values must be matched exactly (NaN by NaN, inf by the
+same inf); elements whose bound is infinite are not compared.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+# --------------------------------------------------------------- tracked
+
+class Tracked:
+    """A float64 value array and a bound on the dtype evaluation's error."""
+
+    __slots__ = ("v", "e")
+
+    def __init__(self, v, e):
+        self.v = v
+        self.e = e
+
+
+class Arith:
+    """Tracked arithmetic for results computed in ``dtype``."""
+
+    def __init__(self, dtype):
+        fi = np.finfo(dtype)
+        self.u = float(fi.eps) / 2.0                   # unit roundoff
+        self.eta = float(fi.smallest_subnormal) / 2.0  # absolute floor (subnormals)
+
+    def exact(self, a) -> Tracked:
+        """An input array: its values are exact (the reference reads the same bits)."""
+        v = np.asarray(a, dtype=np.float64)
+        return Tracked(v, np.zeros_like(v))
+
+    def const(self, c: float) -> Tracked:
+        """A coefficient computed in double and rounded to the dtype."""
+        c = float(c)
+        return Tracked(np.float64(c), 4.0 * self.u * abs(c) + self.eta)
+
+    def _round(self, v, e):
+        return Tracked(v, e + self.u * np.abs(v) + self.eta)
+
+    def add(self, a: Tracked, b: Tracked) -> Tracked:
+        return self._round(a.v + b.v, a.e + b.e)
+
+    def sub(self, a: Tracked, b: Tracked) -> Tracked:
+        return self._round(a.v - b.v, a.e + b.e)
+
+    def mul(self, a: Tracked, b: Tracked) -> Tracked:
+        return self._round(a.v * b.v, np.abs(a.v) * b.e + np.abs(b.v) * a.e + a.e * b.e)
+
+    def div(self, a: Tracked, b: Tracked) -> Tracked:
+        v = a.v / b.v
+        room = np.abs(b.v) - b.e
+        e = np.where(room > 0, (a.e + np.abs(v) * b.e) / np.where(room > 0, room, 1.0),
+                     np.inf)
+        return self._round(v, e)
+
+    def sqrt(self, a: Tracked) -> Tracked:
+        v = np.sqrt(a.v)
+        lin = np.where(v > 0, a.e / (2.0 * np.where(v > 0, v, 1.0)), np.inf)
+        return self._round(v, np.minimum(lin, np.sqrt(a.e)))
+
+
+# ------------------------------------------------------------ references
+
+def momentum_ref(dtype, x, g, v, *, lr, t, alpha=0.9, beta=1.0,
+                 norm_coefficient=0.0, mode="standard"):
+    """ONNX Momentum (SEMANTICS.md section 1): returns tracked (x_new, v_new)."""
+    A = Arith(dtype)
+    with np.errstate(all="ignore"):
+        X, G, V = A.exact(x), A.exact(np.broadcast_to(g, np.shape(x))), A.exact(v)
+        gr = A.add(A.mul(A.const(norm_coefficient), X), G)
+        b = beta if t > 0 else 1.0
+        vn = A.add(A.mul(A.const(alpha), V), A.mul(A.const(b), gr))
+        if mode == "nesterov":
+            step = A.add(gr, A.mul(A.const(alpha), vn))
+        else:
+            step = vn
+        xn = A.sub(X, A.mul(A.const(lr), step))
+    return xn, vn
+
+
+def adagrad_ref(dtype, x, g, h, *, lr, t, decay_factor=0.0, epsilon=1e-6,
+                norm_coefficient=0.0):
+    """ONNX Adagrad: returns tracked (x_new, h_new)."""
+    A = Arith(dtype)
+    with np.errstate(all="ignore"):
+        X, G, H = A.exact(x), A.exact(np.broadcast_to(g, np.shape(x))), A.exact(h)
+        gr = A.add(A.mul(A.const(norm_coefficient), X), G)
+        r = lr / (1.0 + t * decay_factor)
+        hn = A.add(H, A.mul(gr, gr))
+        xn = A.sub(X, A.div(A.mul(A.const(r), gr), A.add(A.sqrt(hn), A.const(epsilon))))
+    return xn, hn
+
+
+def adam_ref(dtype, x, g, v, h, *, lr, t, alpha=0.9, beta=0.999, epsilon=1e-6,
+             norm_coefficient=0.0, norm_coefficient_post=0.0):
+    """ONNX Adam: returns tracked (x_new, v_new, h_new)."""
+    A = Arith(dtype)
+    with np.errstate(all="ignore"):
+        X, G = A.exact(x), A.exact(np.broadcast_to(g, np.shape(x)))
+        V, H = A.exact(v), A.exact(h)
+        gr = A.add(A.mul(A.const(norm_coefficient), X), G)
+        if t > 0:
+            radj = lr * math.sqrt(1.0 - beta ** t) / (1.0 - alpha ** t)
+        else:
+            radj = lr
+        vn = A.add(A.mul(A.const(alpha), V), A.mul(A.const(1.0 - alpha), gr))
+        hn = A.add(A.mul(A.const(beta), H), A.mul(A.mul(A.const(1.0 - beta), gr), gr))
+        xt = A.sub(X, A.div(A.mul(A.const(radj), vn), A.add(A.sqrt(hn), A.const(epsilon))))
+        xn = A.mul(A.const(1.0 - norm_coefficient_post), xt)
+    return xn, vn, hn
+
+
+REFS = {"momentum": momentum_ref, "adagrad": adagrad_ref, "adam": adam_ref}
+STATES = {"momentum": ("v",), "adagrad": ("h",), "adam": ("v", "h")}
+
+
+def check_close(fast, ref: Tracked, what: str = "", k: float = 3.0) -> None:
+    """Assert ``fast`` equals the tracked reference within ``k`` error bounds."""
+    fast = np.asarray(fast)
+    dtype = fast.dtype.newbyteorder("=")
+    f = fast.astype(np.float64)
+    r = np.broadcast_to(ref.v, f.shape)
+    e = np.broadcast_to(ref.e, f.shape)
+    big = float(np.finfo(dtype).max) / 4
+    with np.errstate(all="ignore"):
+        nonfinite = ~np.isfinite(r)
+        # a non-finite reference (NaN/Inf inputs, division by zero) is matched exactly
+        bad = nonfinite & ~((np.isnan(r) & np.isnan(f)) | (r == f))
+        comparable = np.isfinite(r) & np.isfinite(e) & (np.abs(r) + e < big)
+        bad |= comparable & ~(np.abs(f - r) <= k * e)
+    if bad.any():
+        idx = np.argwhere(bad)[:5]
+        rows = [f"  at {tuple(int(i) for i in ix)}: fast={f[tuple(ix)]!r} "
+                f"ref={r[tuple(ix)]!r} bound={k * e[tuple(ix)]!r}" for ix in idx]
+        raise AssertionError(f"{what}: {int(bad.sum())} of {f.size} elements differ "
+                             f"from the float64 reference\n" + "\n".join(rows))
+
+
+# --------------------------------------------------------------- layouts
+
+class Placed:
+    """An ndarray view placed inside a watched byte buffer.
+
+    ``arr`` is the view handed to fastopt; ``buf`` is the uint8 buffer it
+    lives in, with random bytes around (and between) its elements;
+    ``footprint`` marks the bytes the view covers.
+    """
+
+    def __init__(self, arr, buf, footprint):
+        self.arr = arr
+        self.buf = buf
+        self.footprint = footprint
+        self.before = buf.copy()
+
+    def untouched_outside(self) -> bool:
+        """No byte outside the view's elements changed."""
+        return bool(np.array_equal(self.buf[~self.footprint], self.before[~self.footprint]))
+
+    def unchanged(self) -> bool:
+        return bool(np.array_equal(self.buf, self.before))
+
+
+def place(values, dtype, *, steps=None, perm=None, order="C", byte_offset=0,
+          swap=False, readonly=False, rng=None) -> Placed:
+    """Put ``values`` (any float array of the logical shape) into a view.
+
+    The view has logical shape ``values.shape`` and dtype ``dtype`` (byte-swapped
+    with ``swap``); it is built from a dense array of ``order`` whose axis i
+    is ``|steps[i]|`` times longer, sliced with those steps (negative steps
+    walk backwards), then transposed by ``perm``, starting ``byte_offset``
+    bytes into a uint8 buffer (a non-multiple of the item size makes it
+    misaligned).
+    """
+    values = np.asarray(values)
+    shape = values.shape
+    nd = len(shape)
+    steps = tuple(steps) if steps is not None else (1,) * nd
+    perm = tuple(perm) if perm is not None else tuple(range(nd))
+    dt = np.dtype(dtype)
+    if swap:
+        dt = dt.newbyteorder("S")
+    isz = dt.itemsize
+    # logical axis perm[k] of the view is axis k of the sliced dense array
+    pre_shape = [0] * nd
+    pre_steps = [1] * nd
+    for k in range(nd):
+        pre_shape[k] = shape[perm.index(k)] if nd else 0
+        pre_steps[k] = steps[perm.index(k)] if nd else 1
+    dense_shape = tuple(max(1, n * abs(s)) if n > 0 else 0
+                        for n, s in zip(pre_shape, pre_steps))
+    count = int(np.prod(dense_shape)) if nd else 1
+    rng = rng or np.random.default_rng(12345)
+    nbytes = byte_offset + count * isz + 16
+    buf = rng.integers(0, 256, size=nbytes, dtype=np.uint8)
+    # dense strides in bytes
+    strides = [0] * nd
+    acc = isz
+    axes = range(nd - 1, -1, -1) if order == "C" else range(nd)
+    for a in axes:
+        strides[a] = acc
+        acc *= max(dense_shape[a], 1)
+    dense = np.ndarray(dense_shape, dt, buffer=buf, offset=byte_offset,
+                       strides=tuple(strides))
+    view = dense[tuple(slice(None, None, s) for s in pre_steps)] if nd else dense
+    # per-axis view: take every |s|-th element of the dense axis
+    view = view.transpose(perm) if nd else view
+    view[...] = values.astype(dt.newbyteorder("="), copy=False)
+    # footprint: the same view over a boolean mask buffer
+    mask = np.zeros(nbytes, np.bool_)
+    if view.size:
+        mview = np.ndarray(view.shape + (isz,), np.bool_, buffer=mask,
+                           offset=_offset_in(view, buf),
+                           strides=view.strides + (1,))
+        mview[...] = True
+    if readonly:
+        view.flags.writeable = False
+    return Placed(view, buf, mask)
+
+
+def _offset_in(view, buf) -> int:
+    return view.__array_interface__["data"][0] - buf.__array_interface__["data"][0]
+
+
+def layout_names():
+    return ["C", "F", "strided", "reversed", "transposed", "misaligned", "swapped",
+            "misaligned-swapped-strided"]
+
+
+def snapshot(objs):
+    """Bytes of every ndarray reachable in objs (and of their bases)."""
+    out = []
+    seen = set()
+
+    def visit(o):
+        if isinstance(o, np.ndarray):
+            root = o
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            for a in (o, root):
+                if id(a) not in seen:
+                    seen.add(id(a))
+                    out.append((a, _bytes_of(a)))
+        elif isinstance(o, (list, tuple)):
+            for item in o:
+                visit(item)
+        elif isinstance(o, dict):
+            for item in o.values():
+                visit(item)
+
+    visit(objs)
+    return out
+
+
+def _bytes_of(a: np.ndarray) -> bytes:
+    if a.dtype.hasobject:
+        return repr(a.tolist()).encode()
+    try:
+        return a.tobytes(order="A")
+    except Exception:  # pragma: no cover - exotic dtypes
+        return repr(a).encode()
+
+
+def unchanged(snap) -> list:
+    """Indices of arrays in a snapshot whose bytes changed."""
+    return [i for i, (a, b) in enumerate(snap) if _bytes_of(a) != b]
