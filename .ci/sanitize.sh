@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Build fastopt with AddressSanitizer + UndefinedBehaviorSanitizer in a scratch
+# copy of the checkout and run the whole test suite against that build.
+#
+#   bash .ci/sanitize.sh [extra pytest args]
+#
+# Uses the `python` on PATH (or $PYTHON): run it inside the environment that
+# has the test extras installed (they include Cython and setuptools, which the
+# build needs). Nothing is installed and the normal build is not touched.
+# The ASan runtime is preloaded (CPython itself is not instrumented); leak
+# detection is off because CPython keeps memory alive at exit -- leaks are
+# covered by .ci/valgrind.sh and tests/test_leaks.py. Every sanitizer report
+# is fatal (halt_on_error, -fno-sanitize-recover); ASan reports go to log
+# files and UBSan reports to stderr, both of which this script checks, and a
+# report inside a subprocess (the fuzz test) aborts it and fails its test. Exit status 0 only with zero reports and all
+# tests passing.
+set -uo pipefail
+
+PY=${PYTHON:-python}
+CC=${CC:-gcc}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/fastopt-sanitize.XXXXXX")
+LOGS="$WORK/sanitizer-logs"
+KEEP=${FASTOPT_SANITIZE_KEEP:-0}
+cleanup() { [ "$KEEP" = 1 ] || rm -rf "$WORK"; }
+trap cleanup EXIT
+
+fail() { echo "SANITIZE: FAIL - $*"; exit 1; }
+
+ASAN_LIB=$("$CC" -print-file-name=libasan.so)
+UBSAN_LIB=$("$CC" -print-file-name=libubsan.so)
+[ -f "$ASAN_LIB" ] || fail "libasan.so not found for $CC (install the compiler's ASan runtime, e.g. libasan8)"
+[ -f "$UBSAN_LIB" ] || fail "libubsan.so not found for $CC (e.g. libubsan1)"
+"$PY" -c "import Cython, setuptools, numpy, pytest" 2>/dev/null \
+    || fail "$PY lacks Cython/setuptools/numpy/pytest: install the test extras first (pip install '.[test]')"
+
+# --- a scratch copy of the sources (no build products)
+mkdir -p "$LOGS"
+for p in setup.py pyproject.toml MANIFEST.in README.md fastopt src_c tests; do
+    [ -e "$ROOT/$p" ] && cp -R "$ROOT/$p" "$WORK/"
+done
+find "$WORK" \( -name '*.so' -o -name '__pycache__' -o -name '.hypothesis' \) -prune -exec rm -rf {} +
+rm -f "$WORK/fastopt/_core.c" "$WORK"/fastopt/*.html
+
+# --- build with the sanitizers (the normal -O3 flags stay; these are added)
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
+echo "sanitize: building in $WORK with: $SAN"
+t0=$(date +%s)
+( cd "$WORK" && FASTOPT_EXTRA_CFLAGS="$SAN" FASTOPT_EXTRA_LDFLAGS="-fsanitize=address,undefined" \
+      FASTOPT_DEBUG=1 FASTOPT_REQUIRE_OPENMP=${FASTOPT_REQUIRE_OPENMP:-0} \
+      "$PY" setup.py -q build_ext --inplace ) > "$WORK/build.log" 2>&1 \
+    || { tail -40 "$WORK/build.log"; fail "sanitizer build failed"; }
+t1=$(date +%s)
+
+# --- run the suite against it
+export LD_PRELOAD="$ASAN_LIB${LD_PRELOAD:+ $LD_PRELOAD}"
+export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1:strict_init_order=1:check_initialization_order=1:log_path=$LOGS/asan"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"   # (its log_path is ignored with ASan preloaded: stderr)
+export PYTHONMALLOC=malloc          # Python objects through ASan's allocator too
+export PYTHONFAULTHANDLER=1
+export PYTHONDONTWRITEBYTECODE=1
+
+# the tests must import the sanitized build from the scratch copy
+( cd "$WORK" && "$PY" - <<'EOF'
+import os, fastopt
+assert os.path.dirname(fastopt.__file__) == os.path.join(os.getcwd(), "fastopt"), fastopt.__file__
+assert "-fsanitize=address,undefined" in fastopt.config()["cflags"], fastopt.config()["cflags"]
+EOF
+) || fail "the scratch copy does not import its own sanitized build"
+
+( cd "$WORK" && "$PY" -m pytest -q -p no:cacheprovider --capture=sys "$@" ) 2>&1 | tee "$WORK/pytest.log"
+rc=${PIPESTATUS[0]}
+t2=$(date +%s)
+
+nfiles=$(find "$LOGS" -type f | wc -l)
+nstderr=$(grep -cE 'runtime error:|ERROR: (Address|UndefinedBehavior|Leak)Sanitizer' "$WORK/pytest.log")
+reports=$((nfiles + nstderr))
+if [ "$nfiles" -gt 0 ]; then
+    for f in "$LOGS"/*; do echo "==== $f"; head -60 "$f"; done
+fi
+result=$(grep -E '[0-9]+ (passed|failed|errors?)( |,|$)' "$WORK/pytest.log" | tail -1)
+[ -n "$result" ] || result="pytest did not finish (crashed or aborted)"
+if [ "$rc" -ne 0 ] || [ "$reports" -gt 0 ]; then
+    echo "SANITIZE: FAIL - pytest exit $rc, $reports sanitizer report(s); $result (build $((t1 - t0)) s, tests $((t2 - t1)) s)"
+    exit 1
+fi
+echo "SANITIZE: PASS - 0 ASan/UBSan reports; $result (build $((t1 - t0)) s, tests $((t2 - t1)) s)"
