@@ -1,0 +1,83 @@
+"""A short run of every fastopt code path, for .ci/valgrind.sh (memcheck).
+
+Fast path (C- and F-contiguous, single and lists, more tensors than the
+Cython stack buffer holds, mixed dtypes, 0-d and empty), the copying path
+(strided, misaligned, byte-swapped, broadcast g, an exact g/x alias), the
+OpenMP driver (above the serial threshold, n_threads 2 and 3), and the error
+paths (a bad tensor at the end of a list).
+"""
+import numpy as np
+
+import fastopt
+
+F32, F64 = np.float32, np.float64
+serial = fastopt._core.tuning()["serial_bytes"]
+
+
+def mk(shape, dt, fill, order="C"):
+    return np.full(shape, fill, dt, order=order)
+
+
+def each_op(xs, gs, make_state, **kw):
+    fastopt.momentum(xs, gs, make_state(), lr=0.01, t=1, **kw)
+    fastopt.momentum(xs, gs, make_state(), lr=0.01, t=0, mode="nesterov", **kw)
+    fastopt.adagrad(xs, gs, make_state(), lr=0.01, t=2, decay_factor=0.1, **kw)
+    fastopt.adam(xs, gs, make_state(), make_state(), lr=0.01, t=3, **kw)
+
+
+def like(xs):
+    if isinstance(xs, list):
+        return lambda: [np.zeros_like(a) for a in xs]
+    return lambda: np.zeros_like(xs)
+
+
+# fast path
+for n in (0, 1, 3, 17, 33, 1025):
+    for dt in (F32, F64):
+        x = mk((n,), dt, 1.0)
+        each_op(x, mk((n,), dt, 0.5), like(x))
+x = mk((), F64, 1.0)
+each_op(x, mk((), F64, 0.5), like(x))
+x = mk((5, 7), F32, 1.0, "F")
+each_op(x, mk((5, 7), F32, 0.5, "F"), like(x))
+xs = [mk((i % 5 * 7 + 1,), F32 if i % 2 else F64, 1.0) for i in range(20)]   # heap buffers
+gs = [mk(a.shape, a.dtype, 0.5) for a in xs]
+each_op(xs, gs, like(xs), n_threads=1)
+
+# OpenMP driver
+big = serial // 4 + 4099
+xs = [mk((big,), F32, 1.0), mk((1000,), F64, 1.0), mk((big // 3,), F64, 1.0)[1:]]
+gs = [mk(a.shape, a.dtype, 0.5) for a in xs]
+for nt in (2, 3):
+    each_op(xs, gs, like(xs), n_threads=nt)
+
+# copying path
+base = np.ones(2 * 101, F32)
+x = base[::2]
+each_op(x, mk((101,), F32, 0.5), like(x))
+buf = np.zeros(8 * 50 + 3, np.uint8)
+x = np.ndarray((50,), F64, buffer=buf, offset=3)
+x[...] = 1.0
+each_op(x, np.ones((50,), F64), like(x))
+x = mk((4, 6), ">f4", 1.0)
+each_op(x, mk((6,), ">f4", 0.5), lambda: np.zeros((4, 6), ">f4"))
+x = mk((4, 6), F64, 1.0)
+each_op(x, x, like(x))                                 # g is x
+each_op(x, np.broadcast_to(np.float64(0.5), x.shape), like(x))
+
+# error paths: a bad tensor at the end
+xs = [mk((3,), F32, 1.0) for _ in range(12)]
+gs = [mk((3,), F32, 0.5) for _ in range(12)]
+vs = [mk((3,), F32, 0.0) for _ in range(11)] + [mk((4,), F32, 0.0)]
+for call in (lambda: fastopt.momentum(xs, gs, vs, lr=0.1, t=1),
+             lambda: fastopt.adam(xs, gs, vs, vs, lr=0.1, t=1),
+             lambda: fastopt.adagrad(xs[0], gs[0], xs[0], lr=0.1, t=1),
+             lambda: fastopt.momentum(xs[0], gs[0], vs[0], lr=float("nan"), t=1)):
+    try:
+        call()
+    except (TypeError, ValueError):
+        pass
+    else:
+        raise SystemExit("expected an error")
+assert all((a == 1.0).all() for a in xs)
+print("valgrind workload: done")

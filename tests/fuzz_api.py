@@ -1,0 +1,384 @@
+#!/usr/bin/env python
+"""Fuzz fastopt's public API.
+
+Each input (a byte string) is decoded into one call of a public function
+with random Python objects and arrays: random dtypes, shapes (0-d to 3-D,
+size 0, now and then one above the serial threshold), layouts (Fortran,
+strided, reversed, transposed, misaligned views of a uint8 buffer,
+byte-swapped), read-only flags, random bit patterns, lists/tuples of random
+lengths, aliased and overlapping arrays, and random scalars. Most inputs
+start from a valid call and apply a few mutations, so the fuzzer reaches deep
+into the checks and the kernels. The oracle:
+
+- only TypeError or ValueError may escape (anything else, a warning, a crash
+  or a hang is a finding);
+- when an error is raised, no array -- nor the array a view was taken
+  from -- changed by a single byte;
+- when the call succeeds, every array that shares no memory with an output is
+  unchanged (the gradient is only read), and every output equals the float64
+  reference within the dtype's error bound (tests/hardening_ref.py).
+
+With atheris installed this runs coverage-guided (libFuzzer flags apply):
+
+    python tests/fuzz_api.py -atheris_runs=200000            # a longer run
+    python tests/fuzz_api.py -max_total_time=3600 corpus/     # an hour, keep a corpus
+
+Without atheris, or with --random N, it feeds N pseudo-random inputs:
+
+    python tests/fuzz_api.py --random 20000 [--seed 1]
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+
+atheris = None
+if __name__ == "__main__" and "--random" not in sys.argv:
+    try:
+        import atheris  # noqa: E402
+    except ImportError:  # pragma: no cover - optional
+        pass
+
+if atheris is not None:
+    with atheris.instrument_imports():
+        import fastopt
+        import fastopt._updates  # noqa: F401
+        import fastopt._validation  # noqa: F401
+else:
+    import fastopt
+
+from hardening_ref import REFS, STATES, check_close  # noqa: E402
+
+SERIAL_ELEMS = fastopt._core.tuning()["serial_bytes"] // 4 + 257
+
+
+# ----------------------------------------------------------- byte decoder
+
+class Source:
+    """Decode choices from the fuzzer's bytes (zeros once they run out)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.i = 0
+
+    def byte(self) -> int:
+        if self.i < len(self.data):
+            b = self.data[self.i]
+            self.i += 1
+            return b
+        return 0
+
+    def int(self, lo: int, hi: int) -> int:
+        span = hi - lo + 1
+        v, n = 0, 0
+        while (1 << (8 * n)) < span:
+            v = (v << 8) | self.byte()
+            n += 1
+        return lo + v % span if span > 1 else lo
+
+    def pick(self, seq):
+        return seq[self.int(0, len(seq) - 1)]
+
+    def chance(self, k: int) -> bool:
+        """True with probability about 1/k (False once the bytes run out)."""
+        return self.int(0, k - 1) == k - 1
+
+    def raw(self, n: int) -> bytes:
+        out = bytes(self.byte() for _ in range(min(n, 64)))
+        return out or b"\x00"
+
+
+# ------------------------------------------------------------ the objects
+
+DTYPES = [np.float32, np.float64, np.float32, np.float64, np.float16, np.int32, np.int64,
+          np.bool_, np.complex64, np.uint8, np.longdouble, ">f4", ">f8", "f4,f4", "U2",
+          "M8[s]", object]
+PALETTE = [0.0, -0.0, 1.0, -1.0, 0.5, 3.0, -2.5, 1e-3, 1e3, 1e-30, 1e-40, 1e30, 3e38,
+           1e300, math.nan, math.inf, -math.inf]
+
+
+def values(src: Source, n: int, dtype) -> np.ndarray:
+    mode = src.int(0, 3)
+    if mode == 0:      # raw bit patterns, tiled
+        b = src.raw(8)
+        return np.frombuffer((b * (n * 16 // len(b) + 1))[: n * 16], np.uint8)
+    if mode == 1:      # a palette of awkward values
+        pal = np.array([src.pick(PALETTE) for _ in range(4)])
+        return pal[np.arange(n) % 4]
+    rng = np.random.default_rng(src.int(0, 255))
+    return rng.standard_normal(n) * 10.0 ** src.int(-3, 3)
+
+
+def new_array(src: Source, dtype=None, shape=None):
+    dt = np.dtype(dtype if dtype is not None else src.pick(DTYPES))
+    if shape is None:
+        if src.chance(40):
+            shape = (src.int(SERIAL_ELEMS, SERIAL_ELEMS + 3000),)
+        else:
+            shape = tuple(src.int(0, 4) for _ in range(src.int(0, 3)))
+    n = int(np.prod(shape)) if shape else 1
+    layout = 0 if dt.hasobject else src.int(0, 6)
+    if layout == 5 and len(shape) >= 1:            # misaligned in a uint8 buffer
+        off = src.int(1, 7)
+        buf = np.zeros(n * dt.itemsize + off + 8, np.uint8)
+        a = np.ndarray(shape, dt, buffer=buf, offset=off)
+    elif layout == 2 and len(shape) >= 1:          # strided
+        a = np.zeros(shape[:-1] + (shape[-1] * 2,), dt)[..., ::2]
+    elif layout == 3 and len(shape) >= 1:          # reversed
+        a = np.zeros(shape, dt)[::-1]
+    elif layout == 4 and len(shape) >= 2:          # transposed
+        a = np.zeros(shape[::-1], dt).T
+    elif layout == 1:
+        a = np.zeros(shape, dt, order="F")
+    else:
+        a = np.zeros(shape, dt)
+    if n:
+        v = values(src, n, dt)
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            try:
+                if v.dtype == np.uint8 and not dt.hasobject:
+                    flat = np.frombuffer(v.tobytes()[: n * dt.itemsize].ljust(
+                        n * dt.itemsize, b"\0"), dt)
+                    a[...] = flat.reshape(shape)
+                else:
+                    a[...] = v[:n].reshape(shape).astype(dt) if dt.kind != "V" else 0
+            except (TypeError, ValueError):
+                pass
+    if layout == 6 and dt.kind in "fc" and dt.isnative:      # byte-swapped
+        b = a.astype(dt.newbyteorder("S"))
+        a = b
+    if src.chance(15):
+        a.flags.writeable = False
+    return a
+
+
+def related_array(src: Source, pool):
+    """Something sharing memory with an existing array."""
+    a = src.pick(pool)
+    k = src.int(0, 5)
+    if k == 0 or a.ndim == 0:
+        return a
+    if k == 1:
+        return a[::-1]
+    if k == 2:
+        return a[1:] if a.shape[0] > 1 else a
+    if k == 3:
+        return a.T
+    if k == 4:
+        return np.broadcast_to(a, a.shape)
+    return a.view(a.dtype.newbyteorder("S")) if a.dtype.kind == "f" else a
+
+
+def other_object(src: Source):
+    return src.pick([
+        None, 1, 1.5, "x", b"x", [1.0, 2.0], (), [], {}, {"w": 1}, object(), range(3),
+        memoryview(b"abcd"), np.float32(1.0), np.array(1.0), np.float64(2.0),
+        np.ma.array([1.0, 2.0, 3.0], mask=[0, 1, 0]),
+    ])
+
+
+def array_like(src: Source, pool):
+    k = src.int(0, 9)
+    if k == 9:
+        return other_object(src)
+    if k in (7, 8) and pool:
+        return related_array(src, pool)
+    a = new_array(src)
+    pool.append(a)
+    return a
+
+
+SCALARS = {
+    "lr": [0.1, 0.0, 1.0, 1e-3, 5, np.float32(0.01), np.array(0.1), np.array([0.2]),
+           -0.1, math.nan, math.inf, 1e308, "0.1", None, True, 0.5 + 0j, np.array([1, 2])],
+    "t": [0, 1, 2, 10, 2**62, np.int64(3), np.uint64(2**64 - 1), np.array(4), -1, 2**63,
+          2**70, 1.0, True, "1", None, np.array([1, 2])],
+    "real": [0.9, 0.0, 1.0, 0.5, 0.999, 1e-6, 2.0, -0.5, 0, 1, np.float32(0.9), math.nan,
+             math.inf, -math.inf, "0.9", None, True, [0.9], np.array(0.9)],
+    "mode": ["standard", "nesterov", "Nesterov", "", None, 1, b"standard"],
+    "n_threads": [None, 1, 2, 3, 4, -1, 0, -2, 2**40, 2.0, True, "2", np.int64(2)],
+}
+HYPER = {
+    "momentum": ["alpha", "beta", "norm_coefficient"],
+    "adagrad": ["decay_factor", "epsilon", "norm_coefficient"],
+    "adam": ["alpha", "beta", "epsilon", "norm_coefficient", "norm_coefficient_post"],
+}
+VALID = {"alpha": 0.9, "beta": 0.99, "norm_coefficient": 0.01, "decay_factor": 0.1,
+         "epsilon": 1e-6, "norm_coefficient_post": 0.001}
+
+
+def scalar(src: Source, kind: str, valid):
+    if not src.chance(8):
+        return valid
+    return src.pick(SCALARS[kind])
+
+
+# ------------------------------------------------------------ the calls
+
+def valid_call(src: Source, op: str):
+    n = src.int(1, 4)
+    single = n == 1 and src.chance(2)
+    roles = {"x": [], "g": []}
+    for name in STATES[op]:
+        roles[name] = []
+    for _ in range(n):
+        dt = src.pick([np.float32, np.float64])
+        shape = (src.int(SERIAL_ELEMS, SERIAL_ELEMS + 500),) if src.chance(30) else \
+            tuple(src.int(0, 4) for _ in range(src.int(0, 3)))
+        roles["x"].append(new_array(src, dt, shape))
+        g_shape = shape[src.int(0, len(shape)):] if src.chance(4) else shape
+        roles["g"].append(new_array(src, dt, g_shape))
+        for name in STATES[op]:
+            roles[name].append(new_array(src, dt, shape))
+    pool = [a for items in roles.values() for a in items]
+    # a few mutations
+    for _ in range(src.int(0, 2)):
+        role = src.pick(list(roles))
+        items = roles[role]
+        k = src.int(0, len(items) - 1)
+        items[k] = array_like(src, pool)
+    container = src.pick([list, list, tuple])
+    args = [items[0] if single else container(items) for items in roles.values()]
+    if src.chance(10):                      # a bad container for one role
+        args[src.int(0, len(args) - 1)] = src.pick([[], (), None, {"a": 1}, "abc"])
+    return args
+
+
+def random_call(src: Source, op: str):
+    pool = []
+    args = []
+    for _ in range(2 + len(STATES[op])):
+        if src.chance(2):
+            args.append(array_like(src, pool))
+        else:
+            items = [array_like(src, pool) for _ in range(src.int(0, 4))]
+            args.append(src.pick([list, tuple])(items))
+    return args
+
+
+def make_call(src: Source):
+    op = src.pick(["momentum", "adagrad", "adam"])
+    args = random_call(src, op) if src.chance(3) else valid_call(src, op)
+    kwargs = {"lr": scalar(src, "lr", 0.1), "t": scalar(src, "t", src.int(0, 5))}
+    for name in HYPER[op]:
+        if src.chance(2):
+            kwargs[name] = scalar(src, "real", VALID[name])
+    if op == "momentum" and src.chance(2):
+        kwargs["mode"] = scalar(src, "mode", "nesterov")
+    if src.chance(2):
+        kwargs["n_threads"] = scalar(src, "n_threads", 2)
+    if src.chance(50):   # an argument Python itself rejects
+        if src.chance(2):
+            kwargs["bogus"] = 1
+        else:
+            kwargs.pop("lr")
+    return op, args, kwargs
+
+
+# ------------------------------------------------------------ the oracle
+
+def arrays_in(obj, out):
+    if isinstance(obj, np.ndarray):
+        out.append(obj)
+        root = obj
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+            out.append(root)
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            arrays_in(item, out)
+    return out
+
+
+def as_bytes(a: np.ndarray) -> bytes:
+    if a.dtype.hasobject:
+        return repr(a.tolist()).encode()
+    return a.tobytes(order="A")
+
+
+def plain(op, kwargs):
+    """The hyperparameters as the reference takes them (call succeeded: valid)."""
+    hp = {"lr": float(np.asarray(kwargs["lr"]).reshape(())),
+          "t": int(np.asarray(kwargs["t"]).reshape(()))}
+    for name in HYPER[op]:
+        if name in kwargs:
+            hp[name] = float(np.asarray(kwargs[name]).reshape(()))
+    if op == "momentum":
+        hp["mode"] = kwargs.get("mode", "standard")
+    return hp
+
+
+def TestOneInput(data: bytes) -> None:
+    src = Source(data)
+    op, args, kwargs = make_call(src)
+    fn = getattr(fastopt, op)
+    watched = arrays_in((args, list(kwargs.values())), [])
+    before = [as_bytes(a) for a in watched]
+    # the values each role holds before the call (for the reference)
+    pre = []
+    for role in args:
+        items = role if isinstance(role, (list, tuple)) else [role]
+        pre.append([np.array(a, copy=True) if isinstance(a, np.ndarray) else None
+                    for a in items])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fn(*args, **kwargs)
+    except (TypeError, ValueError):
+        changed = [i for i, a in enumerate(watched) if as_bytes(a) != before[i]]
+        if changed:
+            raise AssertionError(f"{op} raised but modified {len(changed)} array(s)") from None
+        return
+
+    # success: outputs match the reference, everything else is untouched
+    outs = []
+    for role in [args[0]] + list(args[2:]):
+        outs += list(role) if isinstance(role, (list, tuple)) else [role]
+    for i, a in enumerate(watched):
+        if not any(np.may_share_memory(a, o) for o in outs):
+            if as_bytes(a) != before[i]:
+                raise AssertionError(f"{op} modified an array it only reads")
+    hp = plain(op, kwargs)
+    xs, gs, states = pre[0], pre[1], pre[2:]
+    single = not isinstance(args[0], (list, tuple))
+    for i in range(len(xs)):
+        ref = REFS[op](xs[i].dtype.newbyteorder("="), xs[i], gs[i],
+                       *[s[i] for s in states], **hp)
+        got = [args[0] if single else args[0][i]] + \
+              [a if single else a[i] for a in args[2:]]
+        for k, (a, r) in enumerate(zip(got, ref)):
+            check_close(a, r, f"{op} output {k} of tensor {i}")
+
+
+# ------------------------------------------------------------- entry point
+
+def run_random(n: int, seed: int) -> None:
+    import random
+
+    rnd = random.Random(seed)
+    for _ in range(n):
+        TestOneInput(bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 256))))
+
+
+def main(argv):
+    if "--random" in argv or atheris is None:
+        n = int(argv[argv.index("--random") + 1]) if "--random" in argv else 10000
+        seed = int(argv[argv.index("--seed") + 1]) if "--seed" in argv else 0
+        run_random(n, seed)
+        print(f"fuzz_api: {n} random inputs, no finding")
+        return
+    atheris.Setup(argv, TestOneInput)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main(sys.argv)
