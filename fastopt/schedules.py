@@ -430,6 +430,14 @@ _ANGEL_CLASSES: dict[str, type[Schedule]] = {
 _ANGEL_NAMES = ", ".join(cls.__name__ for cls in _ANGEL_CLASSES.values())
 
 
+def _mapping(owner: str, conf: Any) -> None:
+    if not isinstance(conf, Mapping):
+        raise ValueError(
+            f"{_PREFIX}{owner}: conf must be a mapping of Angel configuration keys, "
+            f"got {type(conf).__name__}"
+        )
+
+
 def _conf_value(conf: Mapping[str, Any], key: str, default: Any, kind: str) -> Any:
     """Read ``key`` as ``kind`` ('float', 'int' or 'bool'); strings as Angel writes them."""
     if key not in conf:
@@ -499,6 +507,7 @@ def angel(conf: Mapping[str, Any], eta: float) -> Schedule:
         For an unknown class name (the message lists the known ones), a value
         that does not parse, or a parameter out of range.
     """
+    _mapping("angel", conf)
     name = conf.get("ml.opt.decay.class.name", "StandardDecay")
     cls = _ANGEL_CLASSES.get(name.strip().lower()) if isinstance(name, str) else None
     if cls is None:
@@ -534,6 +543,7 @@ def angel_on_batch(conf: Mapping[str, Any]) -> bool:
     bool
         True if the decay is stepped once per mini-batch.
     """
+    _mapping("angel_on_batch", conf)
     return _conf_value(conf, "ml.opt.decay.on.batch", False, "bool")
 
 
