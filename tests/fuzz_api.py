@@ -52,12 +52,21 @@ if atheris is not None:
         import fastopt
         import fastopt._updates  # noqa: F401
         import fastopt._validation  # noqa: F401
+        try:
+            import fastopt.schedules  # noqa: F401
+        except ImportError:
+            pass
 else:
     import fastopt
 
 from hardening_ref import REFS, STATES, check_close  # noqa: E402
 
 SERIAL_ELEMS = fastopt._core.tuning()["serial_bytes"] // 4 + 257
+try:
+    import fastopt.schedules  # noqa: F401
+    HAVE_SCHEDULES = True
+except ImportError:  # pragma: no cover - before the schedules landed
+    HAVE_SCHEDULES = False
 
 
 # ----------------------------------------------------------- byte decoder
@@ -284,6 +293,80 @@ def make_call(src: Source):
     return op, args, kwargs
 
 
+# ------------------------------------------------------------ schedules
+
+SCHED_VALUES = [0.0, 1.0, 0.5, 1e-3, 0.9, 2.0, 10, 100, 1, 0, 3, 1e308, 5e-324, -1.0, -1,
+                math.nan, math.inf, 2**63, 10**30, True, False, None, "1", "0.5", "",
+                np.float32(0.5), np.int64(4), np.uint64(2**64 - 1), [1, 2], {1: 0.5},
+                [(10, 0.5), (20, 0.1)], ((5, 2.0),)]
+ANGEL_KEYS = ["ml.opt.decay.class.name", "ml.opt.decay.alpha", "ml.opt.decay.beta",
+              "ml.opt.decay.intervals", "ml.opt.decay.on.batch", "ml.learn.decay"]
+ANGEL_VALUES = ["StandardDecay", " warmrestarts ", "CORRECTIONDECAY", "ConstantLearningRate",
+                "Nope", "0.5", "-1", "100", "1e3", "true", "FALSE", "nan", "inf", "",
+                0.5, 3, True, None, [1]]
+STEPS = [0, 1, 2, 99, 100, 10**9, 2**62, 2**63, 10**30, -1, 1.0, True, None, "3",
+         np.int64(5), np.uint64(2**64 - 1)]
+
+
+def schedule_targets():
+    from fastopt import schedules as S
+    import inspect
+    out = []
+    for name in S.__all__:
+        obj = getattr(S, name)
+        if inspect.isclass(obj) and issubclass(obj, S.Schedule) and obj is not S.Schedule:
+            out.append(obj)
+    return S, out
+
+
+def schedule_case(src: Source) -> None:
+    """Build a schedule from random arguments and evaluate it at random steps."""
+    import inspect
+
+    S, classes = schedule_targets()
+    kind = src.int(0, 9)
+    try:
+        if kind == 0:
+            conf = {src.pick(ANGEL_KEYS): src.pick(ANGEL_VALUES) for _ in range(src.int(0, 4))}
+            if src.chance(20):
+                conf = src.pick([None, [], "conf", 3])
+            sched = S.angel(conf, src.pick(SCHED_VALUES))
+        elif kind == 1:
+            S.angel_step(*(src.pick(SCHED_VALUES) for _ in range(3)),
+                         on_batch=src.pick([False, True, None, 1]))
+            return
+        else:
+            cls = src.pick(classes)
+            params = list(inspect.signature(cls).parameters.values())
+            args = {}
+            for p in params:
+                if p.default is not inspect.Parameter.empty and src.chance(3):
+                    continue
+                if p.name == "schedules":
+                    args[p.name] = [S.Constant(1.0), S.CosineDecay(1.0, 10)][: src.int(0, 2)]
+                elif p.name == "cosine_kwargs":
+                    args[p.name] = [{"init_value": src.pick(SCHED_VALUES),
+                                     "peak_value": src.pick(SCHED_VALUES),
+                                     "warmup_steps": src.pick(SCHED_VALUES),
+                                     "decay_steps": src.pick(SCHED_VALUES)}]
+                else:
+                    args[p.name] = src.pick(SCHED_VALUES)
+            sched = cls(**args)
+    except (TypeError, ValueError):
+        return
+    for _ in range(src.int(1, 4)):
+        step = src.pick(STEPS)
+        try:
+            value = sched(step)
+        except (TypeError, ValueError):
+            continue
+        if type(value) is not float or math.isnan(value) or value < 0:
+            raise AssertionError(f"{sched!r}({step!r}) = {value!r}")
+    twin = eval(repr(sched), {**vars(S), "inf": math.inf, "nan": math.nan})
+    if twin != sched or hash(twin) != hash(sched):
+        raise AssertionError(f"repr does not round-trip: {sched!r}")
+
+
 # ------------------------------------------------------------ the oracle
 
 def arrays_in(obj, out):
@@ -319,6 +402,12 @@ def plain(op, kwargs):
 
 def TestOneInput(data: bytes) -> None:
     src = Source(data)
+    target = src.int(0, 7)
+    if target == 7 and HAVE_SCHEDULES:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            schedule_case(src)
+        return
     op, args, kwargs = make_call(src)
     fn = getattr(fastopt, op)
     watched = arrays_in((args, list(kwargs.values())), [])

@@ -16,7 +16,14 @@ import numpy as np
 import pytest
 
 import fastopt
-from bad_inputs_cases import CASES, LAST, LONG
+from bad_inputs_cases import CASES as CORE_CASES
+from bad_inputs_cases import LAST, LONG, SCHEDULE_CASES
+
+try:
+    import fastopt.schedules  # noqa: F401
+    CASES = CORE_CASES + SCHEDULE_CASES
+except ImportError:  # pragma: no cover - before fastopt.schedules existed
+    CASES = CORE_CASES
 from hardening_ref import snapshot, unchanged
 
 DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "BAD_INPUTS.md")
@@ -50,6 +57,8 @@ def test_rejected_with_message_and_nothing_modified(case):
 def test_catalogue_covers_every_public_function():
     funcs = {c.func for c in CASES}
     assert {"momentum", "adagrad", "adam", "set_num_threads"} <= funcs
+    if hasattr(fastopt, "schedules"):
+        assert {"schedules.angel", "schedules.Exponential"} <= funcs
 
 
 def test_a_rejected_call_leaves_nothing_behind():
