@@ -52,6 +52,7 @@ def config() -> dict:
         "compiler": info["compiler"],
         "cflags": info["cflags"],
         "isa_paths": info["isa_paths"],
+        "isa_active": info["isa_active"],
         "max_threads": _core.max_threads(),
         "num_procs": _core.num_procs(),
         "serial_bytes": _core.tuning()["serial_bytes"],
@@ -73,7 +74,7 @@ def show_config(file=None) -> None:
         f"  OpenMP:        {'on' if c['openmp'] else 'OFF (serial build)'}",
         f"  compiler:      {c['compiler']}",
         f"  flags:         {c['cflags']}",
-        f"  ISA paths:     {c['isa_paths']}",
+        f"  ISA paths:     {c['isa_paths']}; this CPU runs {c['isa_active']}",
         f"  threads:       {c['max_threads']} by default, {c['num_procs']} cores",
         f"  serial below:  {c['serial_bytes']} bytes per call; chunks of "
         f"{c['chunk_bytes']} bytes",

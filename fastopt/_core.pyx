@@ -19,7 +19,7 @@ So these functions never raise for bad user input; they only decline it.
 
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.math cimport isfinite
 from libc.stdint cimport int64_t, int32_t
 from libc.string cimport memcmp
@@ -64,7 +64,10 @@ cdef extern from "fastopt.h" nogil:
     int fo_adam(const fo_tensor *ts, int64_t nt, const fo_adam_args *a,
                 int n_threads)
     int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
-                        int64_t m, int64_t *scratch, int64_t *i, int64_t *j)
+                        int64_t m, int64_t *scratch, int64_t *order,
+                        int64_t *norder, int64_t *i, int64_t *j)
+    const char *fo_isa_paths()
+    const char *fo_isa_active()
     int fo_have_openmp()
     int fo_max_threads()
     int fo_num_procs()
@@ -173,7 +176,7 @@ cdef class _Gather:
     overlap. Stack storage for a few tensors, the heap beyond that."""
     cdef fo_tensor stack_t[STACK_TENSORS]
     cdef int64_t stack_e[STACK_TENSORS * 8]
-    cdef int64_t stack_s[STACK_TENSORS * 12]
+    cdef int64_t stack_s[STACK_TENSORS * 24 + 1]
     cdef unsigned char stack_o[STACK_TENSORS * 4]
     cdef fo_tensor *ts
     cdef int64_t *ext
@@ -193,7 +196,7 @@ cdef class _Gather:
             return 0
         self.ts = <fo_tensor *>PyMem_Malloc(nt * sizeof(fo_tensor))
         self.ext = <int64_t *>PyMem_Malloc(nt * 8 * sizeof(int64_t))
-        self.scratch = <int64_t *>PyMem_Malloc(nt * 12 * sizeof(int64_t))
+        self.scratch = <int64_t *>PyMem_Malloc((nt * 24 + 1) * sizeof(int64_t))
         self.is_out = <unsigned char *>PyMem_Malloc(nt * 4)
         self.cap = nt
         if not (self.ts and self.ext and self.scratch and self.is_out):
@@ -208,6 +211,55 @@ cdef class _Gather:
             PyMem_Free(self.is_out)
 
 
+cdef inline void _range(_Gather buf, Py_ssize_t k, const void *p, int64_t nbytes,
+                        unsigned char is_out):
+    buf.ext[2 * k] = <int64_t>p
+    buf.ext[2 * k + 1] = <int64_t>p + nbytes
+    buf.is_out[k] = is_out
+
+
+# The sorted order of the previous multi-tensor call's byte ranges: a
+# training loop passes the same arrays every step, so their order usually
+# holds and fo_find_overlap verifies it in one pass instead of sorting.
+# Only touched with the GIL held (in _gather), so calls from several Python
+# threads are safe; a wrong hint only costs a sort, never a missed overlap.
+cdef int64_t *_order = NULL
+cdef int64_t _order_cap = 0
+cdef int64_t _order_m = -1
+cdef int64_t _order_n = -1
+
+
+cdef int _overlap(_Gather buf, int64_t m) except -1:
+    """1 if some written range overlaps another, else 0."""
+    global _order, _order_cap, _order_m, _order_n
+    cdef int64_t oi = 0, oj = 0, none = -1
+    cdef int64_t *grown
+    if m <= 16:   # pairwise: no order needed
+        return fo_find_overlap(buf.ext, buf.is_out, m, buf.scratch,
+                               buf.scratch + 5 * m + 1, &none, &oi, &oj)
+    if m > _order_cap:
+        grown = <int64_t *>PyMem_Realloc(_order, m * sizeof(int64_t))
+        if grown == NULL:
+            raise MemoryError()
+        _order = grown
+        _order_cap = m
+    if m != _order_m:
+        _order_m = m
+        _order_n = -1
+    return fo_find_overlap(buf.ext, buf.is_out, m, buf.scratch, _order, &_order_n,
+                           &oi, &oj)
+
+
+cdef inline bint _is_seq(object o):
+    return type(o) is list or type(o) is tuple
+
+
+cdef inline object _item(object seq, Py_ssize_t i):
+    if type(seq) is list:
+        return (<list>seq)[i]
+    return (<tuple>seq)[i]
+
+
 cdef int _gather(_Gather buf, object xs, object gs, object s1s, object s2s,
                  Py_ssize_t *nt_out) except -1:
     """Fill buf with the tensors of a call if all of them qualify for the
@@ -218,22 +270,12 @@ cdef int _gather(_Gather buf, object xs, object gs, object s1s, object s2s,
     cdef cnp.ndarray xa
     cdef int type_num, order
     cdef int64_t nbytes, oi = 0, oj = 0
-    cdef char *p
 
     if seq:
-        if type(xs) is list:
-            xs = tuple(xs)
-        if type(gs) is list:
-            gs = tuple(gs)
-        if type(s1s) is list:
-            s1s = tuple(s1s)
-        if type(s2s) is list:
-            s2s = tuple(s2s)
-        nt = len(<tuple>xs)
-        if (nt == 0 or type(gs) is not tuple or type(s1s) is not tuple
-                or len(<tuple>gs) != nt or len(<tuple>s1s) != nt
-                or (s2s is not None and (type(s2s) is not tuple
-                                         or len(<tuple>s2s) != nt))):
+        nt = len(xs)
+        if (nt == 0 or not _is_seq(gs) or not _is_seq(s1s) or len(gs) != nt
+                or len(s1s) != nt
+                or (s2s is not None and (not _is_seq(s2s) or len(s2s) != nt))):
             return 0
     else:
         nt = 1
@@ -241,10 +283,10 @@ cdef int _gather(_Gather buf, object xs, object gs, object s1s, object s2s,
 
     for i in range(nt):
         if seq:
-            x = (<tuple>xs)[i]
-            g = (<tuple>gs)[i]
-            s1 = (<tuple>s1s)[i]
-            s2 = None if s2s is None else (<tuple>s2s)[i]
+            x = _item(xs, i)
+            g = _item(gs, i)
+            s1 = _item(s1s, i)
+            s2 = None if s2s is None else _item(s2s, i)
         else:
             x, g, s1, s2 = xs, gs, s1s, s2s
         if not cnp.PyArray_Check(x):
@@ -270,28 +312,17 @@ cdef int _gather(_Gather buf, object xs, object gs, object s1s, object s2s,
         buf.ts[i].s2 = NULL if s2 is None else cnp.PyArray_DATA(<cnp.ndarray>s2)
         buf.ts[i].n = cnp.PyArray_SIZE(xa)
         buf.ts[i].dtype = FO_F32 if type_num == cnp.NPY_FLOAT else FO_F64
+        # byte ranges, role by role (all x, all g, all s1, all s2) so that
+        # each role's arrays, usually allocated in address order, form one
+        # sorted run for fo_find_overlap; g is the only one that is read.
         nbytes = buf.ts[i].n * cnp.PyArray_ITEMSIZE(xa)
-        # byte ranges: x, g, s1[, s2]; g is the only one that is read only
-        p = <char *>buf.ts[i].x
-        buf.ext[2 * m] = <int64_t>p
-        buf.ext[2 * m + 1] = <int64_t>(p + nbytes)
-        buf.is_out[m] = 1
-        p = <char *>buf.ts[i].g
-        buf.ext[2 * m + 2] = <int64_t>p
-        buf.ext[2 * m + 3] = <int64_t>(p + nbytes)
-        buf.is_out[m + 1] = 0
-        p = <char *>buf.ts[i].s1
-        buf.ext[2 * m + 4] = <int64_t>p
-        buf.ext[2 * m + 5] = <int64_t>(p + nbytes)
-        buf.is_out[m + 2] = 1
-        m += 3
+        _range(buf, i, buf.ts[i].x, nbytes, 1)
+        _range(buf, nt + i, buf.ts[i].g, nbytes, 0)
+        _range(buf, 2 * nt + i, buf.ts[i].s1, nbytes, 1)
         if s2 is not None:
-            p = <char *>buf.ts[i].s2
-            buf.ext[2 * m] = <int64_t>p
-            buf.ext[2 * m + 1] = <int64_t>(p + nbytes)
-            buf.is_out[m] = 1
-            m += 1
-    if fo_find_overlap(buf.ext, buf.is_out, m, buf.scratch, &oi, &oj):
+            _range(buf, 3 * nt + i, buf.ts[i].s2, nbytes, 1)
+    m = nstate * nt + 2 * nt
+    if _overlap(buf, m):
         return 0
     nt_out[0] = nt
     return 1
@@ -399,5 +430,6 @@ def build_info():
     return {
         "compiler": FASTOPT_BUILD_COMPILER.decode(),
         "cflags": FASTOPT_BUILD_CFLAGS.decode(),
-        "isa_paths": "baseline (compiler default target)",
+        "isa_paths": fo_isa_paths().decode(),
+        "isa_active": fo_isa_active().decode(),
     }

@@ -15,6 +15,38 @@
 
 /* ---- kernel instantiation (one body, two types) ------------------------ */
 
+/*
+ * Runtime ISA dispatch. GCC's target_clones builds each kernel for several
+ * ISAs and picks one at load time (an ifunc), so the extension needs no
+ * -march flag. Only where the toolchain supports ifuncs (GCC, x86-64 Linux);
+ * FO_NO_CLONES turns it off (e.g. for a sanitizer build that dislikes it).
+ */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
+    && defined(__linux__) && !defined(FO_NO_CLONES)
+#define FO_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#define FO_ISA_PATHS "x86-64 baseline, AVX2, AVX-512F (runtime dispatch)"
+#else
+#define FO_KERNEL
+#define FO_ISA_PATHS "compiler default target only"
+#endif
+
+const char *fo_isa_paths(void) { return FO_ISA_PATHS; }
+
+const char *fo_isa_active(void)
+{
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
+    && defined(__linux__) && !defined(FO_NO_CLONES)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return "AVX-512F";
+    if (__builtin_cpu_supports("avx2"))
+        return "AVX2";
+    return "x86-64 baseline";
+#else
+    return "compiler default target";
+#endif
+}
+
 #define FO_T float
 #define FO_NAME(op) op##_f32
 #define FO_SQRT sqrtf
@@ -298,25 +330,65 @@ int fo_adam(const fo_tensor *ts, int64_t nt, const fo_adam_args *a,
 
 /* ---- overlap check ------------------------------------------------------ */
 
-int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
-                    int64_t m, int64_t *scratch, int64_t *oi, int64_t *oj)
+typedef struct { uint64_t key; int64_t idx; } fo_item;
+
+/* Sort the non-empty ranges a[0..cnt) by start (natural merge sort). The
+ * caller lists ranges role by role (all x, all g, all states), and each
+ * role's arrays are usually allocated in increasing or decreasing address
+ * order, so there are few runs and few passes. Returns the sorted array
+ * (a or b). */
+static fo_item *sort_ranges(fo_item *a, fo_item *b, int64_t cnt, int64_t *run)
 {
-    int64_t *a = scratch, *b = scratch + m;
-    uint64_t *key = (uint64_t *)(scratch + 2 * m);
-    int64_t cnt = 0;
-    int64_t lo = INT64_MAX;
-    for (int64_t i = 0; i < m; i++)
-        if (ext[2 * i] < ext[2 * i + 1]) {
-            a[cnt++] = i;
-            if (ext[2 * i] < lo)
-                lo = ext[2 * i];
+    int64_t nrun = 0;
+    for (int64_t s = 0; s < cnt;) {
+        int64_t e = s + 1;
+        if (e < cnt && a[e].key < a[s].key) {            /* descending run */
+            while (e < cnt && a[e].key < a[e - 1].key)
+                e++;
+            for (int64_t p = s, q = e - 1; p < q; p++, q--) {
+                fo_item tmp = a[p]; a[p] = a[q]; a[q] = tmp;
+            }
+        } else {
+            while (e < cnt && a[e].key >= a[e - 1].key)
+                e++;
         }
+        run[nrun++] = s;
+        s = e;
+    }
+    run[nrun] = cnt;
+    while (nrun > 1) {
+        int64_t out = 0;
+        for (int64_t r = 0; r < nrun; r += 2) {
+            int64_t p = run[r], pe = run[r + 1 < nrun ? r + 1 : nrun];
+            int64_t q = pe, qe = r + 1 < nrun ? run[r + 2] : pe, o = p;
+            while (p < pe && q < qe)
+                b[o++] = a[q].key < a[p].key ? a[q++] : a[p++];
+            while (p < pe) b[o++] = a[p++];
+            while (q < qe) b[o++] = a[q++];
+            run[out++] = run[r];
+        }
+        run[out] = cnt;
+        nrun = out;
+        fo_item *tmp = a; a = b; b = tmp;
+    }
+    return a;
+}
+
+int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
+                    int64_t m, int64_t *scratch, int64_t *order,
+                    int64_t *norder, int64_t *oi, int64_t *oj)
+{
+    fo_item *a = (fo_item *)scratch, *b = (fo_item *)scratch + m;
+    int64_t cnt = 0;
+    for (int64_t i = 0; i < m; i++)
+        if (ext[2 * i] < ext[2 * i + 1])
+            a[cnt++].idx = i;
     if (cnt < 2)
         return 0;
     if (cnt <= 16) {              /* a few ranges: pairwise is cheapest */
         for (int64_t s = 0; s < cnt; s++)
             for (int64_t u = s + 1; u < cnt; u++) {
-                int64_t i = a[s], j = a[u];
+                int64_t i = a[s].idx, j = a[u].idx;
                 if ((is_out[i] || is_out[j]) && ext[2 * i] < ext[2 * j + 1]
                         && ext[2 * j] < ext[2 * i + 1]) {
                     *oi = i;
@@ -326,30 +398,28 @@ int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
             }
         return 0;
     }
-    uint64_t maxkey = 0;
-    for (int64_t s = 0; s < cnt; s++) {
-        key[a[s]] = (uint64_t)(ext[2 * a[s]] - lo);
-        if (key[a[s]] > maxkey)
-            maxkey = key[a[s]];
+    /* The previous call's order, if it still sorts these ranges: it is a
+     * list of distinct indices, so if it has cnt entries, all non-empty now,
+     * it is a permutation of the current non-empty ranges. */
+    int sorted = *norder == cnt;
+    for (int64_t s = 0; sorted && s < cnt; s++) {
+        int64_t i = order[s];
+        sorted = i >= 0 && i < m && ext[2 * i] < ext[2 * i + 1]
+                 && (s == 0 || ext[2 * order[s - 1]] <= ext[2 * i]);
     }
-    /* LSD radix sort of the indices by start, 8 bits a pass, only as many
-     * passes as the spread of the starts needs (stable, O(cnt) a pass). */
-    for (int shift = 0; shift < 64 && (maxkey >> shift) != 0; shift += 8) {
-        int64_t count[257];
-        memset(count, 0, sizeof(count));
+    if (!sorted) {
         for (int64_t s = 0; s < cnt; s++)
-            count[((key[a[s]] >> shift) & 0xff) + 1]++;
-        for (int d = 0; d < 256; d++)
-            count[d + 1] += count[d];
+            a[s].key = (uint64_t)ext[2 * a[s].idx];
+        fo_item *srt = sort_ranges(a, b, cnt, scratch + 4 * m);
         for (int64_t s = 0; s < cnt; s++)
-            b[count[(key[a[s]] >> shift) & 0xff]++] = a[s];
-        int64_t *tmp = a; a = b; b = tmp;
+            order[s] = srt[s].idx;
+        *norder = cnt;
     }
     /* Sweep: a written range must not start before the furthest end seen so
      * far; a read range must not start before the furthest written end. */
     int64_t end_any = INT64_MIN, end_out = INT64_MIN, who_any = -1, who_out = -1;
     for (int64_t s = 0; s < cnt; s++) {
-        int64_t i = a[s], st = ext[2 * i], en = ext[2 * i + 1];
+        int64_t i = order[s], st = ext[2 * i], en = ext[2 * i + 1];
         if (is_out[i] ? st < end_any : st < end_out) {
             *oi = is_out[i] ? who_any : who_out;
             *oj = i;

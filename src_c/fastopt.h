@@ -110,17 +110,27 @@ void fo_adam_f64(int64_t n, double *x, const double *g, double *v, double *h,
                  double one_m_beta, double eps, double nc, double post);
 
 /*
- * Overlap check for the fast path. ext holds 2*m int64 values
- * (start, end) of byte ranges, m of them; is_out[i] != 0 marks a range that
- * is written. Ranges with start == end are ignored. Returns 1 and stores
- * the indices of one intersecting pair (at least one written) in *i, *j, or
- * 0 if no written range intersects any other range. scratch must hold 3*m
- * int64 values. Runs in O(m) passes of a radix sort.
+ * Overlap check for the fast path. ext holds 2*m int64 values (start, end)
+ * of byte ranges (addresses); is_out[i] != 0 marks a range that is written.
+ * Empty ranges are ignored. Returns 1 and stores one intersecting pair (at
+ * least one of them written) in *i, *j, or 0 if no written range intersects
+ * any other range. Pairwise for up to 16 ranges; otherwise the ranges are
+ * put in order of start and swept once.
+ *
+ * order (room for m) and *norder carry the sorted order from one call to the
+ * next: if order[0..*norder) still sorts the current ranges (checked in one
+ * pass), no sort is done; otherwise the ranges are sorted (a natural merge
+ * sort: fast when each role's arrays come in address order) and order and
+ * *norder are updated. Pass *norder = -1 for no hint. scratch must hold
+ * 5*m + 1 int64 values.
  */
 int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
-                    int64_t m, int64_t *scratch, int64_t *i, int64_t *j);
+                    int64_t m, int64_t *scratch, int64_t *order,
+                    int64_t *norder, int64_t *i, int64_t *j);
 
 /* Build facts and thread control. */
+const char *fo_isa_paths(void);   /* kernel clones built in */
+const char *fo_isa_active(void);  /* the clone this CPU runs */
 int fo_have_openmp(void);
 int fo_max_threads(void);   /* omp_get_max_threads(), 1 without OpenMP */
 int fo_num_procs(void);     /* omp_get_num_procs(), 1 without OpenMP */
