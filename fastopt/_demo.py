@@ -236,9 +236,13 @@ def run_train(*, quick: bool = False, epochs=None) -> bool:
 
     runs = [
         ("Momentum + AGC + WarmRestarts" if have_agc else "Momentum + WarmRestarts",
+         "alpha 0.9, norm_coefficient 1e-4; "
+         + (f"AGC clipping {clip} on the hidden layers (classifier excluded); "
+            if have_agc else "")
+         + "lr from WarmRestarts(0.1, 0.005): cosine cycles of 2, 4, 8, ... epochs",
          make_momentum, numpy_momentum),
-        ("Adagrad", lambda p: optim.Adagrad(p, lr=0.05), numpy_adagrad),
-        ("Adam", lambda p: optim.Adam(p, lr=1e-3), numpy_adam),
+        ("Adagrad", "lr 0.05", lambda p: optim.Adagrad(p, lr=0.05), numpy_adagrad),
+        ("Adam", "lr 1e-3", lambda p: optim.Adam(p, lr=1e-3), numpy_adam),
     ]
     for note in notes:
         _say(f"note: {note}")
@@ -251,9 +255,9 @@ def run_train(*, quick: bool = False, epochs=None) -> bool:
     except ImportError:  # pragma: no cover
         limit = None
     try:
-        for name, make_opt, numpy_update in runs:
-            results.append((name, _train_one(name, make_opt, numpy_update, data,
-                                             epochs=epochs, batch=batch, seed=1)))
+        for name, what, make_opt, numpy_update in runs:
+            results.append((name, _train_one(f"{name} ({what})", make_opt, numpy_update,
+                                             data, epochs=epochs, batch=batch, seed=1)))
     finally:
         if limit is not None:
             limit.restore_original_limits()

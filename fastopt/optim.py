@@ -171,6 +171,7 @@ class _Optimizer:
         self._scratch: dict = {}
         self._cache: dict = {}
         self._KEYS = tuple(self._HYPER) + ("schedule",)
+        self._step_name = f + ".step"
 
     # ------------------------------------------------------------- setup
 
@@ -399,11 +400,18 @@ class _Optimizer:
             k += len(gg)
 
     def _written_extents(self):
-        """Sorted byte ranges [lo, hi) of every parameter and state (disjoint)."""
+        """The byte ranges [lo, hi) spanned by the parameters and states,
+        merged into disjoint sorted ranges (strided arrays may interleave)."""
         ext = [_v._extent(a) for group, st in zip(self.param_groups, self._state)
                for a in list(group["params"]) + [s for n in self._STATES for s in st[n]]]
-        ext = sorted(e for e in ext if e is not None)
-        return (np.array([e[0] for e in ext], np.int64), np.array([e[1] for e in ext], np.int64))
+        merged: list = []
+        for lo, hi in sorted(e for e in ext if e is not None):
+            if merged and lo < merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        return (np.array([m[0] for m in merged], np.int64),
+                np.array([m[1] for m in merged], np.int64))
 
     def _memory_owners(self) -> dict:
         """id -> object for the arrays at the root of every parameter's and
@@ -484,8 +492,9 @@ class _Optimizer:
         are checked again whenever they differ from the last checked values
         (all groups are checked before the first kernel call writes anything).
         """
-        key = tuple(tuple(v) if isinstance(v, list) else v
-                    for v in map(group.get, self._KEYS))
+        key = tuple(map(group.get, self._KEYS))
+        if list in map(type, key):  # compare lists (clipping) by value, not identity
+            key = tuple(tuple(v) if type(v) is list else v for v in key)
         cached = self._cache.get(gi)
         if cached is None or cached[0] != key:
             checked = self._check_group(f, group, f"param_groups[{gi}]")
@@ -530,7 +539,7 @@ class _Optimizer:
             On bad gradients or hyperparameters (including a bad value from a
             schedule); nothing is modified then.
         """
-        f = self._fname() + ".step"
+        f = self._step_name
         for gi, (group, ps) in enumerate(zip(self.param_groups, self._param_tuples)):
             if group["params"] is not ps:
                 raise ValueError(f"{f}: param_groups[{gi}]['params'] was replaced; the "
@@ -910,12 +919,13 @@ class Momentum(_Optimizer):
 
     def _check_extra(self, f, group, where):
         c = group["clipping"]
+        label = "clipping" if where == "params" else f"{where}['clipping']"
         if c is not None and not _momentum_clips():
-            raise ValueError(f"{f}: {where}['clipping'] needs adaptive gradient clipping "
-                             f"(fastopt.agc), which this fastopt build does not have")
+            raise ValueError(f"{f}: {label} needs adaptive gradient clipping (fastopt.agc), "
+                             f"which this fastopt build does not have")
         if isinstance(c, list) and len(c) != len(group["params"]):
-            raise ValueError(f"{f}: {where}['clipping'] has {len(c)} entries but the group "
-                             f"has {len(group['params'])} parameters")
+            raise ValueError(f"{f}: {label} has {len(c)} entries but the group has "
+                             f"{len(group['params'])} parameters")
 
     def _kwargs(self, group):
         kw = dict(alpha=float(group["alpha"]), beta=float(group["beta"]),

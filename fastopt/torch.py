@@ -49,7 +49,11 @@ if __name__ == "torch":  # pragma: no cover - run with fastopt/ itself on sys.pa
         "fastopt package directory is on sys.path (e.g. a script run from inside "
         "it). Run from elsewhere, or with `python -m`.")
 
-import torch  # the real PyTorch: absolute import
+try:
+    import torch  # the real PyTorch: imports are absolute
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError("fastopt.torch needs PyTorch (CPU build is enough), which is not "
+                      "installed") from exc
 
 from . import _updates
 from . import _validation as _v

@@ -241,6 +241,22 @@ def test_schedule_supplies_the_lr_of_each_step():
     assert calls[-4:] == [0, 1, 2, 3]
 
 
+def test_fastopt_schedule_objects_drive_the_lr():
+    from fastopt.schedules import WarmRestarts
+    sched = WarmRestarts(1.0, 0.1, 0.001, interval=4)
+    x = np.zeros(3)
+    opt = optim.Momentum([x], alpha=0.0, schedule=sched)
+    lrs = []
+    for _ in range(12):
+        opt.step([np.ones(3)])
+        lrs.append(opt.last_lr[0])
+    # SEMANTICS.md section 4's golden values
+    np.testing.assert_allclose(lrs, [0.868198, 0.55, 0.231802, 0.1, 0.965265, 0.867772,
+                                     0.721862, 0.54975, 0.377638, 0.231729, 0.134235, 0.1],
+                               atol=1e-6)
+    np.testing.assert_allclose(x, -np.sum(lrs), rtol=1e-15)
+
+
 def test_group_schedules_and_fixed_lr_groups():
     params = make_params()
     opt = optim.Momentum([{"params": params[:2], "schedule": None, "lr": 0.3},
@@ -318,7 +334,7 @@ def test_clipping_round_trips_through_a_checkpoint(tmp_path):
 def test_clipping_without_agc_is_a_clear_error():
     if hasattr(fastopt, "agc"):
         pytest.skip("this build has AGC")
-    with pytest.raises(ValueError, match=r"clipping'\] needs adaptive gradient clipping"):
+    with pytest.raises(ValueError, match=r"Momentum: clipping needs adaptive gradient clipping"):
         optim.Momentum(make_params(), lr=0.1, clipping=0.01)
 
 
@@ -466,6 +482,17 @@ def test_step_errors_change_nothing():
     assert single.steps == 0 and not single.state["v"][0].any()
 
 
+def test_interleaved_strided_parameters_and_a_gradient_overlapping_one():
+    base = np.zeros(12)
+    a, b = base[0::2], base[1::2]   # no shared element, interleaved byte ranges
+    opt = optim.Momentum([{"params": [a]}, {"params": [b]}], lr=0.1)
+    opt.step([np.ones(6), np.ones(6)])
+    np.testing.assert_array_equal(base, -0.1)
+    with pytest.raises(ValueError, match=r"grads\[0\] partially overlaps params\[[01]\]"):
+        opt.step([base[3:9], np.ones(6)])
+    np.testing.assert_array_equal(base, -0.1)
+
+
 def test_gradient_that_is_another_groups_parameter_is_read_before_writing():
     a, b = np.array([1.0, 2.0]), np.array([3.0, 4.0])
     opt = optim.Momentum([{"params": [a]}, {"params": [b]}], lr=0.1)
@@ -485,7 +512,8 @@ def test_resume_from_a_checkpoint_is_bit_exact(name, tmp_path):
     cls, kw, _, _, _ = OPTS[name]
     kw = dict(kw)
     del kw["lr"]
-    sched = lambda s: 0.05 * 0.9 ** s  # noqa: E731
+    from fastopt.schedules import WarmRestarts
+    sched = WarmRestarts(0.05, 0.001, interval=3)
     params = make_params()
     opt = cls(params, schedule=sched, **kw)
     run(opt, params, 0, 5)
