@@ -48,15 +48,65 @@ def _split(fname: str, inputs: tuple, groups: int, names: str) -> list:
     return [list(inputs[i * n:(i + 1) * n]) for i in range(groups)]
 
 
-def _fresh(fname: str, role: str, arrays: list) -> list:
-    """Native-order C-contiguous copies of the tensors to be updated."""
+_ALIGN = 64  # bytes: each output starts on a cache line, like the C driver's chunks
+
+
+def _fresh(fname: str, groups: list) -> list:
+    """Native C-contiguous copies of the tensors to be updated.
+
+    ``groups`` is a list of (role, arrays); returns the copies in the same
+    structure. All copies of one dtype are views into ONE buffer, each
+    starting on a 64-byte boundary: many separate allocations are freed and
+    re-faulted by the allocator on every call (200 tensors of 1e4 float32:
+    ~6 ms of page faults, against ~0.7 ms for one block), while one block
+    is reused from the heap after the first call. The outputs then share
+    that block as their base, so it is freed when the last of them is.
+    """
+    for role, arrays in groups:
+        for i, a in enumerate(arrays):
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"{fname}: {role}[{i}] must be a numpy.ndarray, "
+                                f"got {type(a).__name__}")
+    floats = (np.dtype(np.float32), np.dtype(np.float64))
+    total = {dt: 0 for dt in floats}
+    places = []  # per group, per array: (dtype, start) or None
+    for _, arrays in groups:
+        row = []
+        for a in arrays:
+            dt = a.dtype.newbyteorder("=")
+            if dt in floats:
+                row.append((dt, total[dt]))
+                step = _ALIGN // dt.itemsize
+                total[dt] += -(-a.size // step) * step
+            else:  # rejected with a clear message by the in-place call
+                row.append(None)
+        places.append(row)
+    blocks = {}
+    for dt, n in total.items():
+        if n:
+            buf = np.empty(n + _ALIGN // dt.itemsize, dtype=dt)
+            shift = (-buf.ctypes.data % _ALIGN) // dt.itemsize
+            blocks[dt] = buf[shift:shift + n]
     out = []
-    for i, a in enumerate(arrays):
-        if not isinstance(a, np.ndarray):
-            raise TypeError(f"{fname}: {role}[{i}] must be a numpy.ndarray, "
-                            f"got {type(a).__name__}")
-        out.append(np.array(a, dtype=a.dtype.newbyteorder("="), order="C", copy=True))
+    for (_, arrays), row in zip(groups, places):
+        copies = []
+        for a, place in zip(arrays, row):
+            if place is None or a.size == 0:
+                copies.append(np.array(a, dtype=a.dtype.newbyteorder("="), order="C"))
+                continue
+            dt, start = place
+            c = blocks[dt][start:start + a.size].reshape(a.shape)
+            np.copyto(c, a, casting="equiv")
+            copies.append(c)
+        out.append(copies)
     return out
+
+
+def _reals(fname: str, **attrs) -> dict:
+    """Attributes as Python floats. ReferenceEvaluator passes np.float32
+    scalars, which fastopt's C fast path declines (it takes Python floats
+    only); converting here keeps ONNX calls on the fast path."""
+    return {k: _v.check_real(fname, k, v) for k, v in attrs.items()}
 
 
 def _call(fname: str, inner: str, fn, *args, **kwargs) -> None:
@@ -113,10 +163,10 @@ def momentum(R, T, *inputs, alpha, beta, mode, norm_coefficient):
     xs, gs, vs = _split(f, inputs, 3, "X, G, V")
     lr = _v.check_lr(f, R, "R")
     t = _v.check_t(f, T, "T")
-    xs = _fresh(f, "x", xs)
-    vs = _fresh(f, "v", vs)
+    xs, vs = _fresh(f, [("x", xs), ("v", vs)])
     _call(f, "fastopt.momentum", _updates.momentum, xs, gs, vs, lr=lr, t=t,
-          alpha=alpha, beta=beta, norm_coefficient=norm_coefficient, mode=mode)
+          mode=mode, **_reals(f, alpha=alpha, beta=beta,
+                              norm_coefficient=norm_coefficient))
     return tuple(xs + vs)
 
 
@@ -151,11 +201,10 @@ def adagrad(R, T, *inputs, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0)
     xs, gs, hs = _split(f, inputs, 3, "X, G, H")
     lr = _v.check_lr(f, R, "R")
     t = _v.check_t(f, T, "T")
-    xs = _fresh(f, "x", xs)
-    hs = _fresh(f, "h", hs)
+    xs, hs = _fresh(f, [("x", xs), ("h", hs)])
     _call(f, "fastopt.adagrad", _updates.adagrad, xs, gs, hs, lr=lr, t=t,
-          decay_factor=decay_factor, epsilon=epsilon,
-          norm_coefficient=norm_coefficient)
+          **_reals(f, decay_factor=decay_factor, epsilon=epsilon,
+                   norm_coefficient=norm_coefficient))
     return tuple(xs + hs)
 
 
@@ -193,12 +242,11 @@ def adam(R, T, *inputs, alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficient=0.
     xs, gs, vs, hs = _split(f, inputs, 4, "X, G, V, H")
     lr = _v.check_lr(f, R, "R")
     t = _v.check_t(f, T, "T")
-    xs = _fresh(f, "x", xs)
-    vs = _fresh(f, "v", vs)
-    hs = _fresh(f, "h", hs)
+    xs, vs, hs = _fresh(f, [("x", xs), ("v", vs), ("h", hs)])
     _call(f, "fastopt.adam", _updates.adam, xs, gs, vs, hs, lr=lr, t=t,
-          alpha=alpha, beta=beta, epsilon=epsilon, norm_coefficient=norm_coefficient,
-          norm_coefficient_post=norm_coefficient_post)
+          **_reals(f, alpha=alpha, beta=beta, epsilon=epsilon,
+                   norm_coefficient=norm_coefficient,
+                   norm_coefficient_post=norm_coefficient_post))
     return tuple(xs + vs + hs)
 
 

@@ -77,6 +77,10 @@ def test_functional_equals_inplace_and_leaves_inputs(op, layout):
         assert a.dtype == src.dtype and a.shape == src.shape
         np.testing.assert_array_equal(a, b)  # same kernels, same bits
         assert not np.shares_memory(a, src)
+        assert a.size == 0 or a.ctypes.data % 64 == 0  # cache-line aligned
+    for i, a in enumerate(got):  # outputs are independent of each other
+        for b in got[i + 1:]:
+            assert not np.shares_memory(a, b)
     for a, b in zip(inputs, before):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
@@ -163,6 +167,11 @@ def test_errors_name_the_onnx_function():
         fonnx.adam(0.1, 1, x, x, g, g.astype(np.float32), v, v, v, v)
     with pytest.raises(ValueError, match=r"^fastopt\.onnx\.adagrad: h\[0\] has shape \(2,\)"):
         fonnx.adagrad(0.1, 0, x, g, np.zeros(2))
+    with pytest.raises(TypeError, match=r"^fastopt\.onnx\.momentum: alpha must be a real "
+                                        r"number, got str"):
+        fonnx.momentum(0.1, 0, x, g, v, **{**a, "alpha": "0.9"})
+    with pytest.raises(ValueError, match=r"^fastopt\.onnx\.adam: alpha must be < 1"):
+        fonnx.adam(0.1, 1, x, g, v, v, alpha=1.0)
     with pytest.raises(TypeError, match=r"^fastopt\.onnx\.momentum: x\[0\] must be a "
                                         r"numpy\.ndarray, got list"):
         fonnx.momentum(0.1, 0, [1.0, 2.0], g, v, **a)
@@ -267,6 +276,27 @@ def test_evaluator_with_fastopt_ops(onnx, op, dtypes):
             np.testing.assert_allclose(a, b.astype(x.dtype), **TOL[x.dtype])
     for a, b in zip(inputs, before):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("op", ["momentum", "adagrad", "adam"])
+def test_evaluator_calls_stay_on_the_c_fast_path(onnx, op, monkeypatch):
+    """The evaluator passes attributes as np.float32 and R, T as 0-d arrays;
+    fastopt.onnx converts them so ordinary nodes never fall back to the
+    slower fully-checked Python path (a 100-tensor node cost 2x there)."""
+    from onnx.reference import ReferenceEvaluator
+    import fastopt._updates as upd
+
+    def no_slow_path(*args, **kwargs):
+        raise AssertionError("fastopt took the slow path")
+
+    op_type = {"momentum": "Momentum", "adagrad": "Adagrad", "adam": "Adam"}[op]
+    dtypes, shapes = [F32, F64, F32], [(5,), (2, 3), (4,)]
+    model, ins = one_node_model(onnx, op_type, shapes, dtypes, ATTRS[op])
+    inputs = tensors(np.random.default_rng(6), op, shapes, dtypes)
+    sess = ReferenceEvaluator(model, new_ops=fonnx.reference_ops())
+    monkeypatch.setattr(upd, "_run_slow", no_slow_path)
+    out = sess.run(None, dict(zip(ins, [np.array(0.05, np.float32), np.array(2)] + inputs)))
+    assert len(out) == 3 * (1 + NSTATES[op])
 
 
 @pytest.mark.parametrize("case", ["bad-mode", "bad-count", "negative-T"])
