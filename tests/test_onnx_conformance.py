@@ -418,11 +418,17 @@ def test_official_backend_case(official_cases, name):
         None, dict(zip(node.input, inputs)))
 
     assert len(got) == len(outputs) == len(via_evaluator)
-    for k, (a, b, want) in enumerate(zip(got, via_evaluator, outputs)):
-        assert a.dtype == want.dtype == np.float32
+    for a, b in zip(got, via_evaluator):
         np.testing.assert_array_equal(a, b)
+    for a, b in zip(inputs, before):
+        np.testing.assert_array_equal(a, b)
+    if name == "test_adam_multiple" and "epsilon" not in attrs:
+        # onnx < 1.22 built this node without the epsilon=1e-2 that its
+        # expected outputs were computed with (onnx issue 7749): no correct
+        # backend can match them.
+        pytest.skip("this onnx's test_adam_multiple node lacks its epsilon attribute")
+    for k, (a, want) in enumerate(zip(got, outputs)):
+        assert a.dtype == want.dtype == np.float32
         # the case's own tolerance is rtol 1e-3, atol 1e-7; ours is tighter
         np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-7,
                                    err_msg=f"{name} output {node.output[k]}")
-    for a, b in zip(inputs, before):
-        np.testing.assert_array_equal(a, b)
