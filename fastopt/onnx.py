@@ -7,7 +7,9 @@ gives the same contract on top of fastopt's in-place kernels:
 - :func:`momentum`, :func:`adagrad`, :func:`adam` take the inputs in ONNX
   order, never modify them, and return the ONNX outputs as a tuple
   (every new X, then every new state, in input order). All tensors of a call
-  go through ONE multi-tensor fastopt call on fresh copies.
+  go through ONE multi-tensor fastopt call on fresh copies. The outputs of
+  one dtype are non-overlapping, 64-byte-aligned views into one new buffer
+  (it is freed when the last of them is).
 - :func:`reference_ops` returns ``onnx.reference`` OpRun classes, so
   ``ReferenceEvaluator(model, new_ops=fastopt.onnx.reference_ops())`` runs a
   training graph's optimizer nodes with fastopt's kernels.
