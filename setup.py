@@ -85,7 +85,9 @@ debug = os.environ.get("FASTOPT_DEBUG") == "1"
 extensions = [
     Extension(
         "fastopt._core",
-        sources=["fastopt/_core.pyx", "src_c/fastopt.c"],
+        # bench/ceiling.c is the bandwidth probe `python -m fastopt bench`
+        # compares with (the benchmarks compile their own copy of it).
+        sources=["fastopt/_core.pyx", "src_c/fastopt.c", "bench/ceiling.c"],
         include_dirs=["src_c", np.get_include()],
         depends=["src_c/fastopt.h", "src_c/kernels.inc"],
         define_macros=[NPY_TARGET, ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
