@@ -8,6 +8,7 @@ to a NumPy evaluation of the same expression (SEMANTICS.md section 5).
 OpenMP is probed by compiling and linking a tiny parallel program with the
 build's own compiler. Without it the build falls back to a serial extension
 with a loud warning; FASTOPT_REQUIRE_OPENMP=1 makes that an error.
+FASTOPT_NO_OPENMP=1 skips the probe (a serial build on purpose).
 FASTOPT_DEBUG=1 turns Cython's bounds/wraparound checks back on.
 Extra compile/link flags (sanitizers) come from FASTOPT_EXTRA_CFLAGS and
 FASTOPT_EXTRA_LDFLAGS.
@@ -60,10 +61,14 @@ def _probe_openmp(compiler):
 
 class BuildExt(build_ext):
     def build_extensions(self):
-        openmp = _probe_openmp(self.compiler)
+        # FASTOPT_NO_OPENMP=1 builds as if the compiler had no OpenMP (CI uses
+        # it to prove the serial fallback builds and passes the tests).
+        openmp = (os.environ.get("FASTOPT_NO_OPENMP") != "1"
+                  and _probe_openmp(self.compiler))
         if not openmp:
-            msg = ("fastopt: the compiler cannot build OpenMP programs; building "
-                   "a SERIAL extension (n_threads will have no effect)")
+            msg = ("fastopt: no OpenMP (the compiler cannot build an OpenMP program, "
+                   "or FASTOPT_NO_OPENMP=1); building a SERIAL extension "
+                   "(n_threads will have no effect)")
             if os.environ.get("FASTOPT_REQUIRE_OPENMP") == "1":
                 raise RuntimeError(msg + " and FASTOPT_REQUIRE_OPENMP=1")
             sys.stderr.write("\n" + "!" * 72 + "\nWARNING: " + msg + "\n" + "!" * 72 + "\n")
@@ -85,7 +90,9 @@ debug = os.environ.get("FASTOPT_DEBUG") == "1"
 extensions = [
     Extension(
         "fastopt._core",
-        sources=["fastopt/_core.pyx", "src_c/fastopt.c"],
+        # bench/ceiling.c is the bandwidth probe `python -m fastopt bench`
+        # compares with (the benchmarks compile their own copy of it).
+        sources=["fastopt/_core.pyx", "src_c/fastopt.c", "bench/ceiling.c"],
         include_dirs=["src_c", np.get_include()],
         depends=["src_c/fastopt.h", "src_c/kernels.inc"],
         define_macros=[NPY_TARGET, ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],

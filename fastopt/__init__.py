@@ -24,9 +24,10 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ._config import config, get_num_threads, set_num_threads, show_config
 from ._updates import adagrad, adam, momentum
+from . import onnx, optim, schedules  # noqa: E402  (none imports onnx/torch)
 
 __all__ = [
-    "momentum", "adagrad", "adam",
+    "momentum", "adagrad", "adam", "onnx", "optim", "schedules",
     "set_num_threads", "get_num_threads", "show_config", "config",
     "__version__",
 ]

@@ -433,3 +433,47 @@ def build_info():
         "isa_paths": fo_isa_paths().decode(),
         "isa_active": fo_isa_active().decode(),
     }
+
+
+cdef extern from *:
+    """
+    void fo_probe_3r2w_f32(int64_t, float *, const float *, float *, int);
+    void fo_probe_3r2w_f64(int64_t, double *, const double *, double *, int);
+    void fo_probe_4r3w_f32(int64_t, float *, const float *, float *, float *, int);
+    void fo_probe_4r3w_f64(int64_t, double *, const double *, double *, double *, int);
+    """
+    void fo_probe_3r2w_f32(int64_t, float *, const float *, float *, int) nogil
+    void fo_probe_3r2w_f64(int64_t, double *, const double *, double *, int) nogil
+    void fo_probe_4r3w_f32(int64_t, float *, const float *, float *, float *, int) nogil
+    void fo_probe_4r3w_f64(int64_t, double *, const double *, double *, double *, int) nogil
+
+
+def probe(arrays, int n_threads):
+    """Bandwidth probe (bench/ceiling.c): 3 arrays read and 2 written, or 4
+    and 3, over contiguous float32/float64 arrays of one dtype and size."""
+    cdef cnp.ndarray a
+    cdef void *p[4]
+    cdef Py_ssize_t k, n
+    cdef int type_num, narr
+    arrays = list(arrays)
+    narr = len(arrays)
+    if narr not in (3, 4) or n_threads < 1:
+        raise ValueError("probe: 3 or 4 arrays and n_threads >= 1")
+    type_num = cnp.PyArray_TYPE(<cnp.ndarray?>arrays[0])
+    n = cnp.PyArray_SIZE(<cnp.ndarray>arrays[0])
+    for k in range(len(arrays)):
+        a = <cnp.ndarray?>arrays[k]
+        if (cnp.PyArray_TYPE(a) != type_num or cnp.PyArray_SIZE(a) != n
+                or (type_num != cnp.NPY_FLOAT and type_num != cnp.NPY_DOUBLE)
+                or not cnp.PyArray_ISCARRAY(a) or not cnp.PyArray_ISNOTSWAPPED(a)):
+            raise ValueError("probe: writeable C-contiguous native float arrays of one dtype and size")
+        p[k] = cnp.PyArray_DATA(a)
+    with nogil:
+        if narr == 3 and type_num == cnp.NPY_FLOAT:
+            fo_probe_3r2w_f32(n, <float *>p[0], <float *>p[1], <float *>p[2], n_threads)
+        elif narr == 3:
+            fo_probe_3r2w_f64(n, <double *>p[0], <double *>p[1], <double *>p[2], n_threads)
+        elif type_num == cnp.NPY_FLOAT:
+            fo_probe_4r3w_f32(n, <float *>p[0], <float *>p[1], <float *>p[2], <float *>p[3], n_threads)
+        else:
+            fo_probe_4r3w_f64(n, <double *>p[0], <double *>p[1], <double *>p[2], <double *>p[3], n_threads)

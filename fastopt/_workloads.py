@@ -34,3 +34,17 @@ def make_tensors(shapes, dtype=np.float32, seed: int = 0):
     vs = [np.zeros(s, dtype) for s in shapes]
     hs = [np.zeros(s, dtype) for s in shapes]
     return xs, gs, vs, hs
+
+
+#: The standard benchmark workloads (issue 4): name -> list of shapes.
+WORKLOADS = {
+    "1x1e3": [(1000,)],
+    "1x1e6": [(1_000_000,)],
+    "1x5e7": [(50_000_000,)],
+    "resnet50": None,          # filled below
+    "1000x1e3": [(1000,)] * 1000,
+}
+WORKLOADS["resnet50"] = resnet50_shapes()
+
+#: Bytes moved per element by each op: (arrays read, arrays written).
+TRAFFIC = {"momentum": (3, 2), "adagrad": (3, 2), "adam": (4, 3)}
