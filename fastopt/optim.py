@@ -571,6 +571,8 @@ class _Optimizer:
         for gi, (group, gg, st) in enumerate(zip(self.param_groups, per, self._state)):
             kw = self._group_kwargs(f, group, gi)
             lrs.append(kw["lr"])
+            if not gg:
+                continue  # an empty parameter group: no kernel call (it would reject [])
             if all(g is not None for g in gg):
                 xs, gs, sts = group["params"], gg, [st[name] for name in self._STATES]
                 sel = None
