@@ -52,10 +52,11 @@ if atheris is not None:
         import fastopt
         import fastopt._updates  # noqa: F401
         import fastopt._validation  # noqa: F401
-        try:
-            import fastopt.schedules  # noqa: F401
-        except ImportError:
-            pass
+        for _mod in ("fastopt.schedules", "fastopt.optim"):
+            try:
+                __import__(_mod)
+            except ImportError:
+                pass
 else:
     import fastopt
 
@@ -67,6 +68,11 @@ try:
     HAVE_SCHEDULES = True
 except ImportError:  # pragma: no cover - before the schedules landed
     HAVE_SCHEDULES = False
+try:
+    import fastopt.optim  # noqa: F401
+    HAVE_OPTIM = HAVE_SCHEDULES
+except ImportError:  # pragma: no cover - before the optimizers landed
+    HAVE_OPTIM = False
 
 
 # ----------------------------------------------------------- byte decoder
@@ -367,6 +373,179 @@ def schedule_case(src: Source) -> None:
         raise AssertionError(f"repr does not round-trip: {sched!r}")
 
 
+# ------------------------------------------------------------ optimizers
+
+OPTIM_HYPER = {
+    "Momentum": ["alpha", "beta", "norm_coefficient", "nesterov", "clipping", "clip_eps",
+                 "clip_layout"],
+    "Adagrad": ["decay_factor", "epsilon", "norm_coefficient", "initial_accumulator_value"],
+    "Adam": ["alpha", "beta", "epsilon", "norm_coefficient", "norm_coefficient_post"],
+}
+OPTIM_VALUES = [0.0, 0.5, 0.9, 1.0, 1e-3, 2.0, -0.5, math.nan, math.inf, True, False, None,
+                "oi", "io", "x", [0.01, None], [None], 0.01, np.float32(0.5), [1]]
+_TMP = []
+
+
+def _tmpdir():
+    if not _TMP:
+        import tempfile
+        _TMP.append(tempfile.mkdtemp(prefix="fastopt-fuzz-"))
+    return _TMP[0]
+
+
+def optim_state(opt):
+    """Everything an optimizer call may change: bytes of params and states,
+    the step count and the groups' hyperparameters."""
+    arrays = [as_bytes(a) for a in opt.params] + \
+        [as_bytes(a) for arrs in opt.state.values() for a in arrs]
+    hyper = [repr(sorted((k, v) for k, v in g.items() if k != "params"))
+             for g in opt.param_groups]
+    return arrays, opt.steps, hyper
+
+
+def optim_case(src: Source) -> None:
+    from fastopt import optim as O
+    from fastopt import schedules as S
+
+    name = src.pick(["Momentum", "Adagrad", "Adam"])
+    cls = getattr(O, name)
+    pool: list = []
+    n = src.int(1, 4)
+    params = []
+    for _ in range(n):
+        if src.chance(12):
+            params.append(array_like(src, pool))
+        else:
+            dt = src.pick([np.float32, np.float64])
+            shape = tuple(src.int(0, 4) for _ in range(src.int(0, 3)))
+            a = new_array(src, dt, shape)
+            pool.append(a)
+            params.append(a)
+    if src.chance(3):     # parameter groups
+        cut = src.int(0, n)
+        groups = [{"params": params[:cut]}, {"params": params[cut:]}]
+        for g in groups:
+            for _ in range(src.int(0, 2)):
+                key = src.pick(OPTIM_HYPER[name] + ["lr", "schedule", "bogus"])
+                g[key] = src.pick(OPTIM_VALUES) if key != "schedule" else \
+                    src.pick([None, S.Constant(0.1), lambda k: -1.0, lambda k: "x"])
+        params_arg = groups
+    else:
+        params_arg = params
+    kwargs = {}
+    if src.chance(4):
+        kwargs["schedule"] = src.pick([S.CosineDecay(0.1, 10), lambda k: 0.01,
+                                       lambda k: math.nan, 0.1])
+    else:
+        kwargs["lr"] = scalar(src, "lr", 0.01)
+    for key in OPTIM_HYPER[name]:
+        if src.chance(4):
+            kwargs[key] = src.pick(OPTIM_VALUES)
+    if src.chance(3):
+        kwargs["contiguous_state"] = src.pick([True, False, 1])
+    if src.chance(4):
+        kwargs["n_threads"] = scalar(src, "n_threads", 2)
+    watched = arrays_in(params, [])
+    before = [as_bytes(a) for a in watched]
+    try:
+        opt = cls(params_arg, **kwargs)
+    except (TypeError, ValueError):
+        if [as_bytes(a) for a in watched] != before:
+            raise AssertionError(f"optim.{name}() raised but modified a parameter") from None
+        return
+    if [as_bytes(a) for a in watched] != before:
+        raise AssertionError(f"optim.{name}() modified a parameter")
+
+    for _ in range(src.int(1, 4)):
+        action = src.int(0, 9)
+        snap = optim_state(opt)
+        extra: list = []
+        try:
+            if action <= 5:                       # a step
+                grads = []
+                for p in opt.params:
+                    k = src.int(0, 9)
+                    if k == 0:
+                        grads.append(None)
+                    elif k == 1:
+                        grads.append(array_like(src, pool))
+                    else:
+                        g = new_array(src, p.dtype, p.shape[src.int(0, p.ndim):]
+                                      if src.chance(4) else p.shape)
+                        grads.append(g)
+                if src.chance(15):
+                    grads = src.pick([grads[:-1], grads + [None], tuple(grads), None,
+                                      [grads]])
+                extra = arrays_in(grads, [])
+                gbefore = [as_bytes(a) for a in extra]
+                kw = {}
+                if src.chance(3):
+                    kw["grad_scale"] = src.pick([2.0, 0.5, 1.0, 0.0, -1.0, math.nan, 1e30])
+                if src.chance(3):
+                    kw["skip_if_nonfinite"] = src.pick([True, False])
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    opt.step(grads, **kw)
+                outs = opt.params + [a for arrs in opt.state.values() for a in arrs]
+                for a, b in zip(extra, gbefore):
+                    if as_bytes(a) != b and not any(np.may_share_memory(a, o) for o in outs):
+                        raise AssertionError("optim step modified a gradient")
+            elif action == 6:                     # edit a group's hyperparameter
+                g = src.pick(opt.param_groups)
+                g[src.pick(OPTIM_HYPER[name] + ["lr"])] = src.pick(OPTIM_VALUES)
+                return
+            elif action == 7:                     # a mutated state dict
+                sd = opt.state_dict()
+                k = src.int(0, 6)
+                if k == 0:
+                    sd[src.pick(list(sd))] = src.pick(OPTIM_VALUES + [{}, [], -1, 2**70])
+                elif k == 1:
+                    del sd[src.pick(list(sd))]
+                elif k == 2 and sd["param_groups"]:
+                    g = sd["param_groups"][0]
+                    g[src.pick(list(g) + ["zzz"])] = src.pick(OPTIM_VALUES)
+                elif k == 3:
+                    arrs = src.pick(list(sd["state"].values()))
+                    if arrs:
+                        i = src.int(0, len(arrs) - 1)
+                        arrs[i] = src.pick([arrs[i].astype(np.float16), arrs[i].ravel()[:1],
+                                            None, [1.0], arrs[i][None]])
+                elif k == 4:
+                    sd["steps"] = src.pick([-1, 1.5, True, "3", np.int64(4), 2**64])
+                elif k == 5:
+                    sd = src.pick([None, [], "sd", {"format": "fastopt.optim"}])
+                opt.load_state_dict(sd)
+            else:                                 # a saved file, possibly damaged
+                path = os.path.join(_tmpdir(), "ckpt.npz")
+                opt.save(path)
+                with open(path, "rb") as fh:
+                    data = bytearray(fh.read())
+                k = src.int(0, 4)
+                if k == 0 and data:
+                    del data[src.int(0, len(data) - 1):]
+                elif k == 1 and data:
+                    for _ in range(src.int(1, 4)):
+                        i = src.int(0, len(data) - 1)
+                        data[i] ^= 1 << src.int(0, 7)
+                elif k == 2:
+                    data = bytearray(src.raw(64))
+                elif k == 3:
+                    import io
+                    buf = io.BytesIO()
+                    np.save(buf, np.zeros(3))
+                    data = bytearray(buf.getvalue())
+                with open(path, "wb") as fh:
+                    fh.write(bytes(data))
+                opt.load(path)
+        except (TypeError, ValueError):
+            if optim_state(opt) != snap:
+                raise AssertionError(f"optim.{name}: a rejected call changed the "
+                                     f"optimizer (action {action})") from None
+            for a, b in zip(extra, locals().get("gbefore", [])):
+                if as_bytes(a) != b:
+                    raise AssertionError("a rejected step modified a gradient") from None
+
+
 # ------------------------------------------------------------ the oracle
 
 def arrays_in(obj, out):
@@ -403,6 +582,9 @@ def plain(op, kwargs):
 def TestOneInput(data: bytes) -> None:
     src = Source(data)
     target = src.int(0, 7)
+    if target == 6 and HAVE_OPTIM:
+        optim_case(src)
+        return
     if target == 7 and HAVE_SCHEDULES:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
