@@ -266,6 +266,9 @@ cdef int _gather(_Gather buf, object xs, object gs, object s1s, object s2s,
     fast path; return 1, or 0 to decline. Writes nothing to any array."""
     cdef Py_ssize_t nt, i, m = 0, nstate = 1 if s2s is None else 2
     cdef bint seq = type(xs) is list or type(xs) is tuple
+    # s2s is None for the one-state ops; for Adam every s2 must be an array
+    # (a None *inside* Adam's h list is bad input, not "no second state")
+    cdef bint has_s2 = s2s is not None
     cdef object x, g, s1, s2
     cdef cnp.ndarray xa
     cdef int type_num, order
@@ -286,7 +289,7 @@ cdef int _gather(_Gather buf, object xs, object gs, object s1s, object s2s,
             x = _item(xs, i)
             g = _item(gs, i)
             s1 = _item(s1s, i)
-            s2 = None if s2s is None else _item(s2s, i)
+            s2 = _item(s2s, i) if has_s2 else None
         else:
             x, g, s1, s2 = xs, gs, s1s, s2s
         if not cnp.PyArray_Check(x):
@@ -304,12 +307,12 @@ cdef int _gather(_Gather buf, object xs, object gs, object s1s, object s2s,
         if not (_fast_array(x, type_num, _OUT_FLAGS, order, None)
                 and _fast_array(g, type_num, _IN_FLAGS, order, xa)
                 and _fast_array(s1, type_num, _OUT_FLAGS, order, xa)
-                and (s2 is None or _fast_array(s2, type_num, _OUT_FLAGS, order, xa))):
+                and (not has_s2 or _fast_array(s2, type_num, _OUT_FLAGS, order, xa))):
             return 0
         buf.ts[i].x = cnp.PyArray_DATA(xa)
         buf.ts[i].g = cnp.PyArray_DATA(<cnp.ndarray>g)
         buf.ts[i].s1 = cnp.PyArray_DATA(<cnp.ndarray>s1)
-        buf.ts[i].s2 = NULL if s2 is None else cnp.PyArray_DATA(<cnp.ndarray>s2)
+        buf.ts[i].s2 = cnp.PyArray_DATA(<cnp.ndarray>s2) if has_s2 else NULL
         buf.ts[i].n = cnp.PyArray_SIZE(xa)
         buf.ts[i].dtype = FO_F32 if type_num == cnp.NPY_FLOAT else FO_F64
         # byte ranges, role by role (all x, all g, all s1, all s2) so that
@@ -319,7 +322,7 @@ cdef int _gather(_Gather buf, object xs, object gs, object s1s, object s2s,
         _range(buf, i, buf.ts[i].x, nbytes, 1)
         _range(buf, nt + i, buf.ts[i].g, nbytes, 0)
         _range(buf, 2 * nt + i, buf.ts[i].s1, nbytes, 1)
-        if s2 is not None:
+        if has_s2:
             _range(buf, 3 * nt + i, buf.ts[i].s2, nbytes, 1)
     m = nstate * nt + 2 * nt
     if _overlap(buf, m):

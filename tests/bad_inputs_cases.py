@@ -232,6 +232,9 @@ CASES = [
     Case(G, "h a memoryview", lambda: ada(h=memoryview(arr(fill=0.0))), TypeError,
          "fastopt.adagrad: h must be a numpy.ndarray or a list/tuple of numpy.ndarray, "
          "got memoryview"),
+    Case(A, "h[0] None in a list (used to crash in the C kernel)",
+         lambda: (([arr()], [arr()], [arr()], [None]), {"lr": 0.1, "t": 1}), TypeError,
+         "fastopt.adam: h[0] must be a numpy.ndarray, got NoneType"),
     Case(A, "v[1] None in a list", lambda: (([arr(), arr()], [arr(), arr()], [arr(), None],
                                              [arr(), arr()]), {"lr": 0.1, "t": 1}),
          TypeError, "fastopt.adam: v[1] must be a numpy.ndarray, got NoneType"),

@@ -35,3 +35,21 @@ def test_angel_rejects_a_conf_that_is_not_a_mapping(conf):
 
 def test_fastopt_still_imports():
     assert callable(fastopt.momentum)
+
+
+@pytest.mark.parametrize("container", [list, tuple])
+def test_adam_none_second_state_in_a_list_is_rejected_not_dereferenced(container):
+    # fastopt.adam([x], [g], [v], [None]) used to pass the fast path with a
+    # NULL h pointer and crash (segfault) in the C kernel.
+    x = np.ones(5, np.float32)
+    g = np.full(5, 0.5, np.float32)
+    v = np.zeros(5, np.float32)
+    with pytest.raises(TypeError, match=r"h\[0\] must be a numpy.ndarray, got NoneType"):
+        fastopt.adam(container([x]), container([g]), container([v]), container([None]),
+                     lr=0.1, t=1)
+    assert (x == 1).all() and (v == 0).all()
+    xs = [np.ones(3, np.float64), np.ones(4, np.float32)]
+    with pytest.raises(TypeError, match=r"h\[1\] must be a numpy.ndarray, got NoneType"):
+        fastopt.adam(xs, [a.copy() for a in xs], [np.zeros_like(a) for a in xs],
+                     [np.zeros_like(xs[0]), None], lr=0.1, t=1)
+    assert all((a == 1).all() for a in xs)
