@@ -610,7 +610,11 @@ def TestOneInput(data: bytes) -> None:
             raise AssertionError(f"{op} raised but modified {len(changed)} array(s)") from None
         return
 
-    # success: outputs match the reference, everything else is untouched
+    # success: every tensor was an array, the outputs match the reference,
+    # everything else is untouched
+    for role, items in zip(("x", "g", "state 1", "state 2"), pre):
+        if any(a is None for a in items):
+            raise AssertionError(f"{op} accepted a non-array {role}")
     outs = []
     for role in [args[0]] + list(args[2:]):
         outs += list(role) if isinstance(role, (list, tuple)) else [role]
