@@ -16,8 +16,9 @@ but honest about ill-conditioned elements (catastrophic cancellation in
 the wide bound they deserve rather than a blanket tolerance for everyone.
 
 Non-finite reference values must be matched exactly (NaN by NaN, inf by the
-same inf); elements whose bound is infinite, or whose evaluation in the
-dtype overflows where float64 does not, are not compared.
+same inf); elements whose bound is infinite, or whose evaluation in the dtype
+overflows where float64 does not, are not compared; where a coefficient
+underflows to zero in the dtype (0 * inf is NaN), only finite results are.
 """
 from __future__ import annotations
 
@@ -34,12 +35,13 @@ class Tracked:
     """A float64 value array, a bound on the dtype evaluation's error, and
     whether the dtype evaluation overflowed where float64 did not."""
 
-    __slots__ = ("v", "e", "o")
+    __slots__ = ("v", "e", "o", "z")
 
-    def __init__(self, v, e, o=False):
+    def __init__(self, v, e, o=False, z=False):
         self.v = v
         self.e = e
-        self.o = o
+        self.o = o   # the dtype evaluation overflowed where float64 did not
+        self.z = z   # a coefficient underflowed to zero in the dtype
 
 
 class Arith:
@@ -47,6 +49,7 @@ class Arith:
 
     def __init__(self, dtype):
         fi = np.finfo(dtype)
+        self.dtype = np.dtype(dtype)
         self.u = float(fi.eps) / 2.0                   # unit roundoff
         self.eta = float(fi.smallest_subnormal) / 2.0  # absolute floor (subnormals)
         self.max = float(fi.max)
@@ -59,13 +62,20 @@ class Arith:
     def const(self, c: float) -> Tracked:
         """A coefficient computed in double and rounded to the dtype."""
         c = float(c)
-        return Tracked(np.float64(c), 4.0 * self.u * abs(c) + self.eta, abs(c) > self.max)
+        # a coefficient that overflows, or underflows to zero, in the dtype
+        # changes results qualitatively (0 * inf is NaN): flagged like overflow
+        with np.errstate(all="ignore"):
+            rounded = float(self.dtype.type(c))
+        return Tracked(np.float64(c), 4.0 * self.u * abs(c) + self.eta,
+                       abs(c) > self.max, c != 0.0 and rounded == 0.0)
 
     def _round(self, v, e, *args):
         o = np.isfinite(v) & (np.abs(v) > self.max)
+        z = False
         for a in args:
             o = o | a.o
-        return Tracked(v, e + self.u * np.abs(v) + self.eta, o)
+            z = z | a.z
+        return Tracked(v, e + self.u * np.abs(v) + self.eta, o, z)
 
     def add(self, a: Tracked, b: Tracked) -> Tracked:
         return self._round(a.v + b.v, a.e + b.e, a, b)
@@ -152,13 +162,15 @@ def check_close(fast, ref: Tracked, what: str = "", k: float = 3.0) -> None:
     f = fast.astype(np.float64)
     r = np.broadcast_to(ref.v, f.shape)
     e = np.broadcast_to(ref.e, f.shape)
-    skip = np.broadcast_to(ref.o, f.shape)   # the dtype evaluation overflowed
+    over = np.broadcast_to(ref.o, f.shape)
+    under = np.broadcast_to(ref.z, f.shape)
     big = float(np.finfo(dtype).max) / 4
     with np.errstate(all="ignore"):
-        nonfinite = ~np.isfinite(r) & ~skip
+        nonfinite = ~np.isfinite(r) & ~over & ~under
         # a non-finite reference (NaN/Inf inputs, division by zero) is matched exactly
         bad = nonfinite & ~((np.isnan(r) & np.isnan(f)) | (r == f))
-        comparable = np.isfinite(r) & np.isfinite(e) & (np.abs(r) + e < big) & ~skip
+        comparable = (np.isfinite(r) & np.isfinite(e) & (np.abs(r) + e < big)
+                      & ~over & (~under | np.isfinite(f)))
         bad |= comparable & ~(np.abs(f - r) <= k * e)
     if bad.any():
         idx = np.argwhere(bad)[:5]

@@ -1,0 +1,208 @@
+"""Property tests (hypothesis) for fastopt.optim: over random parameters
+(shapes 0-d to 3-D, size 0, both dtypes, C/F/strided/reversed/misaligned/
+byte-swapped layouts), parameter groups with their own hyperparameters,
+contiguous or separate state, thread counts, and random sequences of steps
+(gradients missing for some parameters, broadcast gradients, grad_scale,
+skip_if_nonfinite with NaN/Inf gradients):
+
+- every step equals, bit for bit, the functional kernel calls an independent
+  emulation makes (the T convention of each operator, the scaled gradients,
+  skipped steps that change nothing and do not advance the count);
+- no byte outside the parameters' elements changes and gradients are only read;
+- a state_dict taken mid-run and loaded into a fresh optimizer, or a checkpoint
+  file saved and loaded, resumes bit-identically.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import fastopt
+from hardening_ref import place
+
+O = pytest.importorskip("fastopt.optim")
+
+OPTS = {"Momentum": ("momentum", ("v",), 0), "Adagrad": ("adagrad", ("h",), 0),
+        "Adam": ("adam", ("v", "h"), 1)}
+SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
+
+
+@st.composite
+def param_specs(draw):
+    dtype = np.dtype(draw(st.sampled_from([np.float32, np.float64])))
+    shape = draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5))
+    nd = len(shape)
+    values = draw(hnp.arrays(np.float64, shape, elements=st.floats(-100, 100, width=32)))
+    lay = {"order": draw(st.sampled_from("CF"))}
+    if nd and draw(st.booleans()):
+        lay["steps"] = draw(st.tuples(*[st.sampled_from([1, 2, -1])] * nd))
+        lay["perm"] = draw(st.permutations(range(nd)))
+    lay["byte_offset"] = draw(st.sampled_from([0, 0, dtype.itemsize, 1]))
+    lay["swap"] = draw(st.integers(0, 5)) == 0
+    return dtype, values, lay
+
+
+def hyper(draw, name):
+    if name == "Momentum":
+        return {"alpha": draw(st.floats(0, 1)), "beta": draw(st.floats(0, 1)),
+                "norm_coefficient": draw(st.floats(0, 0.1)),
+                "nesterov": draw(st.booleans())}
+    if name == "Adagrad":
+        return {"decay_factor": draw(st.floats(0, 1)),
+                "epsilon": draw(st.sampled_from([1e-6, 1e-3, 0.1])),
+                "norm_coefficient": draw(st.floats(0, 0.1)),
+                "initial_accumulator_value": draw(st.sampled_from([0.0, 0.1, 1.0]))}
+    return {"alpha": draw(st.floats(0, 0.99)), "beta": draw(st.floats(0, 1)),
+            "epsilon": draw(st.sampled_from([1e-6, 1e-3, 0.1])),
+            "norm_coefficient": draw(st.floats(0, 0.1)),
+            "norm_coefficient_post": draw(st.floats(0, 0.01))}
+
+
+@st.composite
+def cases(draw):
+    name = draw(st.sampled_from(sorted(OPTS)))
+    specs = draw(st.lists(param_specs(), min_size=1, max_size=4))
+    n = len(specs)
+    cut = draw(st.integers(0, n)) if draw(st.booleans()) else None
+    defaults = dict(hyper(draw, name), lr=draw(st.sampled_from([0.01, 0.1, 1.0])))
+    group_over = [dict(hyper(draw, name), lr=draw(st.sampled_from([0.05, 0.2])))
+                  if draw(st.booleans()) else {} for _ in range(2)]
+    steps = []
+    for _ in range(draw(st.integers(1, 4))):
+        grads = []
+        for dtype, values, _ in specs:
+            kind = draw(st.sampled_from(["full", "full", "full", "none", "bcast", "nan"]))
+            shape = values.shape
+            if kind == "bcast":
+                shape = shape[draw(st.integers(0, len(shape))):]
+            gv = draw(hnp.arrays(np.float64, shape, elements=st.floats(-10, 10, width=32)))
+            if kind == "nan" and gv.size:
+                gv.flat[0] = draw(st.sampled_from([math.nan, math.inf]))
+            grads.append(None if kind == "none" else (dtype, gv))
+        steps.append({"grads": grads,
+                      "scale": draw(st.sampled_from([None, None, 2.0, 0.25])),
+                      "skip": draw(st.booleans())})
+    return {"name": name, "specs": specs, "cut": cut, "defaults": defaults,
+            "group_over": group_over, "steps": steps,
+            "contiguous": draw(st.booleans()),
+            "n_threads": draw(st.sampled_from([None, 1, 2, 3])),
+            "resume_at": draw(st.integers(0, 3)), "via_file": draw(st.booleans())}
+
+
+def make_params(case):
+    return [place(values, dtype, rng=np.random.default_rng(7 + i), **lay)
+            for i, (dtype, values, lay) in enumerate(case["specs"])]
+
+
+def make_opt(case, placed):
+    arrays = [p.arr for p in placed]
+    if case["cut"] is None:
+        params = arrays
+    else:
+        params = [dict(case["group_over"][0], params=arrays[:case["cut"]]),
+                  dict(case["group_over"][1], params=arrays[case["cut"]:])]
+    return getattr(O, case["name"])(params, **case["defaults"],
+                                    contiguous_state=case["contiguous"],
+                                    n_threads=case["n_threads"])
+
+
+def group_of(case, i):
+    if case["cut"] is None:
+        return {}
+    return case["group_over"][0 if i < case["cut"] else 1]
+
+
+class Emulation:
+    """The optimizer's contract, replayed with the functional API."""
+
+    def __init__(self, case):
+        self.case = case
+        op, names, t0 = OPTS[case["name"]]
+        self.fn = getattr(fastopt, op)
+        self.t0 = t0
+        self.xs = [np.array(v, dtype=d) for d, v, _ in case["specs"]]
+        self.states = []
+        for i, x in enumerate(self.xs):
+            hp = dict(case["defaults"], **group_of(case, i))
+            fill = hp.get("initial_accumulator_value", 0.0)
+            self.states.append([np.full(x.shape, fill, x.dtype) for _ in names])
+        self.steps = 0
+
+    def step(self, grads, scale, skip):
+        if scale is not None:
+            grads = [None if g is None else np.asarray(np.divide(g, g.dtype.type(scale)))
+                     for g in grads]
+        if skip and not all(np.isfinite(g).all() for g in grads if g is not None):
+            return False
+        for i, (x, g, st) in enumerate(zip(self.xs, grads, self.states)):
+            if g is None:
+                continue
+            hp = dict(self.case["defaults"], **group_of(self.case, i))
+            hp.pop("initial_accumulator_value", None)
+            if "nesterov" in hp:
+                hp["mode"] = "nesterov" if hp.pop("nesterov") else "standard"
+            self.fn(x, g, *st, **hp, t=self.steps + self.t0)
+        self.steps += 1
+        return True
+
+
+def grads_for(step):
+    return [None if g is None else np.array(g[1], dtype=g[0]) for g in step["grads"]]
+
+
+def roundtrip(case, opt, placed):
+    """A fresh optimizer over copies of the parameters, loaded from opt."""
+    twin_placed = [place(p.arr.astype(np.float64), dtype,
+                         rng=np.random.default_rng(7 + i), **lay)
+                   for i, (p, (dtype, _, lay)) in enumerate(zip(placed, case["specs"]))]
+    twin = make_opt(case, twin_placed)
+    if case["via_file"]:
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "ckpt.npz")
+            opt.save(path)
+            twin.load(path)
+    else:
+        twin.load_state_dict(opt.state_dict())
+    return twin, twin_placed
+
+
+@settings(suppress_health_check=SLOW_OK)
+@given(case=cases())
+def test_steps_equal_functional_calls_and_resume_bit_exactly(case):
+    placed = make_params(case)
+    opt = make_opt(case, placed)
+    emu = Emulation(case)
+    twin = None
+    for k, step in enumerate(case["steps"]):
+        if k == case["resume_at"]:
+            twin, twin_placed = roundtrip(case, opt, placed)
+        grads = grads_for(step)
+        gbytes = [None if g is None else g.tobytes() for g in grads]
+        applied = opt.step(grads, grad_scale=step["scale"], skip_if_nonfinite=step["skip"])
+        assert applied == emu.step(grads, step["scale"], step["skip"])
+        assert opt.steps == emu.steps
+        assert [None if g is None else g.tobytes() for g in grads] == gbytes
+        if twin is not None:
+            assert twin.step(grads_for(step), grad_scale=step["scale"],
+                             skip_if_nonfinite=step["skip"]) == applied
+        for i, p in enumerate(placed):
+            assert p.arr.astype(p.arr.dtype.newbyteorder("=")).tobytes() == \
+                emu.xs[i].tobytes(), f"params[{i}] after step {k}"
+            assert p.untouched_outside(), f"bytes around params[{i}] changed"
+        for j, name in enumerate(OPTS[case["name"]][1]):
+            for i, a in enumerate(opt.state[name]):
+                assert a.tobytes() == emu.states[i][j].tobytes(), f"state {name}[{i}]"
+    if twin is not None:
+        assert twin.steps == opt.steps
+        for p, q in zip(placed, twin_placed):
+            assert p.arr.tobytes() == q.arr.tobytes()
+        for name in OPTS[case["name"]][1]:
+            for a, b in zip(opt.state[name], twin.state[name]):
+                assert a.tobytes() == b.tobytes()
