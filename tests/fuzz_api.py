@@ -508,8 +508,10 @@ def optim_case(src: Source) -> None:
                     arrs = src.pick(list(sd["state"].values()))
                     if arrs:
                         i = src.int(0, len(arrs) - 1)
-                        arrs[i] = src.pick([arrs[i].astype(np.float16), arrs[i].ravel()[:1],
-                                            None, [1.0], arrs[i][None]])
+                        with np.errstate(all="ignore"):
+                            half = arrs[i].astype(np.float16)
+                        arrs[i] = src.pick([half, arrs[i].ravel()[:1], None, [1.0],
+                                            arrs[i][None]])
                 elif k == 4:
                     sd["steps"] = src.pick([-1, 1.5, True, "3", np.int64(4), 2**64])
                 elif k == 5:

@@ -97,7 +97,12 @@ class Arith:
     def sqrt(self, a: Tracked) -> Tracked:
         v = np.sqrt(a.v)
         lin = np.where(v > 0, a.e / (2.0 * np.where(v > 0, v, 1.0)), np.inf)
-        return self._round(v, np.minimum(lin, np.sqrt(a.e)), a)
+        out = self._round(v, np.minimum(lin, np.sqrt(a.e)), a)
+        # an argument that may be either sign within its error (a negative
+        # state cancelling a positive g*g) is NaN in one evaluation and a
+        # number in the other: not comparable
+        out.o = out.o | ((a.v - a.e < 0) & (a.v + a.e >= 0) & (a.e > 0))
+        return out
 
 
 # ------------------------------------------------------------ references
