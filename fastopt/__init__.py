@@ -7,6 +7,9 @@ exactly as specified, over one tensor or many tensors in one C call:
 - :func:`adagrad`
 - :func:`adam`
 
+plus adaptive gradient clipping (NFNet): :func:`agc`, :func:`unitwise_norm`,
+and fused AGC-SGD through ``momentum(..., clipping=...)``.
+
 Thread control: :func:`set_num_threads`, :func:`get_num_threads`;
 build facts: :func:`show_config`.
 """
@@ -24,9 +27,11 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ._config import config, get_num_threads, set_num_threads, show_config
 from ._updates import adagrad, adam, momentum
+from ._agc_api import agc, unitwise_norm
 
 __all__ = [
     "momentum", "adagrad", "adam",
+    "agc", "unitwise_norm",
     "set_num_threads", "get_num_threads", "show_config", "config",
     "__version__",
 ]

@@ -1,0 +1,424 @@
+/*
+ * Adaptive gradient clipping (AGC, NFNet; shared SEMANTICS.md section 3),
+ * standalone (fo_agc) and fused into the Momentum pass (fo_agc_momentum).
+ * See the AGC section of fastopt.h for the API and agc.inc for the numerics.
+ *
+ * Work plan of one call (one OpenMP region, or none below the serial
+ * threshold):
+ *   phase 1  one-pass items: groups of short rows (norms of a row, then its
+ *            clip/update while it is in cache) and plain-momentum chunks of
+ *            excluded tensors; plus pass 1 (block sums) of the two-pass
+ *            tensors: rows too long to stay in cache, and strided units
+ *            (a column of a row-major matrix: the "io" layout of a C-ordered
+ *            array, or "oi" of an F-ordered one);
+ *   phase 2  per two-pass tensor: factors from the block sums;
+ *   phase 3  pass 2 of the two-pass tensors: the clip/update.
+ * Phases 2 and 3 (and their barriers) are skipped when no tensor needs them.
+ * Every unit is reduced in an order fixed by its shape alone, so how the
+ * items are split and which thread runs them never changes a bit.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "fastopt.h"
+
+/* ---- constants ------------------------------------------------------------ */
+
+#define FO_AGC_LANES 8          /* independent partial sums of a block */
+#define FO_AGC_BLOCK 4096       /* elements summed as one block of a row */
+#define FO_AGC_ROWBLOCK 256     /* rows summed as one block of a column */
+#define FO_AGC_SCRATCH 1024     /* elements of the per-thread scaled-g buffer */
+/* Rows of at most this many bytes (per array) take the one-pass route. */
+#define FO_AGC_ONEPASS_BYTES ((int64_t)128 * 1024)
+/* Floor of the gradient norm in the factor (NFNet, optax, timm). */
+#define FO_AGC_DIV_EPS 1e-6
+
+/* ---- shared helpers -------------------------------------------------------- */
+
+/* The fixed combination order of the lane partial sums. */
+static inline double agc_tree8(const double *l)
+{
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+/*
+ * The AGC decision for one unit, from the sums of squares of its parameter
+ * (sx) and gradient (sg) values:
+ *     p_norm   = max(sqrt(sx), eps)
+ *     max_norm = clipping * p_norm
+ *     factor   = max_norm / max(sqrt(sg), 1e-6)   if sqrt(sg) > max_norm
+ *                1                                 otherwise
+ * in double. NaN norms propagate as in NumPy's maximum: a NaN p_norm or
+ * g_norm makes the comparison false, so such a unit is left alone.
+ * The factor is <= 1 whenever it is used.
+ */
+static inline double agc_factor(double sx, double sg, double clipping,
+                                double eps)
+{
+    double pn = sqrt(sx);
+    if (pn < eps)
+        pn = eps;
+    double max_norm = clipping * pn;
+    double gn = sqrt(sg);
+    if (!(gn > max_norm))
+        return 1.0;
+    return max_norm / (gn > FO_AGC_DIV_EPS ? gn : FO_AGC_DIV_EPS);
+}
+
+/* Momentum coefficients, derived exactly as fastopt.c's fo_momentum does
+ * (double, then rounded to float for float32 tensors). */
+typedef struct {
+    double lr, alpha, b, nc;
+    float lr_f, alpha_f, b_f, nc_f;
+    int nesterov;
+} agc_mom;
+
+/* Workspace of one two-pass tensor. */
+typedef struct {
+    double *px, *pg;   /* block sums of x and g */
+    void *fac;         /* one factor per unit, in the tensor's type */
+    int64_t nb;        /* blocks per row (rows) or row blocks (columns) */
+    int any;           /* some unit is clipped */
+    int two_pass;
+} agc_ws;
+
+/* ---- kernel instantiation -------------------------------------------------- */
+
+#define FO_T float
+#define FO_NAME(op) op##_f32
+#define FO_C(c, field) ((c)->field##_f)
+#include "agc.inc"
+#undef FO_T
+#undef FO_NAME
+#undef FO_C
+
+#define FO_T double
+#define FO_NAME(op) op##_f64
+#define FO_C(c, field) ((c)->field)
+#include "agc.inc"
+#undef FO_T
+#undef FO_NAME
+#undef FO_C
+
+/* ---- the work list ---------------------------------------------------------- */
+
+enum {
+    IT_ROWS,        /* a, b: rows (one-pass) */
+    IT_PLAIN,       /* a, b: elements (excluded tensor, fused only) */
+    IT_LONG_NORM,   /* a, b: blocks */
+    IT_COL_NORM,    /* a: row block; b: column block index */
+    IT_FINISH,      /* per tensor */
+    IT_LONG_UPDATE, /* a, b: elements */
+    IT_COL_UPDATE   /* a, b: rows */
+};
+
+typedef struct {
+    int32_t kind;
+    int32_t pad_;
+    int64_t k;      /* tensor */
+    int64_t a, b;
+} agc_item;
+
+typedef struct {
+    const fo_agc_tensor *ts;
+    agc_ws *ws;
+    double eps;
+    const agc_mom *mom;    /* NULL: fo_agc (clip g in place) */
+    int64_t col_width;     /* columns per IT_COL_NORM item */
+} agc_plan;
+
+static inline int64_t agc_elsize(const fo_agc_tensor *t)
+{
+    return t->dtype == FO_F64 ? 8 : 4;
+}
+
+static void agc_run_item(const agc_plan *p, const agc_item *it)
+{
+    const fo_agc_tensor *t = &p->ts[it->k];
+    agc_ws *w = &p->ws[it->k];
+    int f32 = t->dtype == FO_F32;
+    switch (it->kind) {
+    case IT_ROWS:
+        if (f32) agc_rows_f32(t, it->a, it->b, p->eps, p->mom);
+        else agc_rows_f64(t, it->a, it->b, p->eps, p->mom);
+        break;
+    case IT_PLAIN:
+        if (f32) agc_plain_f32(t, it->a, it->b, p->mom);
+        else agc_plain_f64(t, it->a, it->b, p->mom);
+        break;
+    case IT_LONG_NORM:
+        if (f32) agc_long_norm_f32(t, w, it->a, it->b);
+        else agc_long_norm_f64(t, w, it->a, it->b);
+        break;
+    case IT_COL_NORM: {
+        int64_t j0 = it->b * p->col_width, j1 = j0 + p->col_width;
+        if (j1 > t->n_units)
+            j1 = t->n_units;
+        if (f32) agc_col_norm_f32(t, w, it->a, j0, j1);
+        else agc_col_norm_f64(t, w, it->a, j0, j1);
+        break;
+    }
+    case IT_FINISH:
+        if (f32) agc_finish_f32(t, w, p->eps);
+        else agc_finish_f64(t, w, p->eps);
+        break;
+    case IT_LONG_UPDATE:
+        if (f32) agc_long_update_f32(t, w, it->a, it->b, p->mom);
+        else agc_long_update_f64(t, w, it->a, it->b, p->mom);
+        break;
+    case IT_COL_UPDATE:
+        if (f32) agc_col_update_f32(t, w, it->a, it->b, p->mom);
+        else agc_col_update_f64(t, w, it->a, it->b, p->mom);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Append items covering [0, n) in pieces of `step` (>= 1). */
+static int64_t agc_split(agc_item *out, int32_t kind, int64_t k, int64_t n,
+                         int64_t step)
+{
+    int64_t m = 0;
+    for (int64_t a = 0; a < n; a += step, m++) {
+        if (out != NULL) {
+            out[m].kind = kind;
+            out[m].pad_ = 0;
+            out[m].k = k;
+            out[m].a = a;
+            out[m].b = a + step < n ? a + step : n;
+        }
+    }
+    return m;
+}
+
+static inline int64_t agc_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t agc_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/*
+ * Build the three item lists (out == NULL: count only). Returns the number
+ * of items of each phase in n1, n2, n3 and the workspace sizes.
+ */
+static void agc_build(const agc_plan *p, int64_t nt, int64_t chunk,
+                      agc_item *l1, agc_item *l2, agc_item *l3,
+                      int64_t *n1, int64_t *n2, int64_t *n3)
+{
+    int64_t c1 = 0, c2 = 0, c3 = 0;
+    for (int64_t k = 0; k < nt; k++) {
+        const fo_agc_tensor *t = &p->ts[k];
+        const agc_ws *w = &p->ws[k];
+        int64_t n = t->n_units * t->unit_len, es = agc_elsize(t);
+        int64_t elems = agc_max64(chunk / es, 16);
+        if (n == 0)
+            continue;
+        if (t->clipping == 0.0) {           /* excluded */
+            if (p->mom != NULL)
+                c1 += agc_split(l1 ? l1 + c1 : NULL, IT_PLAIN, k, n, elems);
+            continue;
+        }
+        if (!w->two_pass) {
+            int64_t rows = agc_max64(elems / t->unit_len, 1);
+            c1 += agc_split(l1 ? l1 + c1 : NULL, IT_ROWS, k, t->n_units, rows);
+            continue;
+        }
+        if (l2 != NULL) {
+            l2[c2].kind = IT_FINISH;
+            l2[c2].pad_ = 0;
+            l2[c2].k = k;
+            l2[c2].a = l2[c2].b = 0;
+        }
+        c2++;
+        if (t->kind == FO_AGC_ROWS) {
+            int64_t nblocks = t->n_units * w->nb;
+            c1 += agc_split(l1 ? l1 + c1 : NULL, IT_LONG_NORM, k, nblocks,
+                            agc_max64(elems / FO_AGC_BLOCK, 1));
+            c3 += agc_split(l3 ? l3 + c3 : NULL, IT_LONG_UPDATE, k, n, elems);
+        } else {
+            int64_t ncb = agc_ceil_div(t->n_units, p->col_width);
+            for (int64_t rb = 0; rb < w->nb; rb++) {
+                int64_t m = agc_split(l1 ? l1 + c1 : NULL, IT_COL_NORM, k, ncb, 1);
+                if (l1 != NULL)
+                    for (int64_t i = 0; i < m; i++) {
+                        l1[c1 + i].b = l1[c1 + i].a;   /* column block */
+                        l1[c1 + i].a = rb;
+                    }
+                c1 += m;
+            }
+            int64_t rows = agc_max64(elems / t->n_units, 1);
+            c3 += agc_split(l3 ? l3 + c3 : NULL, IT_COL_UPDATE, k, t->unit_len,
+                            rows);
+        }
+    }
+    *n1 = c1;
+    *n2 = c2;
+    *n3 = c3;
+}
+
+static int agc_drive(const fo_agc_tensor *ts, int64_t nt, double eps,
+                     const agc_mom *mom, int n_threads)
+{
+    if (nt < 0 || !(eps > 0.0) || !isfinite(eps))
+        return FO_EINVAL;
+    int64_t total = 0, ws_doubles = 0;
+    for (int64_t k = 0; k < nt; k++) {
+        const fo_agc_tensor *t = &ts[k];
+        if (t->n_units < 0 || t->unit_len < 0
+                || (t->dtype != FO_F32 && t->dtype != FO_F64)
+                || (t->kind != FO_AGC_ROWS && t->kind != FO_AGC_COLS)
+                || !(t->clipping >= 0.0) || !isfinite(t->clipping))
+            return FO_EINVAL;
+        total += t->n_units * t->unit_len * agc_elsize(t);
+    }
+
+    int nth = 1;
+#ifdef _OPENMP
+    if (n_threads > 1 && total >= fo_serial_bytes())
+        nth = n_threads;
+#else
+    (void)n_threads;
+#endif
+
+    agc_ws *ws = (agc_ws *)calloc((size_t)(nt > 0 ? nt : 1), sizeof(agc_ws));
+    if (ws == NULL)
+        return FO_ENOMEM;
+    /* Which tensors need two passes, and their workspace. */
+    for (int64_t k = 0; k < nt; k++) {
+        const fo_agc_tensor *t = &ts[k];
+        agc_ws *w = &ws[k];
+        if (t->n_units * t->unit_len == 0 || t->clipping == 0.0)
+            continue;
+        if (t->kind == FO_AGC_ROWS) {
+            if (t->unit_len * agc_elsize(t) <= FO_AGC_ONEPASS_BYTES)
+                continue;
+            w->nb = agc_ceil_div(t->unit_len, FO_AGC_BLOCK);
+        } else {
+            w->nb = agc_ceil_div(t->unit_len, FO_AGC_ROWBLOCK);
+        }
+        w->two_pass = 1;
+        /* px, pg: n_units * nb each; fac: n_units slots of 8 bytes */
+        ws_doubles += t->n_units * (2 * w->nb + 1);
+    }
+    double *mem = NULL;
+    if (ws_doubles > 0) {
+        mem = (double *)malloc((size_t)ws_doubles * sizeof(double));
+        if (mem == NULL) {
+            free(ws);
+            return FO_ENOMEM;
+        }
+        double *q = mem;
+        for (int64_t k = 0; k < nt; k++) {
+            agc_ws *w = &ws[k];
+            if (!w->two_pass)
+                continue;
+            int64_t nu = ts[k].n_units;
+            w->px = q;
+            w->pg = q + nu * w->nb;
+            w->fac = (void *)(q + 2 * nu * w->nb);
+            q += nu * (2 * w->nb + 1);
+        }
+    }
+
+    /* Item size: about a quarter of each thread's share, within bounds. */
+    int64_t chunk = total / (4 * (int64_t)nth);
+    if (chunk > fo_chunk_bytes())
+        chunk = fo_chunk_bytes();
+    if (chunk < 32 * 1024)
+        chunk = 32 * 1024;
+    agc_plan plan;
+    plan.ts = ts;
+    plan.ws = ws;
+    plan.eps = eps;
+    plan.mom = mom;
+    /* columns per pass-1 item of a strided tensor: a multiple of 16 */
+    plan.col_width = agc_max64((chunk / 4 / FO_AGC_ROWBLOCK + 15) / 16 * 16, 16);
+
+    int64_t n1, n2, n3;
+    agc_build(&plan, nt, chunk, NULL, NULL, NULL, &n1, &n2, &n3);
+    agc_item *items = (agc_item *)malloc((size_t)(n1 + n2 + n3 + 1)
+                                         * sizeof(agc_item));
+    if (items == NULL) {
+        free(mem);
+        free(ws);
+        return FO_ENOMEM;
+    }
+    agc_item *l1 = items, *l2 = items + n1, *l3 = items + n1 + n2;
+    agc_build(&plan, nt, chunk, l1, l2, l3, &n1, &n2, &n3);
+
+#ifdef _OPENMP
+    if (nth > 1) {
+        const agc_plan *pp = &plan;
+        #pragma omp parallel num_threads(nth) default(none) \
+            shared(pp, l1, l2, l3, n1, n2, n3)
+        {
+            #pragma omp for schedule(dynamic, 1)
+            for (int64_t i = 0; i < n1; i++)
+                agc_run_item(pp, &l1[i]);
+            if (n2 > 0) {
+                #pragma omp for schedule(dynamic, 1)
+                for (int64_t i = 0; i < n2; i++)
+                    agc_run_item(pp, &l2[i]);
+                #pragma omp for schedule(dynamic, 1)
+                for (int64_t i = 0; i < n3; i++)
+                    agc_run_item(pp, &l3[i]);
+            }
+        }
+    } else
+#endif
+    {
+        for (int64_t i = 0; i < n1 + n2 + n3; i++)
+            agc_run_item(&plan, &items[i]);
+    }
+
+    free(items);
+    free(mem);
+    free(ws);
+    return FO_OK;
+}
+
+/* ---- public entry points ------------------------------------------------------ */
+
+int fo_agc(const fo_agc_tensor *ts, int64_t nt, double eps, int n_threads)
+{
+    return agc_drive(ts, nt, eps, NULL, n_threads);
+}
+
+int fo_agc_momentum(const fo_agc_tensor *ts, int64_t nt, double eps,
+                    const fo_momentum_args *a, int n_threads)
+{
+    if (a->t < 0 || (a->mode != FO_STANDARD && a->mode != FO_NESTEROV))
+        return FO_EINVAL;
+    agc_mom c;
+    c.lr = a->lr;
+    c.alpha = a->alpha;
+    c.b = a->t > 0 ? a->beta : 1.0;     /* the first update ignores beta */
+    c.nc = a->norm_coefficient;
+    c.lr_f = (float)c.lr;
+    c.alpha_f = (float)c.alpha;
+    c.b_f = (float)c.b;
+    c.nc_f = (float)c.nc;
+    c.nesterov = a->mode == FO_NESTEROV;
+    return agc_drive(ts, nt, eps, &c, n_threads);
+}
+
+int fo_agc_unit_sumsq(const void *x, int32_t dtype, int64_t n_units,
+                      int64_t unit_len, int32_t kind, double *out)
+{
+    if (n_units < 0 || unit_len < 0
+            || (kind != FO_AGC_ROWS && kind != FO_AGC_COLS))
+        return FO_EINVAL;
+    if (dtype == FO_F32)
+        return agc_unit_sumsq_f32((const float *)x, n_units, unit_len, kind, out);
+    if (dtype == FO_F64)
+        return agc_unit_sumsq_f64((const double *)x, n_units, unit_len, kind, out);
+    return FO_EINVAL;
+}
+
+double fo_agc_factor(double sx, double sg, double clipping, double eps)
+{
+    return agc_factor(sx, sg, clipping, eps);
+}
