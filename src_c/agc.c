@@ -29,8 +29,8 @@
 
 /* ---- constants ------------------------------------------------------------ */
 
-#define FO_AGC_LANES 8          /* independent partial sums of a block */
-#define FO_AGC_BLOCK 4096       /* elements summed as one block of a row */
+#define FO_AGC_SUB 256          /* elements of a sub-block (lane sums) */
+#define FO_AGC_BLOCK 4096       /* elements of a block of a row (partials) */
 #define FO_AGC_ROWBLOCK 256     /* rows summed as one block of a column */
 #define FO_AGC_SCRATCH 1024     /* elements of the per-thread scaled-g buffer */
 /* Rows of at most this many bytes (per array) take the one-pass route. */
@@ -39,12 +39,6 @@
 #define FO_AGC_DIV_EPS 1e-6
 
 /* ---- shared helpers -------------------------------------------------------- */
-
-/* The fixed combination order of the lane partial sums. */
-static inline double agc_tree8(const double *l)
-{
-    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
 
 /*
  * The AGC decision for one unit, from the sums of squares of its parameter
@@ -90,18 +84,26 @@ typedef struct {
 /* ---- kernel instantiation -------------------------------------------------- */
 
 #define FO_T float
+#define FO_ACC float
+#define FO_LANES 16
 #define FO_NAME(op) op##_f32
 #define FO_C(c, field) ((c)->field##_f)
 #include "agc.inc"
 #undef FO_T
+#undef FO_ACC
+#undef FO_LANES
 #undef FO_NAME
 #undef FO_C
 
 #define FO_T double
+#define FO_ACC double
+#define FO_LANES 8
 #define FO_NAME(op) op##_f64
 #define FO_C(c, field) ((c)->field)
 #include "agc.inc"
 #undef FO_T
+#undef FO_ACC
+#undef FO_LANES
 #undef FO_NAME
 #undef FO_C
 
