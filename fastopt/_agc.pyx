@@ -67,7 +67,6 @@ cdef extern from "fastopt.h" nogil:
                         const fo_momentum_args *a, int n_threads)
     int fo_agc_unit_sumsq(const void *x, int32_t dtype, int64_t n_units,
                           int64_t unit_len, int32_t kind, double *out)
-    double fo_agc_factor(double sx, double sg, double clipping, double eps)
     int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
                         int64_t m, int64_t *scratch, int64_t *i, int64_t *j)
     int fo_max_threads()
@@ -403,8 +402,3 @@ def unit_norms(cnp.ndarray x not None, layout):
                                <double *>cnp.PyArray_DATA(out))
     _check_rc(rc)
     return np.sqrt(out, out=out)
-
-
-def factor(double sx, double sg, double clipping, double eps):
-    """The C clip factor of one unit from its sums of squares (for tests)."""
-    return fo_agc_factor(sx, sg, clipping, eps)

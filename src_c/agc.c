@@ -419,8 +419,3 @@ int fo_agc_unit_sumsq(const void *x, int32_t dtype, int64_t n_units,
         return agc_unit_sumsq_f64((const double *)x, n_units, unit_len, kind, out);
     return FO_EINVAL;
 }
-
-double fo_agc_factor(double sx, double sg, double clipping, double eps)
-{
-    return agc_factor(sx, sg, clipping, eps);
-}

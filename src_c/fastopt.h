@@ -199,9 +199,6 @@ int fo_agc_momentum(const fo_agc_tensor *ts, int64_t nt, double eps,
 int fo_agc_unit_sumsq(const void *x, int32_t dtype, int64_t n_units,
                       int64_t unit_len, int32_t kind, double *out);
 
-/* The clip factor of one unit from its sums of squares (1.0: not clipped). */
-double fo_agc_factor(double sx, double sg, double clipping, double eps);
-
 #ifdef __cplusplus
 }
 #endif
