@@ -83,6 +83,7 @@ typedef struct {
 
 /* ---- kernel instantiation -------------------------------------------------- */
 
+/* FO_LANES must be 8 or 16 (the tree in agc_sub is written out for those). */
 #define FO_T float
 #define FO_ACC float
 #define FO_LANES 16
