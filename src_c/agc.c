@@ -4,16 +4,18 @@
  * See the AGC section of fastopt.h for the API and agc.inc for the numerics.
  *
  * Work plan of one call (one OpenMP region, or none below the serial
- * threshold):
- *   phase 1  one-pass items: groups of short rows (norms of a row, then its
- *            clip/update while it is in cache) and plain-momentum chunks of
- *            excluded tensors; plus pass 1 (block sums) of the two-pass
- *            tensors: rows too long to stay in cache, and strided units
- *            (a column of a row-major matrix: the "io" layout of a C-ordered
- *            array, or "oi" of an F-ordered one);
+ * threshold), tensors taken in groups of consecutive tensors (agc_group):
+ *   phase 1  one-pass items: runs of short rows (norms of a row computed
+ *            while the row before it is clipped/updated) and plain-momentum
+ *            chunks of excluded tensors; then pass 1 (block sums) of the
+ *            group's two-pass tensors: rows too long to stay in cache, and
+ *            strided units (a column of a row-major matrix: the "io" layout
+ *            of a C-ordered array, or "oi" of an F-ordered one);
  *   phase 2  per two-pass tensor: factors from the block sums;
  *   phase 3  pass 2 of the two-pass tensors: the clip/update.
- * Phases 2 and 3 (and their barriers) are skipped when no tensor needs them.
+ * Phases 2 and 3 (and their barriers) are skipped for a group without
+ * two-pass tensors; a group holds at most ~FO_AGC_GROUP_BYTES of two-pass
+ * data so that pass 2 reads it from the last-level cache.
  * Every unit is reduced in an order fixed by its shape alone, so how the
  * items are split and which thread runs them never changes a bit.
  */
@@ -31,10 +33,14 @@
 
 #define FO_AGC_SUB 256          /* elements of a sub-block (lane sums) */
 #define FO_AGC_BLOCK 4096       /* elements of a block of a row (partials) */
-#define FO_AGC_ROWBLOCK 256     /* rows summed as one block of a column */
+#define FO_AGC_ROWBLOCK 256     /* rows of a block of a column (partials) */
+#define FO_AGC_ROWSUB 8         /* rows of a group of a column (FO_ACC sums) */
+#define FO_AGC_COLCHUNK 1024    /* max columns of one pass-1 item */
 #define FO_AGC_SCRATCH 1024     /* elements of the per-thread scaled-g buffer */
 /* Rows of at most this many bytes (per array) take the one-pass route. */
 #define FO_AGC_ONEPASS_BYTES ((int64_t)128 * 1024)
+/* Bytes of x and g of the two-pass tensors of one group (see agc_group). */
+#define FO_AGC_GROUP_BYTES ((int64_t)8 * 1024 * 1024)
 /* Floor of the gradient norm in the factor (NFNet, optax, timm). */
 #define FO_AGC_DIV_EPS 1e-6
 
@@ -204,62 +210,124 @@ static inline int64_t agc_max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t agc_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /*
- * Build the three item lists (out == NULL: count only). Returns the number
- * of items of each phase in n1, n2, n3 and the workspace sizes.
+ * The items of tensor k (out pointers NULL: count only): one-pass items and
+ * pass-1 items into l1, its finishing item into l2, pass-2 items into l3.
+ * Adds the counts to *c1, *c2, *c3.
  */
-static void agc_build(const agc_plan *p, int64_t nt, int64_t chunk,
-                      agc_item *l1, agc_item *l2, agc_item *l3,
-                      int64_t *n1, int64_t *n2, int64_t *n3)
+static void agc_emit(const agc_plan *p, int64_t k, int64_t chunk,
+                     agc_item *l1, agc_item *l2, agc_item *l3,
+                     int64_t *c1, int64_t *c2, int64_t *c3)
 {
-    int64_t c1 = 0, c2 = 0, c3 = 0;
+    const fo_agc_tensor *t = &p->ts[k];
+    const agc_ws *w = &p->ws[k];
+    int64_t n = t->n_units * t->unit_len, es = agc_elsize(t);
+    int64_t elems = agc_max64(chunk / es, 16);
+    if (n == 0)
+        return;
+    if (t->clipping == 0.0) {           /* excluded */
+        if (p->mom != NULL)
+            *c1 += agc_split(l1, IT_PLAIN, k, n, elems);
+        return;
+    }
+    if (!w->two_pass) {
+        *c1 += agc_split(l1, IT_ROWS, k, t->n_units,
+                         agc_max64(elems / t->unit_len, 1));
+        return;
+    }
+    *c2 += agc_split(l2, IT_FINISH, k, 1, 1);
+    if (t->kind == FO_AGC_ROWS) {
+        *c1 += agc_split(l1, IT_LONG_NORM, k, t->n_units * w->nb,
+                         agc_max64(elems / FO_AGC_BLOCK, 1));
+        *c3 += agc_split(l3, IT_LONG_UPDATE, k, n, elems);
+    } else {
+        int64_t ncb = agc_ceil_div(t->n_units, p->col_width), m = 0;
+        for (int64_t rb = 0; rb < w->nb; rb++) {
+            int64_t mm = agc_split(l1 ? l1 + m : NULL, IT_COL_NORM, k, ncb, 1);
+            if (l1 != NULL)
+                for (int64_t i = m; i < m + mm; i++) {
+                    l1[i].b = l1[i].a;      /* column block */
+                    l1[i].a = rb;
+                }
+            m += mm;
+        }
+        *c1 += m;
+        *c3 += agc_split(l3, IT_COL_UPDATE, k, t->unit_len,
+                         agc_max64(elems / t->n_units, 1));
+    }
+}
+
+/*
+ * A group of consecutive tensors, run as: phase 1 (one-pass items, then
+ * the pass-1 items of its two-pass tensors), phase 2 (their factors),
+ * phase 3 (their pass 2). A group is closed once its two-pass tensors hold
+ * FO_AGC_GROUP_BYTES of x and g, so that pass 2 finds them in the
+ * last-level cache instead of reading them from memory a second time.
+ */
+typedef struct {
+    int64_t start, n1, n2, n3;
+} agc_group;
+
+/* Plan the groups and their items; returns the number of groups or -1 on
+ * allocation failure. *items_out and *groups_out are malloc'ed. */
+static int64_t agc_build(const agc_plan *p, int64_t nt, int64_t chunk,
+                         agc_item **items_out, agc_group **groups_out)
+{
+    int64_t *gid = (int64_t *)malloc((size_t)(nt > 0 ? nt : 1) * sizeof(int64_t));
+    agc_group *groups = (agc_group *)calloc((size_t)(nt + 1), sizeof(agc_group));
+    if (gid == NULL || groups == NULL) {
+        free(gid);
+        free(groups);
+        return -1;
+    }
+    int64_t ng = 0, bytes = 0, total = 0;
     for (int64_t k = 0; k < nt; k++) {
-        const fo_agc_tensor *t = &p->ts[k];
-        const agc_ws *w = &p->ws[k];
-        int64_t n = t->n_units * t->unit_len, es = agc_elsize(t);
-        int64_t elems = agc_max64(chunk / es, 16);
-        if (n == 0)
-            continue;
-        if (t->clipping == 0.0) {           /* excluded */
-            if (p->mom != NULL)
-                c1 += agc_split(l1 ? l1 + c1 : NULL, IT_PLAIN, k, n, elems);
-            continue;
-        }
-        if (!w->two_pass) {
-            int64_t rows = agc_max64(elems / t->unit_len, 1);
-            c1 += agc_split(l1 ? l1 + c1 : NULL, IT_ROWS, k, t->n_units, rows);
-            continue;
-        }
-        if (l2 != NULL) {
-            l2[c2].kind = IT_FINISH;
-            l2[c2].pad_ = 0;
-            l2[c2].k = k;
-            l2[c2].a = l2[c2].b = 0;
-        }
-        c2++;
-        if (t->kind == FO_AGC_ROWS) {
-            int64_t nblocks = t->n_units * w->nb;
-            c1 += agc_split(l1 ? l1 + c1 : NULL, IT_LONG_NORM, k, nblocks,
-                            agc_max64(elems / FO_AGC_BLOCK, 1));
-            c3 += agc_split(l3 ? l3 + c3 : NULL, IT_LONG_UPDATE, k, n, elems);
-        } else {
-            int64_t ncb = agc_ceil_div(t->n_units, p->col_width);
-            for (int64_t rb = 0; rb < w->nb; rb++) {
-                int64_t m = agc_split(l1 ? l1 + c1 : NULL, IT_COL_NORM, k, ncb, 1);
-                if (l1 != NULL)
-                    for (int64_t i = 0; i < m; i++) {
-                        l1[c1 + i].b = l1[c1 + i].a;   /* column block */
-                        l1[c1 + i].a = rb;
-                    }
-                c1 += m;
+        agc_group *G = &groups[ng];
+        gid[k] = ng;
+        agc_emit(p, k, chunk, NULL, NULL, NULL, &G->n1, &G->n2, &G->n3);
+        if (p->ws[k].two_pass) {
+            bytes += 2 * p->ts[k].n_units * p->ts[k].unit_len * agc_elsize(&p->ts[k]);
+            if (bytes >= FO_AGC_GROUP_BYTES) {
+                ng++;
+                bytes = 0;
             }
-            int64_t rows = agc_max64(elems / t->n_units, 1);
-            c3 += agc_split(l3 ? l3 + c3 : NULL, IT_COL_UPDATE, k, t->unit_len,
-                            rows);
         }
     }
-    *n1 = c1;
-    *n2 = c2;
-    *n3 = c3;
+    if (ng == 0 || groups[ng].n1 + groups[ng].n2 + groups[ng].n3 > 0)
+        ng++;
+    for (int64_t q = 0; q < ng; q++) {
+        groups[q].start = total;
+        total += groups[q].n1 + groups[q].n2 + groups[q].n3;
+    }
+    agc_item *items = (agc_item *)malloc((size_t)(total > 0 ? total : 1)
+                                         * sizeof(agc_item));
+    if (items == NULL) {
+        free(gid);
+        free(groups);
+        return -1;
+    }
+    /* fill: per group, one-pass tensors first, then the two-pass ones */
+    int64_t *pos = (int64_t *)calloc((size_t)(3 * ng), sizeof(int64_t));
+    if (pos == NULL) {
+        free(items);
+        free(gid);
+        free(groups);
+        return -1;
+    }
+    for (int two = 0; two < 2; two++)
+        for (int64_t k = 0; k < nt; k++) {
+            if (p->ws[k].two_pass != two)
+                continue;
+            const agc_group *G = &groups[gid[k]];
+            int64_t *c = pos + 3 * gid[k];
+            agc_item *l1 = items + G->start;
+            agc_emit(p, k, chunk, l1 + c[0], l1 + G->n1 + c[1],
+                     l1 + G->n1 + G->n2 + c[2], &c[0], &c[1], &c[2]);
+        }
+    free(pos);
+    free(gid);
+    *items_out = items;
+    *groups_out = groups;
+    return ng;
 }
 
 static int agc_drive(const fo_agc_tensor *ts, int64_t nt, double eps,
@@ -339,44 +407,52 @@ static int agc_drive(const fo_agc_tensor *ts, int64_t nt, double eps,
     plan.mom = mom;
     /* columns per pass-1 item of a strided tensor: a multiple of 16 */
     plan.col_width = agc_max64((chunk / 4 / FO_AGC_ROWBLOCK + 15) / 16 * 16, 16);
+    if (plan.col_width > FO_AGC_COLCHUNK)
+        plan.col_width = FO_AGC_COLCHUNK;
 
-    int64_t n1, n2, n3;
-    agc_build(&plan, nt, chunk, NULL, NULL, NULL, &n1, &n2, &n3);
-    agc_item *items = (agc_item *)malloc((size_t)(n1 + n2 + n3 + 1)
-                                         * sizeof(agc_item));
-    if (items == NULL) {
+    agc_item *items = NULL;
+    agc_group *groups = NULL;
+    int64_t ng = agc_build(&plan, nt, chunk, &items, &groups);
+    if (ng < 0) {
         free(mem);
         free(ws);
         return FO_ENOMEM;
     }
-    agc_item *l1 = items, *l2 = items + n1, *l3 = items + n1 + n2;
-    agc_build(&plan, nt, chunk, l1, l2, l3, &n1, &n2, &n3);
 
 #ifdef _OPENMP
     if (nth > 1) {
         const agc_plan *pp = &plan;
         #pragma omp parallel num_threads(nth) default(none) \
-            shared(pp, l1, l2, l3, n1, n2, n3)
+            shared(pp, items, groups, ng)
         {
-            #pragma omp for schedule(dynamic, 1)
-            for (int64_t i = 0; i < n1; i++)
-                agc_run_item(pp, &l1[i]);
-            if (n2 > 0) {
+            for (int64_t q = 0; q < ng; q++) {
+                const agc_item *l1 = items + groups[q].start;
+                const agc_item *l2 = l1 + groups[q].n1, *l3 = l2 + groups[q].n2;
+                int64_t n1 = groups[q].n1, n2 = groups[q].n2, n3 = groups[q].n3;
                 #pragma omp for schedule(dynamic, 1)
-                for (int64_t i = 0; i < n2; i++)
-                    agc_run_item(pp, &l2[i]);
-                #pragma omp for schedule(dynamic, 1)
-                for (int64_t i = 0; i < n3; i++)
-                    agc_run_item(pp, &l3[i]);
+                for (int64_t i = 0; i < n1; i++)
+                    agc_run_item(pp, &l1[i]);
+                if (n2 > 0) {
+                    #pragma omp for schedule(dynamic, 1)
+                    for (int64_t i = 0; i < n2; i++)
+                        agc_run_item(pp, &l2[i]);
+                    /* the next group does not depend on this one's pass 2 */
+                    #pragma omp for schedule(dynamic, 1) nowait
+                    for (int64_t i = 0; i < n3; i++)
+                        agc_run_item(pp, &l3[i]);
+                }
             }
         }
     } else
 #endif
     {
-        for (int64_t i = 0; i < n1 + n2 + n3; i++)
+        int64_t total = groups[ng - 1].start + groups[ng - 1].n1
+                        + groups[ng - 1].n2 + groups[ng - 1].n3;
+        for (int64_t i = 0; i < total; i++)
             agc_run_item(&plan, &items[i]);
     }
 
+    free(groups);
     free(items);
     free(mem);
     free(ws);
