@@ -243,12 +243,16 @@ def test_agc_any_memory_layout(layout):
     xf, gf = np.asfortranarray(x), np.asfortranarray(g)
     fastopt.agc(xf, gf, layout=layout)                 # F order: no copies
     np.testing.assert_allclose(gf, want, rtol=5e-7)
-    base = np.zeros((12, 7, 6), np.float32)           # strided g: through a copy
+    base = np.zeros((12, 7, 6), np.float32)           # strided x and g: via copies
     gs = base[:, :, ::2]
     gs[...] = g
-    fastopt.agc(x[:, ::-1][:, ::-1], gs, layout=layout)
+    xbase = np.full((12, 14, 3), np.nan, np.float32)
+    xs = xbase[:, ::2]
+    xs[...] = x
+    fastopt.agc(xs, gs, layout=layout)
     np.testing.assert_allclose(gs, want, rtol=5e-7)
     assert not base[:, :, 1::2].any()
+    assert np.isnan(xbase[:, 1::2]).all() and np.array_equal(xs, x)
     gb = g.astype(">f4")                               # byte-swapped: via a copy
     fastopt.agc(x.astype(">f4"), gb, layout=layout)
     np.testing.assert_allclose(gb.astype(np.float32), want, rtol=5e-7)
@@ -430,6 +434,7 @@ def _bad_agc_cases():
          r"g has 1 tensors but x has 2"),
         ([x0, np.ones(5)], np.full((3, 4), 0.5, np.float32), {}, TypeError,
          r"g is a single array but x is a list of 2"),
+        ([], [], {}, ValueError, r"fastopt.agc: x is an empty list"),
         ([shared, np.ones(5)], [shared, np.full(5, 0.5)], {}, ValueError,
          r"g\[0\] shares memory with x\[0\]; the gradient is clipped in place"),
         ([x0, np.ones((3, 4), np.float32)], [shared, shared], {}, ValueError,
