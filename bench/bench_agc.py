@@ -9,8 +9,8 @@ One benchmark group, so the table shows the ratios:
 
 NFNet's setting: clipping 0.01 on every tensor but the final classifier
 (the last two, excluded), eps 1e-3, PyTorch layout. With make_tensors'
-gradients (N(0, 1e-4) against N(0, 1) parameters) about half of the units
-are clipped. The target is fused <= 1.3 x momentum.
+gradients (standard deviation 0.01 against 1 for the parameters) half of
+the units are clipped. The target is fused <= 1.3 x momentum.
 
 Run:  python -m pytest bench/bench_agc.py --benchmark-only
 Smoke (CI): python -m pytest bench/bench_agc.py --benchmark-disable
