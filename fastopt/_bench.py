@@ -68,7 +68,6 @@ def measure(op: str, dtype, shapes, budget: float = 0.4, numpy: bool = True) -> 
         with np.errstate(all="ignore"):
             out["numpy"] = _median_time(lambda: ref(xs, gs, *states, **kw),
                                         budget, max(3, max_reps // 10))
-    del xs, gs, states, args
     reads, _ = TRAFFIC[op]
     bufs = [np.ones(n, dtype) for _ in range(reads)]
     threads = get_num_threads()
