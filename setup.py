@@ -96,7 +96,16 @@ extensions = [
         include_dirs=["src_c", np.get_include()],
         depends=["src_c/fastopt.h", "src_c/kernels.inc"],
         define_macros=[NPY_TARGET, ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    )
+    ),
+    # Adaptive gradient clipping (AGC); links its own copy of the core
+    # (fastopt.c) for fo_momentum_f32/f64 and the thread helpers.
+    Extension(
+        "fastopt._agc",
+        sources=["fastopt/_agc.pyx", "src_c/agc.c", "src_c/fastopt.c"],
+        include_dirs=["src_c", np.get_include()],
+        depends=["src_c/fastopt.h", "src_c/kernels.inc", "src_c/agc.inc"],
+        define_macros=[NPY_TARGET, ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    ),
 ]
 
 setup(

@@ -7,6 +7,9 @@ exactly as specified, over one tensor or many tensors in one C call:
 - :func:`adagrad`
 - :func:`adam`
 
+plus adaptive gradient clipping (NFNet): :func:`agc`, :func:`unitwise_norm`,
+and fused AGC-SGD through ``momentum(..., clipping=...)``.
+
 Thread control: :func:`set_num_threads`, :func:`get_num_threads`;
 build facts: :func:`show_config`.
 """
@@ -24,10 +27,11 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ._config import config, get_num_threads, set_num_threads, show_config
 from ._updates import adagrad, adam, momentum
+from ._agc_api import agc, unitwise_norm
 from . import onnx, optim, schedules  # noqa: E402  (none imports onnx/torch)
 
 __all__ = [
-    "momentum", "adagrad", "adam", "onnx", "optim", "schedules",
+    "momentum", "adagrad", "adam", "agc", "unitwise_norm", "onnx", "optim", "schedules",
     "set_num_threads", "get_num_threads", "show_config", "config",
     "__version__",
 ]

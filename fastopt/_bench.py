@@ -68,7 +68,6 @@ def measure(op: str, dtype, shapes, budget: float = 0.4, numpy: bool = True) -> 
         with np.errstate(all="ignore"):
             out["numpy"] = _median_time(lambda: ref(xs, gs, *states, **kw),
                                         budget, max(3, max_reps // 10))
-    del xs, gs, states, args
     reads, _ = TRAFFIC[op]
     bufs = [np.ones(n, dtype) for _ in range(reads)]
     threads = get_num_threads()
@@ -77,7 +76,10 @@ def measure(op: str, dtype, shapes, budget: float = 0.4, numpy: bool = True) -> 
     return out
 
 
-def _plot(path: str, op: str, dtype) -> int:
+PLOT_SIZES = [10 ** 3, 10 ** 4, 10 ** 5, 10 ** 6, 10 ** 7, 5 * 10 ** 7]
+
+
+def _plot(path: str, op: str, dtype, sizes=PLOT_SIZES, budget: float = 0.2) -> int:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -85,12 +87,11 @@ def _plot(path: str, op: str, dtype) -> int:
     except ImportError:
         print("--plot needs matplotlib: pip install matplotlib", file=sys.stderr)
         return 1
-    sizes = [10 ** k for k in range(3, 8)] + [5 * 10 ** 7]
     reads, writes = TRAFFIC[op]
     nbytes = np.dtype(dtype).itemsize * (reads + writes)
     series: dict[str, list[float]] = {"fastopt": [], "numpy": [], "probe": []}
     for n in sizes:
-        r = measure(op, dtype, [(n,)], budget=0.2)
+        r = measure(op, dtype, [(n,)], budget=budget)
         for k in series:
             series[k].append(n * nbytes / r[k] / 1e9)
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -119,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=0.3,
                    help="seconds of timing per implementation and workload")
     p.add_argument("--plot", metavar="PNG", help="draw throughput against size (matplotlib)")
+    p.add_argument("--plot-sizes", default=",".join(map(str, PLOT_SIZES)),
+                   help="comma-separated tensor sizes for --plot")
     a = p.parse_args(argv)
     ops = [o.strip() for o in a.ops.split(",") if o.strip()]
     workloads = [w.strip() for w in a.workloads.split(",") if w.strip()]
@@ -147,5 +150,6 @@ def main(argv: list[str] | None = None) -> int:
     print("vs numpy: how many times faster than the NumPy formula; "
           "vs probe: time / bandwidth-probe time (1.00 = at the memory ceiling)")
     if a.plot:
-        return _plot(a.plot, ops[0], dtypes[0])
+        sizes = [int(float(s)) for s in a.plot_sizes.split(",") if s.strip()]
+        return _plot(a.plot, ops[0], dtypes[0], sizes, budget=a.budget)
     return 0

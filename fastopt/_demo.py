@@ -206,23 +206,16 @@ def run_train(*, quick: bool = False, epochs=None) -> bool:
     from .schedules import WarmRestarts
 
     clip, clip_eps = 0.05, 1e-3
-    have_agc = hasattr(fastopt, "agc")
     sched = WarmRestarts(0.1, 0.005, interval=2 * steps_per_epoch)
-    notes = []
-    if not have_agc:
-        notes.append("this build has no fastopt.agc: Momentum runs without clipping")
 
     def make_momentum(p):
-        hidden = {"params": p[:-2]}
-        if have_agc:
-            hidden["clipping"] = clip
+        hidden = {"params": p[:-2], "clipping": clip}
         return optim.Momentum([hidden, {"params": p[-2:]}], alpha=0.9,
                               norm_coefficient=1e-4, clip_eps=clip_eps, schedule=sched)
 
     def numpy_momentum(xs, gs, st, lrs, step):
         vs = st.setdefault("v", [np.zeros_like(a) for a in xs])
-        if have_agc:
-            gs = [_agc_numpy(a, g, clip, clip_eps) for a, g in zip(xs[:-2], gs[:-2])] + gs[-2:]
+        gs = [_agc_numpy(a, g, clip, clip_eps) for a, g in zip(xs[:-2], gs[:-2])] + gs[-2:]
         ref.momentum_inplace(xs, gs, vs, lr=lrs[0], t=step, alpha=0.9, norm_coefficient=1e-4)
 
     def numpy_adagrad(xs, gs, st, lrs, step):
@@ -235,17 +228,14 @@ def run_train(*, quick: bool = False, epochs=None) -> bool:
         ref.adam_inplace(xs, gs, vs, hs, lr=lrs[0], t=step + 1)
 
     runs = [
-        ("Momentum + AGC + WarmRestarts" if have_agc else "Momentum + WarmRestarts",
+        ("Momentum + AGC + WarmRestarts",
          "alpha 0.9, norm_coefficient 1e-4; "
-         + (f"AGC clipping {clip} on the hidden layers (classifier excluded); "
-            if have_agc else "")
-         + "lr from WarmRestarts(0.1, 0.005): cosine cycles of 2, 4, 8, ... epochs",
+         f"AGC clipping {clip} on the hidden layers (classifier excluded); "
+         "lr from WarmRestarts(0.1, 0.005): cosine cycles of 2, 4, 8, ... epochs",
          make_momentum, numpy_momentum),
         ("Adagrad", "lr 0.05", lambda p: optim.Adagrad(p, lr=0.05), numpy_adagrad),
         ("Adam", "lr 1e-3", lambda p: optim.Adam(p, lr=1e-3), numpy_adam),
     ]
-    for note in notes:
-        _say(f"note: {note}")
     results = []
     # The MLP's matrices are tiny: a BLAS thread pool costs more than it saves
     # (threadpoolctl comes with scikit-learn).

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _core
 from . import _validation as _v
+from ._agc_api import momentum_agc as _momentum_agc
 
 ArrayOrList = Union[np.ndarray, Sequence[np.ndarray]]
 
@@ -27,7 +28,8 @@ def _run_slow(fname, fast, x, g, states, scalars):
 
 def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
              alpha: float = 0.9, beta: float = 1.0, norm_coefficient: float = 0.0,
-             mode: str = "standard", n_threads: Optional[int] = None) -> None:
+             mode: str = "standard", n_threads: Optional[int] = None,
+             clipping=None, clip_eps: float = 1e-3, layout: str = "oi") -> None:
     """ONNX Momentum (standard or Nesterov), in place.
 
     For each tensor, with ``g_r = norm_coefficient * x + g`` and
@@ -64,6 +66,17 @@ def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
         None uses the current default (:func:`fastopt.set_num_threads`,
         OMP_NUM_THREADS, threadpoolctl); -1 all cores. Results are
         bit-identical for every thread count.
+    clipping : float or list/tuple of (float or None), optional
+        Adaptive gradient clipping (NFNet's SGD_AGC): when given, each
+        gradient is first clipped as :func:`fastopt.agc` does (without
+        writing g), then the update above runs, fused into one pass; equal
+        bit for bit to ``agc`` on a copy of g followed by ``momentum``.
+        A per-tensor list may hold None to exclude a tensor. None (the
+        default) means no clipping, and then clip_eps and layout are unused.
+    clip_eps : float, default 1e-3
+        AGC's floor of the parameter norm (``eps`` of :func:`fastopt.agc`).
+    layout : {"oi", "io"}, default "oi"
+        AGC's unit layout (see :func:`fastopt.unitwise_norm`).
 
     Raises
     ------
@@ -86,6 +99,11 @@ def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
     >>> x
     array([0.95, 0.95, 0.95], dtype=float32)
     """
+    if clipping is not None:
+        return _momentum_agc(x, g, v, lr=lr, t=t, alpha=alpha, beta=beta,
+                             norm_coefficient=norm_coefficient, mode=mode,
+                             n_threads=n_threads, clipping=clipping,
+                             clip_eps=clip_eps, layout=layout)
     if _core.momentum(x, g, v, lr, t, alpha, beta, norm_coefficient, mode, n_threads):
         return
     f = "fastopt.momentum"

@@ -26,12 +26,11 @@ rate of that step.
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import secrets
 import zipfile
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -844,13 +843,6 @@ class _Optimizer:
 
 # -------------------------------------------------------------- optimizers
 
-@functools.lru_cache(maxsize=None)
-def _momentum_clips() -> bool:
-    """Whether fastopt.momentum takes AGC's clipping arguments."""
-    import inspect
-    return "clipping" in inspect.signature(_updates.momentum).parameters
-
-
 class Momentum(_Optimizer):
     """SGD with momentum (ONNX Momentum), optionally Nesterov and AGC-clipped.
 
@@ -922,9 +914,6 @@ class Momentum(_Optimizer):
     def _check_extra(self, f, group, where):
         c = group["clipping"]
         label = "clipping" if where == "params" else f"{where}['clipping']"
-        if c is not None and not _momentum_clips():
-            raise ValueError(f"{f}: {label} needs adaptive gradient clipping (fastopt.agc), "
-                             f"which this fastopt build does not have")
         if isinstance(c, list) and len(c) != len(group["params"]):
             raise ValueError(f"{f}: {label} has {len(c)} entries but the group has "
                              f"{len(group['params'])} parameters")

@@ -144,3 +144,73 @@ int64_t fo_chunk_bytes(void);
 #endif
 
 #endif /* FASTOPT_H */
+
+/* ======================================================================== */
+/*
+ * Adaptive gradient clipping (AGC, NFNet; shared SEMANTICS.md section 3),
+ * implemented in agc.c / agc.inc. For each unit of a parameter x and its
+ * gradient g:
+ *     p_norm   = max(||x_unit||, eps)
+ *     max_norm = clipping * p_norm
+ *     g_unit  *= max_norm / max(||g_unit||, 1e-6)    if ||g_unit|| > max_norm
+ * Norms are computed in double in an order fixed by the shape alone
+ * (bit-identical for every n_threads); the factor is rounded to the
+ * tensor's type and applied as one multiplication in that type.
+ */
+#ifndef FASTOPT_AGC_H
+#define FASTOPT_AGC_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How the n_units * unit_len contiguous elements of a tensor form units. */
+#define FO_AGC_ROWS 0   /* unit u: elements [u*unit_len, (u+1)*unit_len) */
+#define FO_AGC_COLS 1   /* unit u: elements u + r*n_units, r in [0, unit_len) */
+
+/*
+ * One tensor of an AGC call. clipping > 0 clips the tensor; clipping == 0
+ * excludes it (fo_agc leaves it alone, fo_agc_momentum gives it a plain
+ * momentum update). x is only read by fo_agc; g is only read by
+ * fo_agc_momentum; v is used by fo_agc_momentum only (NULL otherwise).
+ * The caller guarantees the arrays are aligned, native and that no written
+ * array overlaps another array of the call.
+ */
+typedef struct fo_agc_tensor {
+    void *x;
+    void *g;
+    void *v;
+    int64_t n_units;
+    int64_t unit_len;
+    double clipping;
+    int32_t dtype;   /* FO_F32 or FO_F64 */
+    int32_t kind;    /* FO_AGC_ROWS or FO_AGC_COLS */
+} fo_agc_tensor;
+
+/*
+ * fo_agc clips every g in place. fo_agc_momentum runs ONNX Momentum (as
+ * fo_momentum) with each gradient replaced by its AGC-clipped value, without
+ * writing g; the result equals fo_agc on a copy of g followed by
+ * fo_momentum, bit for bit. Rows short enough to stay in cache are done in
+ * one pass (both norms, then the clip/update of the row); long rows and
+ * strided units take two passes. One OpenMP region per call (none below
+ * the serial threshold). Return FO_OK, FO_EINVAL (eps <= 0, clipping < 0
+ * or not finite, bad dtype/kind/t/mode) or FO_ENOMEM.
+ */
+int fo_agc(const fo_agc_tensor *ts, int64_t nt, double eps, int n_threads);
+int fo_agc_momentum(const fo_agc_tensor *ts, int64_t nt, double eps,
+                    const fo_momentum_args *a, int n_threads);
+
+/*
+ * Serial: out[u] = the sum of squares of unit u of one tensor x, in the same
+ * order fo_agc uses (sqrt(out[u]) is the unit norm). Returns FO_OK,
+ * FO_EINVAL or FO_ENOMEM.
+ */
+int fo_agc_unit_sumsq(const void *x, int32_t dtype, int64_t n_units,
+                      int64_t unit_len, int32_t kind, double *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FASTOPT_AGC_H */

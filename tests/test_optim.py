@@ -295,8 +295,6 @@ def test_bad_schedule_value_raises_and_changes_nothing(bad):
 # -------------------------------------------------------------------- AGC
 
 def test_clipping_wires_agc_into_momentum():
-    if not hasattr(fastopt, "agc"):
-        pytest.skip("AGC not merged yet")
     rng = np.random.default_rng(5)
     params = [rng.standard_normal(s).astype(np.float32) for s in [(8, 6), (8,), (4, 8), (4,)]]
     opt = optim.Momentum([{"params": params[:2], "clipping": 0.02},
@@ -316,8 +314,6 @@ def test_clipping_wires_agc_into_momentum():
 
 
 def test_clipping_round_trips_through_a_checkpoint(tmp_path):
-    if not hasattr(fastopt, "agc"):
-        pytest.skip("AGC not merged yet")
     params = make_params()
     opt = optim.Momentum([{"params": params[:2], "clipping": [0.1, None]},
                           {"params": params[2:]}], lr=0.1, clipping=0.05, clip_eps=0.01)
@@ -331,16 +327,7 @@ def test_clipping_round_trips_through_a_checkpoint(tmp_path):
     assert other.param_groups[1]["clip_eps"] == 0.01
 
 
-def test_clipping_without_agc_is_a_clear_error():
-    if hasattr(fastopt, "agc"):
-        pytest.skip("this build has AGC")
-    with pytest.raises(ValueError, match=r"Momentum: clipping needs adaptive gradient clipping"):
-        optim.Momentum(make_params(), lr=0.1, clipping=0.01)
-
-
 def test_clipping_list_must_match_the_group():
-    if not hasattr(fastopt, "agc"):
-        pytest.skip("AGC not merged yet")
     params = make_params()
     with pytest.raises(ValueError, match=r"\['clipping'\] has 2 entries but the group has 5"):
         optim.Momentum([{"params": params, "clipping": [0.1, None]}], lr=0.1)
