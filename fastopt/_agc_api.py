@@ -210,8 +210,11 @@ def unitwise_norm(x: np.ndarray, *, layout: str = "oi") -> np.ndarray:
 
     Notes
     -----
-    Sums of squares are accumulated in double in an order fixed by the shape
-    (independent of the thread count), then rounded to ``x``'s dtype once.
+    Sums of squares are accumulated in an order fixed by the shape
+    (independent of the thread count): float64 data in double throughout;
+    float32 data in float32 within blocks of at most 256 squares (a block
+    whose sum would overflow or underflow float32 is redone in double) and
+    in double above that. The norm is rounded to ``x``'s dtype once.
 
     Examples
     --------

@@ -92,24 +92,28 @@ typedef struct {
 /* FO_LANES must be 8 or 16 (the tree in agc_sub is written out for those). */
 #define FO_T float
 #define FO_ACC float
+#define FO_ACC_NARROW 1         /* float sums: checked, redone in double if unsafe */
 #define FO_LANES 16
 #define FO_NAME(op) op##_f32
 #define FO_C(c, field) ((c)->field##_f)
 #include "agc.inc"
 #undef FO_T
 #undef FO_ACC
+#undef FO_ACC_NARROW
 #undef FO_LANES
 #undef FO_NAME
 #undef FO_C
 
 #define FO_T double
 #define FO_ACC double
+#define FO_ACC_NARROW 0
 #define FO_LANES 8
 #define FO_NAME(op) op##_f64
 #define FO_C(c, field) ((c)->field)
 #include "agc.inc"
 #undef FO_T
 #undef FO_ACC
+#undef FO_ACC_NARROW
 #undef FO_LANES
 #undef FO_NAME
 #undef FO_C

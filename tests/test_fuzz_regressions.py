@@ -53,3 +53,27 @@ def test_adam_none_second_state_in_a_list_is_rejected_not_dereferenced(container
         fastopt.adam(xs, [a.copy() for a in xs], [np.zeros_like(a) for a in xs],
                      [np.zeros_like(xs[0]), None], lr=0.1, t=1)
     assert all((a == 1).all() for a in xs)
+
+
+@pytest.mark.parametrize("layout", ["oi", "io"])
+@pytest.mark.parametrize("value", [2e19, 1e30, 1e-20, 1e-30])
+def test_agc_norms_of_float32_right_over_the_whole_range(layout, value):
+    # float32 squares were summed in float32: beyond ~1.8e19 a square
+    # overflowed (norm inf, and AGC then *zeroed* the gradient instead of
+    # clipping it), below ~1e-19 it underflowed (norm 0).
+    if not hasattr(fastopt, "agc"):
+        pytest.skip("fastopt.agc not merged yet")
+    shape = (3, 64) if layout == "oi" else (64, 3)
+    x = np.full(shape, value, np.float32)
+    ref = np.sqrt((x.astype(np.float64) ** 2).sum(axis=1 if layout == "oi" else 0,
+                                                 keepdims=True))
+    np.testing.assert_allclose(fastopt.unitwise_norm(x, layout=layout), ref, rtol=1e-6)
+    g = np.full(shape, value, np.float32)
+    p = np.ones(shape, np.float32)
+    fastopt.agc(p, g, clipping=0.01, layout=layout)
+    # large units clipped to max_norm = 0.01 * ||p_unit|| = 0.01 * 8 (not
+    # zeroed); small ones left alone
+    want = min(value * 8.0, 0.08)
+    np.testing.assert_allclose(np.linalg.norm(g.astype(np.float64),
+                                              axis=1 if layout == "oi" else 0), want,
+                               rtol=1e-5)
