@@ -240,7 +240,9 @@ def unitwise_norm(x: np.ndarray, *, layout: str = "oi") -> np.ndarray:
         return np.zeros(shape, dtype)
     if _fast_layout(x) is None:
         x = np.array(x, dtype=dtype, order="C")
-    return _agc.unit_norms(x, lay).reshape(shape).astype(dtype)
+    norms = _agc.unit_norms(x, lay).reshape(shape)
+    with np.errstate(over="ignore"):  # a norm beyond float32's range is inf, silently
+        return norms.astype(dtype)
 
 
 def agc(x: ArrayOrList, g: ArrayOrList, *, clipping: Clipping = 0.01,
