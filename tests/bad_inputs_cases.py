@@ -487,3 +487,188 @@ SCHEDULE_CASES = [
     Case("schedules.angel_rate", "a float for the schedule", lambda: ((0.1, 0, 0, 5), {}),
          ValueError, P + "angel_rate: schedule must be a fastopt.schedules.Schedule, got float"),
 ]
+
+
+# ------------------------------------------------ fastopt.agc / unitwise_norm
+
+def agc_args(x=None, g=None, **kw):
+    x = arr((3, 4)) if x is None else x
+    g = arr((3, 4), fill=0.5) if g is None else g
+    return (x, g), kw
+
+
+def fused(**kw):
+    base = {"lr": 0.1, "t": 1, "clipping": 0.01}
+    base.update(kw)
+    return (arr((3, 4)), arr((3, 4), fill=0.5), arr((3, 4), fill=0.0)), base
+
+
+LAYOUT_MSG = ("layout must be 'oi' (PyTorch: OI, OIHW; the unit is everything but the "
+              "first axis) or 'io' (JAX/Haiku: IO, HWIO; everything but the last axis), "
+              "got ")
+AGC_CASES = [
+    Case("agc", "layout 'OI' (case matters)", lambda: agc_args(layout="OI"), ValueError,
+         "fastopt.agc: " + LAYOUT_MSG + "'OI'"),
+    Case("agc", "layout None", lambda: agc_args(layout=None), TypeError,
+         "fastopt.agc: layout must be a str, got NoneType"),
+    Case("agc", "clipping = 0", lambda: agc_args(clipping=0.0), ValueError,
+         "fastopt.agc: clipping must be > 0.0, got 0.0"),
+    Case("agc", "clipping = -1", lambda: agc_args(clipping=-1.0), ValueError,
+         "fastopt.agc: clipping must be > 0.0, got -1.0"),
+    Case("agc", "clipping = NaN", lambda: agc_args(clipping=math.nan), ValueError,
+         "fastopt.agc: clipping must be finite, got nan"),
+    Case("agc", "clipping a bool", lambda: agc_args(clipping=True), TypeError,
+         "fastopt.agc: clipping must be a real number, got bool"),
+    Case("agc", "eps = 0", lambda: agc_args(eps=0.0), ValueError,
+         "fastopt.agc: eps must be > 0.0, got 0.0"),
+    Case("agc", "a per-tensor clipping list of the wrong length",
+         lambda: (([arr((3, 4)), arr((2,))], [arr((3, 4)), arr((2,))]), {"clipping": [0.1]}),
+         ValueError, "fastopt.agc: clipping has 1 entries but x has 2 tensors; give one "
+                     "value per tensor (None excludes a tensor from clipping)"),
+    Case("agc", "clipping[1] = -1 in a per-tensor list",
+         lambda: (([arr((3, 4)), arr((2,))], [arr((3, 4)), arr((2,))]),
+                  {"clipping": [0.1, -1.0]}), ValueError,
+         "fastopt.agc: clipping[1] must be > 0.0, got -1.0"),
+    Case("agc", "g read-only (it is clipped in place)",
+         lambda: agc_args(g=ro(arr((3, 4), fill=0.5))), ValueError,
+         "fastopt.agc: g is read-only; it is clipped in place"),
+    Case("agc", "g of a broadcastable but different shape",
+         lambda: agc_args(g=arr((1, 4))), ValueError,
+         "fastopt.agc: g has shape (1, 4) but x has shape (3, 4); the gradient is clipped "
+         "in place, so it must have its parameter's shape"),
+    Case("agc", "g float64 for a float32 x", lambda: agc_args(g=arr((3, 4), F64)), TypeError,
+         "fastopt.agc: g has dtype float64 but x has float32; the gradient must match its "
+         "parameter"),
+    Case("agc", "x int64", lambda: agc_args(x=arr((3, 4), np.int64)), TypeError,
+         "fastopt.agc: x has dtype int64; fastopt works on float32 or float64 arrays"),
+    Case("agc", "g is x", lambda: (lambda a: agc_args(x=a, g=a))(arr((3, 4))), ValueError,
+         "fastopt.agc: g shares memory with x; the gradient is clipped in place while the "
+         "parameter is read, so pass a copy of one"),
+    Case("agc", "g[0] and g[1] the same array",
+         lambda: (lambda g: (([arr((3, 4)), arr((3, 4))], [g, g]), {}))(arr((3, 4))),
+         ValueError, "fastopt.agc: g[0] and g[1] share memory; every gradient is clipped in "
+                     "place and must have memory of its own"),
+    Case("agc", "n_threads = 0", lambda: agc_args(n_threads=0), ValueError,
+         "fastopt.agc: n_threads must be a positive int, -1 (all cores) or None (the "
+         "default), got 0"),
+    Case("unitwise_norm", "layout 'xy'", lambda: ((arr((3, 4)),), {"layout": "xy"}),
+         ValueError, "fastopt.unitwise_norm: " + LAYOUT_MSG + "'xy'"),
+    Case("unitwise_norm", "a list of arrays", lambda: (([arr((3, 4))],), {}), TypeError,
+         "fastopt.unitwise_norm: x must be a numpy.ndarray, got list"),
+    Case("unitwise_norm", "x int64", lambda: ((arr((3,), np.int64),), {}), TypeError,
+         "fastopt.unitwise_norm: x has dtype int64; fastopt works on float32 or float64 "
+         "arrays"),
+    Case(M, "clipping = 0 (fused AGC)", lambda: fused(clipping=0.0), ValueError,
+         "fastopt.momentum: clipping must be > 0.0, got 0.0"),
+    Case(M, "clip_eps = -1 (fused AGC)", lambda: fused(clip_eps=-1.0), ValueError,
+         "fastopt.momentum: clip_eps must be > 0.0, got -1.0"),
+    Case(M, "layout 'ji' (fused AGC)", lambda: fused(layout="ji"), ValueError,
+         "fastopt.momentum: " + LAYOUT_MSG + "'ji'"),
+    Case(M, "a clipping list longer than x (fused AGC)",
+         lambda: (([arr((3, 4))], [arr((3, 4))], [arr((3, 4), fill=0.0)]),
+                  {"lr": 0.1, "t": 1, "clipping": [0.1, 0.2]}), ValueError,
+         "fastopt.momentum: clipping has 2 entries but x has 1 tensor; give one value per "
+         "tensor (None excludes a tensor from clipping)"),
+]
+
+
+# --------------------------------------------------------- fastopt.optim
+
+def _optim():
+    from fastopt import optim
+    return optim
+
+
+def opt_ctor(*params, **kw):
+    return lambda: ((list(params),), kw)
+
+
+def opt_call(cls, method, *args, **kw):
+    """Arguments for a method call on a fresh optimizer over two parameters."""
+    def build():
+        opt = getattr(_optim(), cls)([arr(), arr((2, 3), F64)], lr=0.1)
+        opt.step([arr(fill=0.5), arr((2, 3), F64, 0.5)])   # non-trivial state
+        return (opt,) + tuple(a() if callable(a) else a for a in args), kw
+    return build
+
+
+def other_state_dict():
+    return _optim().Adam([arr(), arr((2, 3), F64)], lr=0.1).state_dict()
+
+
+def bad_steps_state_dict():
+    sd = _optim().Momentum([arr(), arr((2, 3), F64)], lr=0.1).state_dict()
+    sd["steps"] = -1
+    return sd
+
+
+try:
+    from fastopt.optim import CheckpointError
+except ImportError:  # pragma: no cover - before fastopt.optim existed
+    CheckpointError = ValueError
+
+OP = "fastopt.optim."
+OPTIM_CASES = [
+    Case("optim.Momentum", "params a single array (not a list)",
+         lambda: ((arr(),), {"lr": 0.1}), TypeError,
+         OP + "Momentum: params must be a list of arrays or a list of parameter groups "
+              "(dicts with 'params'), got ndarray"),
+    Case("optim.Momentum", "params empty", lambda: (([],), {"lr": 0.1}), ValueError,
+         OP + "Momentum: params is empty; give at least one parameter"),
+    Case("optim.Momentum", "neither lr nor schedule", opt_ctor(arr()), ValueError,
+         OP + "Momentum: give lr, or a schedule that supplies it"),
+    Case("optim.Momentum", "both lr and schedule",
+         opt_ctor(arr(), lr=0.1, schedule=abs), ValueError,
+         OP + "Momentum: give lr or schedule, not both: the schedule supplies the learning "
+              "rate of every step"),
+    Case("optim.Adam", "lr = -0.1", opt_ctor(arr(), lr=-0.1), ValueError,
+         OP + "Adam: lr must be a finite number >= 0, got -0.1"),
+    Case("optim.Adagrad", "a group with an unknown key",
+         lambda: (([{"params": [arr()], "momentum": 0.9}],), {"lr": 0.1}), ValueError,
+         OP + "Adagrad: param_groups[0] has unknown key(s) ['momentum']; Adagrad takes "
+              "['decay_factor', 'epsilon', 'initial_accumulator_value', 'lr', "
+              "'norm_coefficient', 'schedule']"),
+    Case("optim.Adagrad", "arrays and groups mixed",
+         lambda: (([arr(), {"params": [arr()]}],), {"lr": 0.1}), TypeError,
+         OP + "Adagrad: params mixes arrays and parameter groups; give a list of arrays or "
+              "a list of dicts"),
+    Case("optim.Adam", "the same parameter twice",
+         lambda: (lambda p: (([p, p],), {"lr": 0.1}))(arr()), ValueError,
+         OP + "Adam: params[0] and params[1] share memory; every parameter and state must "
+              "have memory of its own (a parameter may appear only once)"),
+    Case("optim.Adam", "a read-only parameter", lambda: (([arr(), ro(arr())],), {"lr": 0.1}),
+         ValueError, OP + "Adam: params[1] is read-only; it is updated in place"),
+    Case("optim.Adam", "an int64 parameter",
+         lambda: (([arr(), arr(dtype=np.int64)],), {"lr": 0.1}), TypeError,
+         OP + "Adam: params[1] has dtype int64; fastopt updates float32 or float64 arrays"),
+    Case("optim.Momentum", "nesterov = 1 (not a bool)", opt_ctor(arr(), lr=0.1, nesterov=1),
+         TypeError, OP + "Momentum: nesterov must be True or False, got int"),
+    Case("optim.Momentum", "schedule not callable", opt_ctor(arr(), schedule=0.1), TypeError,
+         OP + "Momentum: schedule must be a callable step -> lr (or None), got float"),
+    Case("optim.Momentum.step", "one gradient for two parameters",
+         opt_call("Momentum", "step", lambda: [arr()]), ValueError,
+         OP + "Momentum.step: grads has 1 entries but the optimizer has 2 parameters; give "
+              "one gradient (or None) per parameter"),
+    Case("optim.Momentum.step", "grads[1] of the wrong dtype",
+         opt_call("Momentum", "step", lambda: [arr(), arr((2, 3), F32)]), TypeError,
+         OP + "Momentum.step: grads[1] has dtype float32 but params[1] has float64; the "
+              "gradient must match its parameter"),
+    Case("optim.Momentum.step", "grads[1] not broadcastable",
+         opt_call("Momentum", "step", lambda: [arr(), arr((3, 2), F64)]), ValueError,
+         OP + "Momentum.step: grads[1] with shape (3, 2) cannot be broadcast to params[1]'s "
+              "shape (2, 3)"),
+    Case("optim.Momentum.step", "grads[1] a str",
+         opt_call("Momentum", "step", lambda: [arr(), "g"]), TypeError,
+         OP + "Momentum.step: grads[1] must be a numpy.ndarray or None, got str"),
+    Case("optim.Momentum.step", "grad_scale = 0",
+         opt_call("Momentum", "step", lambda: [arr(), arr((2, 3), F64)], grad_scale=0.0),
+         ValueError, OP + "Momentum.step: grad_scale must be > 0.0, got 0.0"),
+    Case("optim.Momentum.load_state_dict", "another optimizer's state",
+         opt_call("Momentum", "load_state_dict", other_state_dict), CheckpointError,
+         OP + "Momentum.load_state_dict: the checkpoint was saved by fastopt.optim.Adam, "
+              "not Momentum"),
+    Case("optim.Momentum.load_state_dict", "a step count of -1",
+         opt_call("Momentum", "load_state_dict", bad_steps_state_dict), CheckpointError,
+         OP + "Momentum.load_state_dict: the checkpoint's step count must be an integer "
+              ">= 0, got -1"),
+]

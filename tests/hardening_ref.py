@@ -295,6 +295,9 @@ def snapshot(objs):
         elif isinstance(o, dict):
             for item in o.values():
                 visit(item)
+        elif hasattr(o, "param_groups") and hasattr(o, "state"):   # an optimizer
+            visit(o.params)
+            visit(o.state)
 
     visit(objs)
     return out

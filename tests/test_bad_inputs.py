@@ -17,13 +17,21 @@ import pytest
 
 import fastopt
 from bad_inputs_cases import CASES as CORE_CASES
-from bad_inputs_cases import LAST, LONG, SCHEDULE_CASES
+from bad_inputs_cases import AGC_CASES, LAST, LONG, OPTIM_CASES, SCHEDULE_CASES
 
+CASES = list(CORE_CASES)
+if hasattr(fastopt, "agc"):
+    CASES += AGC_CASES
 try:
     import fastopt.schedules  # noqa: F401
-    CASES = CORE_CASES + SCHEDULE_CASES
+    CASES += SCHEDULE_CASES
 except ImportError:  # pragma: no cover - before fastopt.schedules existed
-    CASES = CORE_CASES
+    pass
+try:
+    import fastopt.optim  # noqa: F401
+    CASES += OPTIM_CASES
+except ImportError:  # pragma: no cover - before fastopt.optim existed
+    pass
 from hardening_ref import snapshot, unchanged
 
 DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "BAD_INPUTS.md")
@@ -59,6 +67,10 @@ def test_catalogue_covers_every_public_function():
     assert {"momentum", "adagrad", "adam", "set_num_threads"} <= funcs
     if hasattr(fastopt, "schedules"):
         assert {"schedules.angel", "schedules.Exponential"} <= funcs
+    if hasattr(fastopt, "agc"):
+        assert {"agc", "unitwise_norm"} <= funcs
+    if hasattr(fastopt, "optim"):
+        assert {"optim.Adam", "optim.Momentum.step"} <= funcs
 
 
 def test_a_rejected_call_leaves_nothing_behind():
