@@ -52,6 +52,11 @@ if atheris is not None:
         import fastopt
         import fastopt._updates  # noqa: F401
         import fastopt._validation  # noqa: F401
+        for _mod in ("fastopt._agc_api",):
+            try:
+                __import__(_mod)
+            except ImportError:
+                pass
         for _mod in ("fastopt.schedules", "fastopt.optim"):
             try:
                 __import__(_mod)
@@ -60,7 +65,8 @@ if atheris is not None:
 else:
     import fastopt
 
-from hardening_ref import REFS, STATES, check_close  # noqa: E402
+from hardening_ref import REFS, STATES, check_agc, check_close  # noqa: E402
+from hardening_ref import check_unitwise_norm  # noqa: E402
 
 SERIAL_ELEMS = fastopt._core.tuning()["serial_bytes"] // 4 + 257
 try:
@@ -68,6 +74,7 @@ try:
     HAVE_SCHEDULES = True
 except ImportError:  # pragma: no cover - before the schedules landed
     HAVE_SCHEDULES = False
+HAVE_AGC = hasattr(fastopt, "agc")
 try:
     import fastopt.optim  # noqa: F401
     HAVE_OPTIM = HAVE_SCHEDULES
@@ -289,6 +296,8 @@ def make_call(src: Source):
             kwargs[name] = scalar(src, "real", VALID[name])
     if op == "momentum" and src.chance(2):
         kwargs["mode"] = scalar(src, "mode", "nesterov")
+    if op == "momentum" and HAVE_AGC and src.chance(4):
+        kwargs.update(agc_kwargs(src, args[0], eps_name="clip_eps"))
     if src.chance(2):
         kwargs["n_threads"] = scalar(src, "n_threads", 2)
     if src.chance(50):   # an argument Python itself rejects
@@ -548,6 +557,128 @@ def optim_case(src: Source) -> None:
                     raise AssertionError("a rejected step modified a gradient") from None
 
 
+# ------------------------------------------------------------------- AGC
+
+CLIP_VALUES = [0.01, 0.1, 1.0, 1e-6, 0.0, -1.0, math.nan, math.inf, None, True, "0.1",
+               np.float32(0.5)]
+
+
+def agc_kwargs(src: Source, x_arg, eps_name="eps"):
+    kw = {}
+    n = len(x_arg) if isinstance(x_arg, (list, tuple)) else 1
+    k = src.int(0, 5)
+    if k <= 2:
+        kw["clipping"] = scalar(src, "real", src.pick([0.01, 0.1, 1.0, 1e-4]))
+    elif k == 3:
+        kw["clipping"] = [src.pick([0.01, 0.5, None]) if not src.chance(8)
+                          else src.pick(CLIP_VALUES) for _ in range(n + (src.chance(8)))]
+    else:
+        kw["clipping"] = src.pick(CLIP_VALUES)
+    if src.chance(3):
+        kw[eps_name] = src.pick([1e-3, 1e-6, 1.0, 0.0, -1.0, math.nan])
+    if src.chance(2):
+        kw["layout"] = src.pick(["oi", "io", "io", "OI", None, 1])
+    return kw
+
+
+def agc_case(src: Source) -> None:
+    """fastopt.agc and fastopt.unitwise_norm with random arguments."""
+    if src.chance(3):
+        pool: list = []
+        x = array_like(src, pool) if src.chance(6) else new_array(
+            src, src.pick([np.float32, np.float64]))
+        layout = src.pick(["oi", "io", "oi", "x", None])
+        watched = arrays_in(x, [])
+        before = [as_bytes(a) for a in watched]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                out = fastopt.unitwise_norm(x, layout=layout)
+        except (TypeError, ValueError):
+            if [as_bytes(a) for a in watched] != before:
+                raise AssertionError("unitwise_norm raised but modified x") from None
+            return
+        if [as_bytes(a) for a in watched] != before:
+            raise AssertionError("unitwise_norm modified x")
+        with np.errstate(all="ignore"):
+            check_unitwise_norm(out, np.asarray(x), layout)
+        return
+
+    # agc(x, g): g clipped in place, x only read
+    n = src.int(1, 3)
+    pool = []
+    xs, gs = [], []
+    for _ in range(n):
+        dt = src.pick([np.float32, np.float64])
+        shape = (src.int(300, 400), src.int(200, 300)) if src.chance(25) else \
+            tuple(src.int(0, 4) for _ in range(src.int(0, 4)))
+        x = new_array(src, dt, shape)
+        g = new_array(src, dt, shape)
+        pool += [x, g]
+        xs.append(x)
+        gs.append(g)
+    for _ in range(src.int(0, 2)):
+        lst = src.pick([xs, gs])
+        lst[src.int(0, n - 1)] = array_like(src, pool)
+    single = n == 1 and src.chance(2)
+    x_arg = xs[0] if single else src.pick([list, tuple])(xs)
+    g_arg = gs[0] if single else src.pick([list, tuple])(gs)
+    kw = agc_kwargs(src, x_arg)
+    if src.chance(3):
+        kw["n_threads"] = scalar(src, "n_threads", 2)
+    watched = arrays_in((xs, gs), [])
+    before = [as_bytes(a) for a in watched]
+    g0 = [np.array(g, copy=True) if isinstance(g, np.ndarray) else None for g in gs]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fastopt.agc(x_arg, g_arg, **kw)
+    except (TypeError, ValueError):
+        if [as_bytes(a) for a in watched] != before:
+            raise AssertionError("agc raised but modified an array") from None
+        return
+    for a, b in zip(watched, before):
+        if as_bytes(a) != b and not any(np.may_share_memory(a, g) for g in gs):
+            raise AssertionError("agc modified an array other than g")
+    clip = kw.get("clipping", 0.01)
+    per = [c for c in clip] if isinstance(clip, (list, tuple)) else [clip] * n
+    for i in range(n):
+        check_agc(gs[i], xs[i], g0[i], None if per[i] is None else float(per[i]),
+                  float(kw.get("eps", 1e-3)), kw.get("layout", "oi"), f"agc g[{i}]")
+
+
+def check_fused(args, pre, kwargs):
+    """A successful momentum(..., clipping=...) equals agc() on a copy of g
+    followed by momentum(), bit for bit (the documented equivalence)."""
+    single = not isinstance(args[0], (list, tuple))
+    # AGC's reduction order follows the memory order (C or F), so the copies
+    # get the order the call itself ran in: x's, if x and v are both
+    # contiguous in it, native and aligned (the fast path), else C (the
+    # copies fastopt makes)
+    orders = []
+    for x, v in zip(pre[0], pre[2]):
+        o = "C" if x.flags.c_contiguous else "F" if x.flags.f_contiguous else None
+        flag = "c_contiguous" if o == "C" else "f_contiguous"
+        ok = o is not None and all(a.dtype.isnative and a.flags.aligned and getattr(a.flags, flag)
+                                   for a in (x, v))
+        orders.append(o if ok else "C")
+    xs = [np.array(a, dtype=a.dtype.newbyteorder("="), order=o) for a, o in zip(pre[0], orders)]
+    gs = [np.array(np.broadcast_to(g, x.shape), dtype=x.dtype, order=o)
+          for g, x, o in zip(pre[1], xs, orders)]
+    vs = [np.array(a, dtype=a.dtype.newbyteorder("="), order=o) for a, o in zip(pre[2], orders)]
+    pack = (lambda seq: seq[0]) if single else list
+    rest = {k: v for k, v in kwargs.items() if k not in ("clipping", "clip_eps", "layout")}
+    agc_kw = {"clipping": kwargs["clipping"], "eps": kwargs.get("clip_eps", 1e-3),
+              "layout": kwargs.get("layout", "oi")}
+    fastopt.agc(pack(xs), pack(gs), **agc_kw)
+    fastopt.momentum(pack(xs), pack(gs), pack(vs), **rest)
+    outs_x = [args[0]] if single else list(args[0])
+    outs_v = [args[2]] if single else list(args[2])
+    for i, (a, b) in enumerate(zip(outs_x + outs_v, xs + vs)):
+        if np.asarray(a, dtype=b.dtype).tobytes() != b.tobytes():
+            raise AssertionError(f"fused AGC momentum differs from agc + momentum ({i})")
+
+
 # ------------------------------------------------------------ the oracle
 
 def arrays_in(obj, out):
@@ -570,7 +701,8 @@ def as_bytes(a: np.ndarray) -> bytes:
 
 
 def plain(op, kwargs):
-    """The hyperparameters as the reference takes them (call succeeded: valid)."""
+    """The hyperparameters as the reference takes them (call succeeded: valid;
+    AGC's arguments without clipping are ignored by momentum)."""
     hp = {"lr": float(np.asarray(kwargs["lr"]).reshape(())),
           "t": int(np.asarray(kwargs["t"]).reshape(()))}
     for name in HYPER[op]:
@@ -584,6 +716,9 @@ def plain(op, kwargs):
 def TestOneInput(data: bytes) -> None:
     src = Source(data)
     target = src.int(0, 7)
+    if target == 5 and HAVE_AGC:
+        agc_case(src)
+        return
     if target == 6 and HAVE_OPTIM:
         optim_case(src)
         return
@@ -624,6 +759,9 @@ def TestOneInput(data: bytes) -> None:
         if not any(np.may_share_memory(a, o) for o in outs):
             if as_bytes(a) != before[i]:
                 raise AssertionError(f"{op} modified an array it only reads")
+    if kwargs.get("clipping") is not None:
+        check_fused(args, pre, kwargs)
+        return
     hp = plain(op, kwargs)
     xs, gs, states = pre[0], pre[1], pre[2:]
     single = not isinstance(args[0], (list, tuple))
