@@ -34,13 +34,14 @@ UBSAN_LIB=$("$CC" -print-file-name=libubsan.so)
 "$PY" -c "import Cython, setuptools, numpy, pytest" 2>/dev/null \
     || fail "$PY lacks Cython/setuptools/numpy/pytest: install the test extras first (pip install '.[test]')"
 
-# --- a scratch copy of the sources (no build products)
+# --- a scratch copy of the checkout (sources only: no build products, caches
+#     or virtual environments)
 mkdir -p "$LOGS"
-for p in setup.py pyproject.toml MANIFEST.in README.md fastopt src_c tests; do
-    [ -e "$ROOT/$p" ] && cp -R "$ROOT/$p" "$WORK/"
-done
-find "$WORK" \( -name '*.so' -o -name '__pycache__' -o -name '.hypothesis' \) -prune -exec rm -rf {} +
-rm -f "$WORK/fastopt/_core.c" "$WORK"/fastopt/*.html
+tar -C "$ROOT" -cf - --exclude=./.git --exclude=./build --exclude=./dist \
+    --exclude='*.egg-info' --exclude='.venv*' --exclude=.hypothesis --exclude=.pytest_cache \
+    --exclude=.benchmarks --exclude=__pycache__ --exclude='*.so' --exclude='./fastopt/*.c' \
+    --exclude='./fastopt/*.html' . | tar -C "$WORK" -xf - \
+    || fail "could not copy the checkout to $WORK"
 
 # --- build with the sanitizers (the normal -O3 flags stay; these are added)
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
@@ -79,7 +80,9 @@ if [ "$nfiles" -gt 0 ]; then
     for f in "$LOGS"/*; do echo "==== $f"; head -60 "$f"; done
 fi
 result=$(grep -E '[0-9]+ (passed|failed|errors?)( |,|$)' "$WORK/pytest.log" | tail -1)
-[ -n "$result" ] || result="pytest did not finish (crashed or aborted)"
+if [ -z "$result" ]; then
+    if [ "$rc" -eq 0 ]; then result="pytest passed"; else result="pytest did not finish (crashed or aborted?)"; fi
+fi
 if [ "$rc" -ne 0 ] || [ "$reports" -gt 0 ]; then
     echo "SANITIZE: FAIL - pytest exit $rc, $reports sanitizer report(s); $result (build $((t1 - t0)) s, tests $((t2 - t1)) s)"
     exit 1

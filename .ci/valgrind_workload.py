@@ -65,6 +65,27 @@ x = mk((4, 6), F64, 1.0)
 each_op(x, x, like(x))                                 # g is x
 each_op(x, np.broadcast_to(np.float64(0.5), x.shape), like(x))
 
+# AGC: standalone, unit norms, fused with momentum (both layouts, rows and
+# columns, one tensor above the serial threshold, an excluded tensor)
+if hasattr(fastopt, "agc"):
+    rng = np.random.default_rng(0)
+    ws = [rng.standard_normal(s).astype(dt) for s, dt in
+          (((64, 3, 3, 3), F32), ((10, 7), F64), ((300, 301), F32), ((5,), F32), ((), F64))]
+    for layout in ("oi", "io"):
+        for nt in (1, 2):
+            gs = [rng.standard_normal(w.shape).astype(w.dtype) for w in ws]
+            fastopt.agc(ws, gs, clipping=[0.01, None, 0.1, 0.5, 0.01], layout=layout,
+                        n_threads=nt)
+            for w in ws:
+                fastopt.unitwise_norm(w, layout=layout)
+            vs = [np.zeros_like(w) for w in ws]
+            fastopt.momentum(ws, gs, vs, lr=0.01, t=1, clipping=0.01, layout=layout,
+                             n_threads=nt)
+    fastopt.momentum(ws[1].T, ws[1].T.copy(), np.zeros((7, 10)), lr=0.1, t=0,
+                     clipping=0.1)                     # copying path
+    g_big = np.full((2, 4), 1e20, F32)
+    fastopt.agc(np.ones((2, 4), F32), g_big, clipping=0.01)   # float32 range fallback
+
 # error paths: a bad tensor at the end
 xs = [mk((3,), F32, 1.0) for _ in range(12)]
 gs = [mk((3,), F32, 0.5) for _ in range(12)]

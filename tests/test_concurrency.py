@@ -1,6 +1,7 @@
-"""Concurrency: 8 Python threads x 1,000 calls each, with OpenMP threads
-inside the calls, on per-thread parameters and states and on gradients shared
-read-only between all threads (contiguous ones through the fast path, strided
+"""Concurrency: 8 Python threads x 1,000 calls each (Momentum, Adagrad,
+Adam and AGC-fused Momentum), with OpenMP threads inside the calls, on
+per-thread parameters and states and on gradients shared read-only between
+all threads (contiguous ones through the fast path, strided
 and broadcast ones through the copying path). Every result must equal, bit
 for bit, a serial replay of the same sequence of calls on one thread.
 """
@@ -15,8 +16,8 @@ import fastopt
 
 N_PY_THREADS = 8
 CALLS = 1000
-OPS = ("momentum", "adagrad", "adam")
-STATES = {"momentum": 1, "adagrad": 1, "adam": 2}
+OPS = ("momentum", "adagrad", "adam", "momentum+agc")
+STATES = {"momentum": 1, "adagrad": 1, "adam": 2, "momentum+agc": 1}
 
 
 def shared_gradients():
@@ -45,7 +46,9 @@ def fresh_params(seed):
 
 def plan(k):
     """What Python thread k does: its op, thread count and hyperparameters."""
-    op = OPS[k % 3]
+    op = OPS[k % 4]
+    if op == "momentum+agc" and not hasattr(fastopt, "agc"):
+        op = "momentum"
     n_threads = 2 + k % 3
     return op, n_threads
 
@@ -58,14 +61,15 @@ def run_sequence(k, shared, n_threads_override=None, check_ctx=False):
     xs = fresh_params(100 + k)
     states = [[np.abs(a) * 0.1 for a in fresh_params(200 + k + 10 * j)]
               for j in range(STATES[op])]
-    fn = getattr(fastopt, op)
+    fn = getattr(fastopt, op.split("+")[0])
+    extra = {"clipping": [0.01, None, 0.1]} if op == "momentum+agc" else {}
     for i in range(CALLS):
         lr = 1e-3 * (1 + (i + k) % 5)
         if i % 4 == 3:   # strided and broadcast shared gradients: the copying path
             gs = [g[0], strided, row]
         else:
             gs = g
-        kw = {"lr": lr, "t": i + (1 if op == "adam" else 0)}
+        kw = {"lr": lr, "t": i + (1 if op == "adam" else 0), **extra}
         if check_ctx:
             with fastopt.set_num_threads(n_threads):
                 assert fastopt.get_num_threads() == n_threads
