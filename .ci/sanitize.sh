@@ -5,8 +5,10 @@
 #   bash .ci/sanitize.sh [extra pytest args]
 #
 # Uses the `python` on PATH (or $PYTHON): run it inside the environment that
-# has the test extras installed (they include Cython and setuptools, which the
-# build needs). Nothing is installed and the normal build is not touched.
+# has the test extras installed. The build happens in place when Cython and
+# setuptools are importable, else through pip into the scratch directory
+# (like `pip install .`: an isolated build environment). Nothing is installed
+# into the environment and the normal build is not touched.
 # The ASan runtime is preloaded (CPython itself is not instrumented); leak
 # detection is off because CPython keeps memory alive at exit -- leaks are
 # covered by .ci/valgrind.sh and tests/test_leaks.py. Every sanitizer report
@@ -31,8 +33,8 @@ ASAN_LIB=$("$CC" -print-file-name=libasan.so)
 UBSAN_LIB=$("$CC" -print-file-name=libubsan.so)
 [ -f "$ASAN_LIB" ] || fail "libasan.so not found for $CC (install the compiler's ASan runtime, e.g. libasan8)"
 [ -f "$UBSAN_LIB" ] || fail "libubsan.so not found for $CC (e.g. libubsan1)"
-"$PY" -c "import Cython, setuptools, numpy, pytest" 2>/dev/null \
-    || fail "$PY lacks Cython/setuptools/numpy/pytest: install the test extras first (pip install '.[test]')"
+"$PY" -c "import numpy, pytest, hypothesis" 2>/dev/null \
+    || fail "$PY lacks numpy/pytest/hypothesis: install the test extras first (pip install '.[test]')"
 
 # --- a scratch copy of the checkout (sources only: no build products, caches
 #     or virtual environments)
@@ -43,14 +45,26 @@ tar -C "$ROOT" -cf - --exclude=./.git --exclude=./build --exclude=./dist \
     --exclude='./fastopt/*.html' . | tar -C "$WORK" -xf - \
     || fail "could not copy the checkout to $WORK"
 
-# --- build with the sanitizers (the normal -O3 flags stay; these are added)
+# --- build with the sanitizers (the normal -O3 flags stay; these are added).
+#     With Cython and setuptools in the environment: in place, offline. Else
+#     like `pip install .` (an isolated build environment) into $WORK/site.
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
-echo "sanitize: building in $WORK with: $SAN"
+export FASTOPT_EXTRA_CFLAGS="$SAN" FASTOPT_EXTRA_LDFLAGS="-fsanitize=address,undefined"
+export FASTOPT_DEBUG=1
 t0=$(date +%s)
-( cd "$WORK" && FASTOPT_EXTRA_CFLAGS="$SAN" FASTOPT_EXTRA_LDFLAGS="-fsanitize=address,undefined" \
-      FASTOPT_DEBUG=1 FASTOPT_REQUIRE_OPENMP=${FASTOPT_REQUIRE_OPENMP:-0} \
-      "$PY" setup.py -q build_ext --inplace ) > "$WORK/build.log" 2>&1 \
-    || { tail -40 "$WORK/build.log"; fail "sanitizer build failed"; }
+if "$PY" -c "import Cython, setuptools" 2>/dev/null; then
+    echo "sanitize: building in place in $WORK with: $SAN"
+    SITE="$WORK"
+    ( cd "$WORK" && "$PY" setup.py -q build_ext --inplace ) > "$WORK/build.log" 2>&1 \
+        || { tail -40 "$WORK/build.log"; fail "sanitizer build failed"; }
+else
+    echo "sanitize: building with pip into $WORK/site with: $SAN"
+    SITE="$WORK/site"
+    "$PY" -m pip install --no-deps --no-cache-dir --target "$SITE" "$WORK" \
+        > "$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log"; fail "sanitizer build failed"; }
+    rm -rf "$WORK/fastopt"      # so the tests cannot import the unbuilt sources
+fi
+unset FASTOPT_EXTRA_CFLAGS FASTOPT_EXTRA_LDFLAGS FASTOPT_DEBUG
 t1=$(date +%s)
 
 # --- run the suite against it
@@ -61,13 +75,15 @@ export PYTHONMALLOC=malloc          # Python objects through ASan's allocator to
 export PYTHONFAULTHANDLER=1
 export PYTHONDONTWRITEBYTECODE=1
 
-# the tests must import the sanitized build from the scratch copy
-( cd "$WORK" && "$PY" - <<'EOF'
+# the tests must import the sanitized build
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+( cd "$WORK" && SITE="$SITE" "$PY" - <<'EOF'
 import os, fastopt
-assert os.path.dirname(fastopt.__file__) == os.path.join(os.getcwd(), "fastopt"), fastopt.__file__
+where = os.path.dirname(os.path.abspath(fastopt.__file__))
+assert where == os.path.join(os.path.abspath(os.environ["SITE"]), "fastopt"), where
 assert "-fsanitize=address,undefined" in fastopt.config()["cflags"], fastopt.config()["cflags"]
 EOF
-) || fail "the scratch copy does not import its own sanitized build"
+) || fail "the tests would not import the sanitized build"
 
 ( cd "$WORK" && "$PY" -m pytest -q -p no:cacheprovider --capture=sys "$@" ) 2>&1 | tee "$WORK/pytest.log"
 rc=${PIPESTATUS[0]}
