@@ -29,7 +29,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import struct
 import zipfile
+import zlib
 from typing import Callable, Optional
 
 import numpy as np
@@ -38,6 +40,15 @@ from . import _updates
 from . import _validation as _v
 
 __all__ = ["Momentum", "Adagrad", "Adam", "CheckpointError"]
+
+# What reading a damaged .npz can raise, besides CheckpointError: zipfile
+# raises NotImplementedError for an unknown compression method and
+# RuntimeError for an "encrypted" entry (a flipped flag bit), zlib.error for
+# corrupt deflate data, struct.error / OverflowError / MemoryError for
+# corrupt sizes and headers.
+_READ_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile,
+                UnicodeError, NotImplementedError, RuntimeError, zlib.error, struct.error,
+                OverflowError, MemoryError)
 
 _FORMAT = "fastopt.optim"
 _VERSION = 1
@@ -787,8 +798,7 @@ class _Optimizer:
                 sd = self._read_npz(f, fh)
             except CheckpointError as exc:
                 raise CheckpointError(f"{exc} (file {path!r})") from None
-            except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile,
-                    UnicodeError) as exc:
+            except _READ_ERRORS as exc:
                 raise CheckpointError(
                     f"{f}: {path!r} is not a readable fastopt checkpoint (truncated, "
                     f"corrupt or not an .npz file): {type(exc).__name__}: {exc}") from exc

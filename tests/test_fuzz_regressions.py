@@ -87,3 +87,60 @@ def test_unitwise_norm_beyond_float32_range_is_inf_without_a_warning():
     x = np.full((2, 4), 3e38, np.float32)
     out = fastopt.unitwise_norm(x)            # filterwarnings=error: a warning fails
     assert out.dtype == np.float32 and np.isinf(out).all()
+
+
+def _damaged_checkpoints(path):
+    """(description, bytes) of checkpoints damaged in ways zipfile reports
+    with exceptions other than BadZipFile."""
+    import io
+    import zipfile
+
+    with open(path, "rb") as fh:
+        data = fh.read()
+    out = []
+    # an unknown compression method in the first local header (offset 8)
+    d = bytearray(data)
+    d[8:10] = (99).to_bytes(2, "little")
+    i = data.find(b"PK\x01\x02")                 # and in the central directory (offset 10)
+    if i >= 0:
+        d[i + 10:i + 12] = (99).to_bytes(2, "little")
+    out.append(("unknown compression method", bytes(d)))
+    # the "encrypted" flag bit set
+    d = bytearray(data)
+    d[6] |= 1
+    if i >= 0:
+        d[i + 8] |= 1
+    out.append(("encrypted flag", bytes(d)))
+    # a deflate-compressed archive with its compressed data damaged
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for n, b in members.items():
+            z.writestr(n, b)
+    d = bytearray(buf.getvalue())
+    j = d.find(b"PK\x03\x04")
+    start = j + 30 + int.from_bytes(d[j + 26:j + 28], "little") + \
+        int.from_bytes(d[j + 28:j + 30], "little")
+    for k in range(start, start + 8):
+        d[k] ^= 0xFF
+    out.append(("corrupt deflate data", bytes(d)))
+    return out
+
+
+def test_damaged_checkpoint_raises_checkpoint_error(tmp_path):
+    # zipfile raised NotImplementedError / RuntimeError / zlib.error through
+    # Optimizer.load instead of CheckpointError (found by the fuzzer)
+    optim = pytest.importorskip("fastopt.optim")
+    p = np.ones(5, np.float32)
+    opt = optim.Adam([p], lr=0.1)
+    opt.step([np.full(5, 0.5, np.float32)])
+    path = str(tmp_path / "ckpt.npz")
+    opt.save(path)
+    before = [a.tobytes() for a in opt.state["v"] + opt.state["h"]], opt.steps
+    for what, data in _damaged_checkpoints(path):
+        bad = tmp_path / "bad.npz"
+        bad.write_bytes(data)
+        with pytest.raises(optim.CheckpointError, match="not a readable fastopt checkpoint"):
+            opt.load(str(bad))
+        assert ([a.tobytes() for a in opt.state["v"] + opt.state["h"]], opt.steps) == before, what
