@@ -86,6 +86,11 @@ default_n_threads = contextvars.ContextVar("fastopt_n_threads", default=None)
 cdef enum:
     STACK_TENSORS = 8
 
+# Largest n_threads accepted, as _validation.MAX_THREADS (the C driver also
+# never starts more threads than the call has 64 KiB pieces of work).
+cdef enum:
+    MAX_THREADS = 1024
+
 cdef int _OUT_FLAGS = cnp.NPY_ARRAY_WRITEABLE | cnp.NPY_ARRAY_ALIGNED
 cdef int _IN_FLAGS = cnp.NPY_ARRAY_ALIGNED
 
@@ -121,11 +126,18 @@ cdef inline int _threads(object n_threads):
     if type(n_threads) is not int:
         return 0
     v = PyLong_AsLongLongAndOverflow(n_threads, &overflow)
-    if overflow or v == 0 or v < -1 or v > 1 << 20:
+    if overflow or v == 0 or v < -1 or v > MAX_THREADS:
         return 0
     if v == -1:
         return fo_num_procs()
     return <int>v
+
+
+cdef inline object _pin(object seq):
+    """A list's items as a tuple held by the caller's frame: the C call runs
+    without the GIL, so every array it writes must stay referenced even if
+    another Python thread empties the caller's list meanwhile."""
+    return tuple(<list>seq) if type(seq) is list else seq
 
 
 cdef inline bint _real(object o, double *out):
@@ -343,6 +355,8 @@ def momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
     cdef _Gather buf
     cdef Py_ssize_t nt = 0
     cdef int nth, rc
+    if type(mode) is not str:
+        return False
     if mode == "standard":
         a.mode = FO_STANDARD
     elif mode == "nesterov":
@@ -354,6 +368,9 @@ def momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
             and _real(alpha, &a.alpha) and _real(beta, &a.beta)
             and _real(norm_coefficient, &a.norm_coefficient)):
         return False
+    xs = _pin(xs)
+    gs = _pin(gs)
+    vs = _pin(vs)
     buf = _Gather.__new__(_Gather)
     if not _gather(buf, xs, gs, vs, None, &nt):
         return False
@@ -376,6 +393,9 @@ def adagrad(xs, gs, hs, lr, t, decay_factor, epsilon, norm_coefficient,
             and _real(epsilon, &a.epsilon) and a.epsilon >= 0
             and _real(norm_coefficient, &a.norm_coefficient)):
         return False
+    xs = _pin(xs)
+    gs = _pin(gs)
+    hs = _pin(hs)
     buf = _Gather.__new__(_Gather)
     if not _gather(buf, xs, gs, hs, None, &nt):
         return False
@@ -403,6 +423,10 @@ def adam(xs, gs, vs, hs, lr, t, alpha, beta, epsilon, norm_coefficient,
         return False
     if hs is None:
         return False
+    xs = _pin(xs)
+    gs = _pin(gs)
+    vs = _pin(vs)
+    hs = _pin(hs)
     buf = _Gather.__new__(_Gather)
     if not _gather(buf, xs, gs, vs, hs, &nt):
         return False
