@@ -94,7 +94,7 @@ cdef inline int _threads(object n_threads):
     if type(n_threads) is not int:
         return 0
     v = PyLong_AsLongLongAndOverflow(n_threads, &overflow)
-    if overflow or v == 0 or v < -1 or v > 1 << 20:
+    if overflow or v == 0 or v < -1 or v > 1024:
         return 0
     if v == -1:
         return fo_num_procs()
@@ -122,6 +122,8 @@ cdef inline bint _count(object o, int64_t *out):
 
 cdef inline int _layout(object layout):
     """LAYOUT_OI, LAYOUT_IO, or -1 to decline."""
+    if type(layout) is not str:
+        return -1
     if layout == "oi":
         return LAYOUT_OI
     if layout == "io":
@@ -340,6 +342,10 @@ def agc(xs, gs, clipping, eps, layout, n_threads):
     nth = _threads(n_threads)
     if lay < 0 or not (nth and _real(eps, &e) and e > 0):
         return False
+    # tuples held here: the C call runs without the GIL, and another thread
+    # could empty a list the caller passed (see _core._pin)
+    xs = tuple(xs) if type(xs) is list else xs
+    gs = tuple(gs) if type(gs) is list else gs
     buf = _Buf.__new__(_Buf)
     if not _gather(buf, xs, gs, None, clipping, lay, &nt):
         return False
@@ -358,6 +364,8 @@ def agc_momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
     cdef Py_ssize_t nt = 0
     cdef int nth, rc, lay
     cdef double e = 0.0
+    if type(mode) is not str:
+        return False
     if mode == "standard":
         a.mode = FO_STANDARD
     elif mode == "nesterov":
@@ -372,6 +380,9 @@ def agc_momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
             and _real(norm_coefficient, &a.norm_coefficient)
             and _real(eps, &e) and e > 0):
         return False
+    xs = tuple(xs) if type(xs) is list else xs     # held for the nogil call
+    gs = tuple(gs) if type(gs) is list else gs
+    vs = tuple(vs) if type(vs) is list else vs
     buf = _Buf.__new__(_Buf)
     if not _gather(buf, xs, gs, vs, clipping, lay, &nt):
         return False

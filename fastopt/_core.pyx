@@ -86,6 +86,11 @@ default_n_threads = contextvars.ContextVar("fastopt_n_threads", default=None)
 cdef enum:
     STACK_TENSORS = 8
 
+# Largest n_threads accepted, as _validation.MAX_THREADS (the C driver also
+# never starts more threads than the call has 64 KiB pieces of work).
+cdef enum:
+    MAX_THREADS = 1024
+
 cdef int _OUT_FLAGS = cnp.NPY_ARRAY_WRITEABLE | cnp.NPY_ARRAY_ALIGNED
 cdef int _IN_FLAGS = cnp.NPY_ARRAY_ALIGNED
 
@@ -121,11 +126,18 @@ cdef inline int _threads(object n_threads):
     if type(n_threads) is not int:
         return 0
     v = PyLong_AsLongLongAndOverflow(n_threads, &overflow)
-    if overflow or v == 0 or v < -1 or v > 1 << 20:
+    if overflow or v == 0 or v < -1 or v > MAX_THREADS:
         return 0
     if v == -1:
         return fo_num_procs()
     return <int>v
+
+
+cdef inline object _pin(object seq):
+    """A list's items as a tuple held by the caller's frame: the C call runs
+    without the GIL, so every array it writes must stay referenced even if
+    another Python thread empties the caller's list meanwhile."""
+    return tuple(<list>seq) if type(seq) is list else seq
 
 
 cdef inline bint _real(object o, double *out):
@@ -171,47 +183,53 @@ cdef inline bint _fast_array(object o, int type_num, int flags, int order,
             and (like is None or _same_shape(a, like)))
 
 
-cdef class _Gather:
-    """Per-call buffers: the fo_tensor list and the byte ranges to check for
-    overlap. Stack storage for a few tensors, the heap beyond that."""
-    cdef fo_tensor stack_t[STACK_TENSORS]
-    cdef int64_t stack_e[STACK_TENSORS * 8]
-    cdef int64_t stack_s[STACK_TENSORS * 24 + 1]
-    cdef unsigned char stack_o[STACK_TENSORS * 4]
-    cdef fo_tensor *ts
-    cdef int64_t *ext
-    cdef int64_t *scratch
-    cdef unsigned char *is_out
-    cdef Py_ssize_t cap
+cdef struct Gather:
+    # Per-call buffers: the fo_tensor list and the byte ranges to check for
+    # overlap; in the C stack frame of the entry point for a few tensors
+    # (a cdef class here cost ~3,000 instructions a call: allocating and
+    # zeroing 2.5 KB), on the heap beyond that.
+    fo_tensor stack_t[STACK_TENSORS]
+    int64_t stack_e[STACK_TENSORS * 8]
+    int64_t stack_s[STACK_TENSORS * 24 + 1]
+    unsigned char stack_o[STACK_TENSORS * 4]
+    fo_tensor *ts
+    int64_t *ext
+    int64_t *scratch
+    unsigned char *is_out
+    Py_ssize_t cap
 
-    def __cinit__(self):
-        self.ts = self.stack_t
-        self.ext = self.stack_e
-        self.scratch = self.stack_s
-        self.is_out = self.stack_o
-        self.cap = STACK_TENSORS
 
-    cdef int reserve(self, Py_ssize_t nt) except -1:
-        if nt <= self.cap:
-            return 0
-        self.ts = <fo_tensor *>PyMem_Malloc(nt * sizeof(fo_tensor))
-        self.ext = <int64_t *>PyMem_Malloc(nt * 8 * sizeof(int64_t))
-        self.scratch = <int64_t *>PyMem_Malloc((nt * 24 + 1) * sizeof(int64_t))
-        self.is_out = <unsigned char *>PyMem_Malloc(nt * 4)
-        self.cap = nt
-        if not (self.ts and self.ext and self.scratch and self.is_out):
-            raise MemoryError()
+cdef inline void _init(Gather *b) noexcept nogil:
+    b.ts = b.stack_t
+    b.ext = b.stack_e
+    b.scratch = b.stack_s
+    b.is_out = b.stack_o
+    b.cap = STACK_TENSORS
+
+
+cdef int _reserve(Gather *b, Py_ssize_t nt) except -1:
+    if nt <= b.cap:
         return 0
+    b.cap = nt
+    b.ts = <fo_tensor *>PyMem_Malloc(nt * sizeof(fo_tensor))
+    b.ext = <int64_t *>PyMem_Malloc(nt * 8 * sizeof(int64_t))
+    b.scratch = <int64_t *>PyMem_Malloc((nt * 24 + 1) * sizeof(int64_t))
+    b.is_out = <unsigned char *>PyMem_Malloc(nt * 4)
+    if not (b.ts and b.ext and b.scratch and b.is_out):
+        raise MemoryError()
+    return 0
 
-    def __dealloc__(self):
-        if self.ts != self.stack_t:
-            PyMem_Free(self.ts)
-            PyMem_Free(self.ext)
-            PyMem_Free(self.scratch)
-            PyMem_Free(self.is_out)
+
+cdef inline void _release(Gather *b) noexcept:
+    if b.cap > STACK_TENSORS:     # PyMem_Free(NULL) is a no-op
+        PyMem_Free(b.ts)
+        PyMem_Free(b.ext)
+        PyMem_Free(b.scratch)
+        PyMem_Free(b.is_out)
+        _init(b)
 
 
-cdef inline void _range(_Gather buf, Py_ssize_t k, const void *p, int64_t nbytes,
+cdef inline void _range(Gather *buf, Py_ssize_t k, const void *p, int64_t nbytes,
                         unsigned char is_out):
     buf.ext[2 * k] = <int64_t>p
     buf.ext[2 * k + 1] = <int64_t>p + nbytes
@@ -229,7 +247,7 @@ cdef int64_t _order_m = -1
 cdef int64_t _order_n = -1
 
 
-cdef int _overlap(_Gather buf, int64_t m) except -1:
+cdef int _overlap(Gather *buf, int64_t m) except -1:
     """1 if some written range overlaps another, else 0."""
     global _order, _order_cap, _order_m, _order_n
     cdef int64_t oi = 0, oj = 0, none = -1
@@ -260,7 +278,7 @@ cdef inline object _item(object seq, Py_ssize_t i):
     return (<tuple>seq)[i]
 
 
-cdef int _gather(_Gather buf, object xs, object gs, object s1s, object s2s,
+cdef int _gather(Gather *buf, object xs, object gs, object s1s, object s2s,
                  Py_ssize_t *nt_out) except -1:
     """Fill buf with the tensors of a call if all of them qualify for the
     fast path; return 1, or 0 to decline. Writes nothing to any array."""
@@ -282,7 +300,7 @@ cdef int _gather(_Gather buf, object xs, object gs, object s1s, object s2s,
             return 0
     else:
         nt = 1
-    buf.reserve(nt)
+    _reserve(buf, nt)
 
     for i in range(nt):
         if seq:
@@ -343,9 +361,11 @@ def momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
              n_threads):
     """Fast path of fastopt.momentum. True if done, False to decline."""
     cdef fo_momentum_args a
-    cdef _Gather buf
+    cdef Gather buf
     cdef Py_ssize_t nt = 0
     cdef int nth, rc
+    if type(mode) is not str:
+        return False
     if mode == "standard":
         a.mode = FO_STANDARD
     elif mode == "nesterov":
@@ -357,11 +377,17 @@ def momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
             and _real(alpha, &a.alpha) and _real(beta, &a.beta)
             and _real(norm_coefficient, &a.norm_coefficient)):
         return False
-    buf = _Gather.__new__(_Gather)
-    if not _gather(buf, xs, gs, vs, None, &nt):
-        return False
-    with nogil:
-        rc = fo_momentum(buf.ts, nt, &a, nth)
+    xs = _pin(xs)
+    gs = _pin(gs)
+    vs = _pin(vs)
+    _init(&buf)
+    try:
+        if not _gather(&buf, xs, gs, vs, None, &nt):
+            return False
+        with nogil:
+            rc = fo_momentum(buf.ts, nt, &a, nth)
+    finally:
+        _release(&buf)
     _check_rc(rc)
     return True
 
@@ -370,7 +396,7 @@ def adagrad(xs, gs, hs, lr, t, decay_factor, epsilon, norm_coefficient,
             n_threads):
     """Fast path of fastopt.adagrad. True if done, False to decline."""
     cdef fo_adagrad_args a
-    cdef _Gather buf
+    cdef Gather buf
     cdef Py_ssize_t nt = 0
     cdef int nth, rc
     nth = _threads(n_threads)
@@ -379,11 +405,17 @@ def adagrad(xs, gs, hs, lr, t, decay_factor, epsilon, norm_coefficient,
             and _real(epsilon, &a.epsilon) and a.epsilon >= 0
             and _real(norm_coefficient, &a.norm_coefficient)):
         return False
-    buf = _Gather.__new__(_Gather)
-    if not _gather(buf, xs, gs, hs, None, &nt):
-        return False
-    with nogil:
-        rc = fo_adagrad(buf.ts, nt, &a, nth)
+    xs = _pin(xs)
+    gs = _pin(gs)
+    hs = _pin(hs)
+    _init(&buf)
+    try:
+        if not _gather(&buf, xs, gs, hs, None, &nt):
+            return False
+        with nogil:
+            rc = fo_adagrad(buf.ts, nt, &a, nth)
+    finally:
+        _release(&buf)
     _check_rc(rc)
     return True
 
@@ -392,7 +424,7 @@ def adam(xs, gs, vs, hs, lr, t, alpha, beta, epsilon, norm_coefficient,
          norm_coefficient_post, n_threads):
     """Fast path of fastopt.adam. True if done, False to decline."""
     cdef fo_adam_args a
-    cdef _Gather buf
+    cdef Gather buf
     cdef Py_ssize_t nt = 0
     cdef int nth, rc
     nth = _threads(n_threads)
@@ -406,11 +438,18 @@ def adam(xs, gs, vs, hs, lr, t, alpha, beta, epsilon, norm_coefficient,
         return False
     if hs is None:
         return False
-    buf = _Gather.__new__(_Gather)
-    if not _gather(buf, xs, gs, vs, hs, &nt):
-        return False
-    with nogil:
-        rc = fo_adam(buf.ts, nt, &a, nth)
+    xs = _pin(xs)
+    gs = _pin(gs)
+    vs = _pin(vs)
+    hs = _pin(hs)
+    _init(&buf)
+    try:
+        if not _gather(&buf, xs, gs, vs, hs, &nt):
+            return False
+        with nogil:
+            rc = fo_adam(buf.ts, nt, &a, nth)
+    finally:
+        _release(&buf)
     _check_rc(rc)
     return True
 

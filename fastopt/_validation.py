@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - NumPy 1.x
     _byte_bounds = np.byte_bounds
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+MAX_THREADS = 1024   # as _core.MAX_THREADS
 _T_MAX = 2**63
 
 
@@ -31,6 +32,15 @@ def _type_name(obj) -> str:
 
 
 # ---------------------------------------------------------------- scalars
+
+def _to_float(value) -> float:
+    """float(value), with integers too large for a double as +-inf (so the
+    finiteness checks reject them with their own message)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
 
 def check_lr(fname: str, lr, name: str = "lr") -> float:
     """A finite learning rate >= 0, from a real number or a one-element array."""
@@ -42,7 +52,7 @@ def check_lr(fname: str, lr, name: str = "lr") -> float:
         lr = lr.reshape(()).item()
     if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, numbers.Real):
         raise TypeError(f"{fname}: {name} must be a real number, got {_type_name(lr)}")
-    value = float(lr)
+    value = _to_float(lr)
     if not (math.isfinite(value) and value >= 0.0):
         raise ValueError(f"{fname}: {name} must be a finite number >= 0, got {value!r}")
     return value
@@ -74,7 +84,7 @@ def check_real(fname: str, name: str, value, *, low=None, low_open=False,
     """A finite real hyperparameter, optionally within [low, high] bounds."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{fname}: {name} must be a real number, got {_type_name(value)}")
-    v = float(value)
+    v = _to_float(value)
     if not math.isfinite(v):
         raise ValueError(f"{fname}: {name} must be finite, got {v!r}")
     if low is not None and (v <= low if low_open else v < low):
@@ -103,10 +113,10 @@ def check_n_threads(fname: str, n_threads):
     except TypeError:
         raise TypeError(
             f"{fname}: n_threads must be an int or None, got {_type_name(n_threads)}") from None
-    if n == 0 or n < -1 or n > 1 << 20:
+    if n == 0 or n < -1 or n > MAX_THREADS:
         raise ValueError(
-            f"{fname}: n_threads must be a positive int, -1 (all cores) or None "
-            f"(the default), got {n}")
+            f"{fname}: n_threads must be a positive int up to {MAX_THREADS}, -1 (all "
+            f"cores) or None (the default), got {n}")
     return n
 
 
@@ -162,6 +172,22 @@ def _extent(a: np.ndarray):
     if a.size == 0:
         return None
     return _byte_bounds(a)
+
+
+def _self_overlapping(a: np.ndarray) -> bool:
+    """Whether two elements of a may share memory (a broadcast or as_strided
+    view). Sufficient test: in order of stride size, every stride must clear
+    the extent spanned by the smaller ones. (Exotic interleaved layouts that
+    pass numpy's exact test but fail this one are rejected too.)"""
+    if a.size <= 1 or a.flags.c_contiguous or a.flags.f_contiguous:
+        return False
+    dims = sorted((abs(s), n) for s, n in zip(a.strides, a.shape) if n > 1)
+    extent = a.itemsize
+    for stride, n in dims:
+        if stride < extent:
+            return True
+        extent = stride * (n - 1) + extent
+    return False
 
 
 def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
@@ -233,6 +259,10 @@ def tensors(fname: str, x, g, states: dict) -> Prepared:
         if not xi.flags.writeable:
             raise ValueError(f"{fname}: {label('x', i)} is read-only; it is "
                              f"updated in place")
+        if _self_overlapping(xi):
+            raise ValueError(f"{fname}: {label('x', i)} has elements that share memory "
+                             f"(a broadcast or as_strided view); an updated array needs "
+                             f"memory of its own for every element")
         items.append((label("x", i), xi, True))
         role = [("g", gs[i], False)] + [(name, s[i], True) for name, s in ss.items()]
         for name, a, is_out in role:
@@ -253,6 +283,11 @@ def tensors(fname: str, x, g, states: dict) -> Prepared:
                 if not a.flags.writeable:
                     raise ValueError(f"{fname}: {label(name, i)} is read-only; "
                                      f"it is updated in place")
+                if _self_overlapping(a):
+                    raise ValueError(
+                        f"{fname}: {label(name, i)} has elements that share memory (a "
+                        f"broadcast or as_strided view); an updated array needs memory "
+                        f"of its own for every element")
             else:
                 try:
                     shape = np.broadcast_shapes(a.shape, xi.shape)

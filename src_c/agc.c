@@ -354,6 +354,8 @@ static int agc_drive(const fo_agc_tensor *ts, int64_t nt, double eps,
 #ifdef _OPENMP
     if (n_threads > 1 && total >= fo_serial_bytes())
         nth = n_threads;
+    if (nth > total / (64 * 1024))    /* at most one thread per 64 KiB */
+        nth = (int)(total / (64 * 1024)) > 1 ? (int)(total / (64 * 1024)) : 1;
 #else
     (void)n_threads;
 #endif

@@ -80,6 +80,9 @@ const char *fo_isa_active(void)
 #define FO_CHUNK_BYTES ((int64_t)1024 * 1024)
 #endif
 #define FO_ALIGN 64
+/* Never more threads than 64 KiB pieces of work: extra threads cost a
+ * thread start and a barrier each and have nothing to do. */
+#define FO_MIN_THREAD_BYTES ((int64_t)64 * 1024)
 
 int64_t fo_serial_bytes(void) { return FO_SERIAL_BYTES; }
 int64_t fo_chunk_bytes(void) { return FO_CHUNK_BYTES; }
@@ -180,6 +183,8 @@ static int run(const fo_tensor *ts, int64_t nt, fo_piece_fn fn,
         pre[0] = 0;
         for (int64_t k = 0; k < nt; k++)
             pre[k + 1] = pre[k] + ts[k].n * elsize(&ts[k]);
+        if (n_threads > total / FO_MIN_THREAD_BYTES)
+            n_threads = (int)(total / FO_MIN_THREAD_BYTES);
         int64_t nchunks = (total + FO_CHUNK_BYTES - 1) / FO_CHUNK_BYTES;
         if (nchunks < n_threads)
             nchunks = n_threads;

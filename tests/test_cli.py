@@ -1,11 +1,10 @@
 """python -m fastopt: the bench and config commands and the dispatcher."""
-import subprocess
-import sys
-
 import pytest
 
 from fastopt import __main__ as cli
 from fastopt import _bench
+
+from _subprocess import run_python
 
 
 def test_bench_table(capsys):
@@ -43,13 +42,7 @@ def test_dispatcher(capsys):
 
 
 def test_module_entry_point(tmp_path):
-    import os
-
-    import fastopt
-    # run where the imported fastopt is importable (the installed package in
-    # CI; the source tree for an in-place build)
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(fastopt.__file__)))
-    r = subprocess.run([sys.executable, "-m", "fastopt", "schedule", "StandardDecay",
-                        "--param", "eta=1", "--param", "alpha=0.5", "--steps", "2"],
-                       capture_output=True, text=True, check=True, cwd=tmp_path, env=env)
+    r = run_python(["-m", "fastopt", "schedule", "StandardDecay", "--param", "eta=1",
+                    "--param", "alpha=0.5", "--steps", "2"], tmp_path)
+    assert r.returncode == 0, r.stderr
     assert "0.816496" in r.stdout

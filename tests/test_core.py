@@ -405,6 +405,61 @@ def test_bad_input_raises_and_modifies_nothing(case):
         assert arr.tobytes() == data
 
 
+def test_self_overlapping_outputs_are_rejected():
+    buf = np.zeros(4)
+    x = np.lib.stride_tricks.as_strided(buf, (3,), (0,), writeable=True)
+    with pytest.raises(ValueError, match=r"x has elements that share memory"):
+        fastopt.momentum(x, np.ones(3), np.zeros(3), lr=0.1, t=0)
+    v = np.lib.stride_tricks.as_strided(buf, (2, 2), (8, 8), writeable=True)
+    with pytest.raises(ValueError, match=r"v\[1\] has elements that share memory"):
+        fastopt.momentum([np.ones(1), np.ones((2, 2))], [np.ones(1), np.ones((2, 2))],
+                         [np.zeros(1), v], lr=0.1, t=0)
+    assert not buf.any()
+    # a strided view that does not overlap itself is fine
+    y = np.zeros((4, 6))[::2, ::3]
+    fastopt.momentum(y, np.ones((2, 2)), np.zeros((2, 2)), lr=1.0, t=0)
+    assert (y == -1).all()
+
+
+def test_huge_numbers_and_odd_types_raise_clear_errors():
+    a = [f32(3), f32(3), f32(3)]
+    with pytest.raises(ValueError, match="fastopt.momentum: lr must be a finite number"):
+        fastopt.momentum(*a, lr=10**400, t=0)
+    with pytest.raises(ValueError, match="fastopt.momentum: alpha must be finite"):
+        fastopt.momentum(*a, lr=0.1, t=0, alpha=-10**400)
+    with pytest.raises(TypeError, match="fastopt.momentum: mode must be a str"):
+        fastopt.momentum(*a, lr=0.1, t=0, mode=np.array(["nesterov"]))
+    with pytest.raises(ValueError, match="n_threads must be a positive int up to 1024"):
+        fastopt.momentum(*a, lr=0.1, t=0, n_threads=5000)
+
+
+def test_list_emptied_by_another_thread_during_the_call():
+    """The C call runs without the GIL: the arrays of a list must stay
+    referenced even if another thread empties the list meanwhile."""
+    n = 4_000_000
+    for _ in range(3):
+        xs, gs, vs = [np.zeros(n, np.float32)], [np.ones(n, np.float32)], [np.zeros(n, np.float32)]
+        started = threading.Event()
+
+        def clear():
+            started.wait()
+            xs.clear()
+            vs.clear()
+            gs.clear()
+
+        th = threading.Thread(target=clear)
+        th.start()
+        x0 = xs[0]
+        refs = (xs, gs, vs)
+        started.set()
+        try:   # must not crash; if the lists were emptied first, a clear error
+            fastopt.momentum(*refs, lr=0.5, t=0, n_threads=2)
+        except (TypeError, ValueError) as exc:
+            assert "empty" in str(exc) or "tensors but x has" in str(exc)
+        th.join()
+        assert x0[0] in (0.0, -0.5)
+
+
 def test_missing_keywords_are_required():
     with pytest.raises(TypeError):
         fastopt.momentum(f32(2), f32(2), f32(2), lr=0.1)   # t is required

@@ -8,14 +8,13 @@ Momentum node, 50 iterations) exactly like the pure reference.
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import fastopt
 import fastopt.onnx as fonnx
+from _subprocess import run_python
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 TOL = {F32: dict(rtol=1e-5, atol=1e-6), F64: dict(rtol=1e-12, atol=1e-12)}
@@ -179,7 +178,7 @@ def test_errors_name_the_onnx_function():
         fonnx.momentum(0.1, 0, np.ones(3, np.int64), g, v, **a)
 
 
-def test_works_without_onnx_installed():
+def test_works_without_onnx_installed(tmp_path):
     code = (
         "import sys; sys.modules['onnx'] = None\n"
         "import numpy as np, fastopt.onnx as fo\n"
@@ -188,16 +187,14 @@ def test_works_without_onnx_installed():
         "assert out[0].tolist() == [0.5, 1.5] and out[1].tolist() == [9.0, 16.0]\n"
         "try:\n    fo.reference_ops()\nexcept ImportError as e:\n    print('IE', e)\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
+    res = run_python(["-c", code], tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("IE fastopt.onnx.reference_ops() needs the onnx package")
 
 
-def test_importing_does_not_import_onnx():
+def test_importing_does_not_import_onnx(tmp_path):
     code = "import sys, fastopt.onnx; print('onnx' in sys.modules)"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
+    res = run_python(["-c", code], tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "False"
 
