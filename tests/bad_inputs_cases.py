@@ -262,6 +262,16 @@ CASES = [
          (np.zeros(6, F32)), ValueError,
          "fastopt.adam: g partially overlaps h, which is written; pass a copy of the "
          "gradient"),
+    Case(M, "x a writeable zero-stride view (its elements share memory)",
+         lambda: mom(x=np.lib.stride_tricks.as_strided(arr(), (3,), (0,), writeable=True)),
+         ValueError, "fastopt.momentum: x has elements that share memory (a broadcast or "
+                     "as_strided view); an updated array needs memory of its own for every "
+                     "element"),
+    Case(G, "h an overlapping as_strided view",
+         lambda: ada(x=arr((2, 2)), g=arr((2, 2)), h=np.lib.stride_tricks.as_strided(
+             arr(fill=0.0), (2, 2), (4, 4), writeable=True)), ValueError,
+         "fastopt.adagrad: h has elements that share memory (a broadcast or as_strided "
+         "view); an updated array needs memory of its own for every element"),
     # --- scalars: t
     Case(M, "t = -1", lambda: mom(t=-1), ValueError,
          "fastopt.momentum: t must be >= 0 (it counts updates), got -1"),
@@ -291,6 +301,8 @@ CASES = [
          "fastopt.adagrad: lr must be a finite number >= 0, got -inf"),
     Case(A, "lr = NaN as a float32 0-d array (adam)", lambda: adm(lr=np.array(np.nan, F32)),
          ValueError, "fastopt.adam: lr must be a finite number >= 0, got nan"),
+    Case(M, "lr = 10**400 (an int beyond float range)", lambda: mom(lr=10**400), ValueError,
+         "fastopt.momentum: lr must be a finite number >= 0, got inf"),
     Case(M, "lr a str", lambda: mom(lr="0.1"), TypeError,
          "fastopt.momentum: lr must be a real number, got str"),
     Case(M, "lr None", lambda: mom(lr=None), TypeError,
@@ -307,6 +319,8 @@ CASES = [
          "fastopt.momentum: mode must be 'standard' or 'nesterov', got 'Nesterov'"),
     Case(M, "mode 'sgd'", lambda: mom(mode="sgd"), ValueError,
          "fastopt.momentum: mode must be 'standard' or 'nesterov', got 'sgd'"),
+    Case(M, "mode b'standard' (bytes)", lambda: mom(mode=b"standard"), TypeError,
+         "fastopt.momentum: mode must be a str, got bytes"),
     Case(M, "mode None", lambda: mom(mode=None), TypeError,
          "fastopt.momentum: mode must be a str, got NoneType"),
     Case(M, "alpha = NaN", lambda: mom(alpha=float("nan")), ValueError,
@@ -336,13 +350,16 @@ CASES = [
          ValueError, "fastopt.adam: norm_coefficient_post must be finite, got nan"),
     # --- n_threads
     Case(M, "n_threads = 0", lambda: mom(n_threads=0), ValueError,
-         "fastopt.momentum: n_threads must be a positive int, -1 (all cores) or None "
-         "(the default), got 0"),
+         "fastopt.momentum: n_threads must be a positive int up to 1024, -1 (all cores) or "
+         "None (the default), got 0"),
     Case(G, "n_threads = -2", lambda: ada(n_threads=-2), ValueError,
-         "fastopt.adagrad: n_threads must be a positive int, -1 (all cores) or None "
-         "(the default), got -2"),
+         "fastopt.adagrad: n_threads must be a positive int up to 1024, -1 (all cores) or "
+         "None (the default), got -2"),
     Case(A, "n_threads = 2.0", lambda: adm(n_threads=2.0), TypeError,
          "fastopt.adam: n_threads must be an int or None, got float"),
+    Case(M, "n_threads = 2000 (above the cap of 1024)", lambda: mom(n_threads=2000),
+         ValueError, "fastopt.momentum: n_threads must be a positive int up to 1024, -1 (all "
+                     "cores) or None (the default), got 2000"),
     Case(M, "n_threads = True", lambda: mom(n_threads=True), TypeError,
          "fastopt.momentum: n_threads must be an int or None, got bool"),
     # --- Python's own argument checks
@@ -398,8 +415,8 @@ CASES = [
                     f"float32; the state must match its parameter"),
     # --- the thread-count context manager
     Case("set_num_threads", "n_threads = 0", lambda: ((0,), {}), ValueError,
-         "fastopt.set_num_threads: n_threads must be a positive int, -1 (all cores) or "
-         "None (the default), got 0"),
+         "fastopt.set_num_threads: n_threads must be a positive int up to 1024, -1 (all "
+         "cores) or None (the default), got 0"),
     Case("set_num_threads", "n_threads a str", lambda: (("2",), {}), TypeError,
          "fastopt.set_num_threads: n_threads must be an int or None, got str"),
 ]
@@ -549,8 +566,8 @@ AGC_CASES = [
          ValueError, "fastopt.agc: g[0] and g[1] share memory; every gradient is clipped in "
                      "place and must have memory of its own"),
     Case("agc", "n_threads = 0", lambda: agc_args(n_threads=0), ValueError,
-         "fastopt.agc: n_threads must be a positive int, -1 (all cores) or None (the "
-         "default), got 0"),
+         "fastopt.agc: n_threads must be a positive int up to 1024, -1 (all cores) or None "
+         "(the default), got 0"),
     Case("unitwise_norm", "layout 'xy'", lambda: ((arr((3, 4)),), {"layout": "xy"}),
          ValueError, "fastopt.unitwise_norm: " + LAYOUT_MSG + "'xy'"),
     Case("unitwise_norm", "a list of arrays", lambda: (([arr((3, 4))],), {}), TypeError,
