@@ -68,7 +68,11 @@ unset FASTOPT_EXTRA_CFLAGS FASTOPT_EXTRA_LDFLAGS FASTOPT_DEBUG
 t1=$(date +%s)
 
 # --- run the suite against it
-export LD_PRELOAD="$ASAN_LIB${LD_PRELOAD:+ $LD_PRELOAD}"
+# libstdc++ too: ASan's __cxa_throw interceptor must find the real one at
+# start-up, or the first C++ exception (jax, torch) aborts the process
+STDCXX=$("$CC" -print-file-name=libstdc++.so.6)
+[ -f "$STDCXX" ] || STDCXX=""
+export LD_PRELOAD="$ASAN_LIB${STDCXX:+ $STDCXX}${LD_PRELOAD:+ $LD_PRELOAD}"
 export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1:strict_init_order=1:check_initialization_order=1:log_path=$LOGS/asan"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"   # (its log_path is ignored with ASan preloaded: stderr)
 export PYTHONMALLOC=malloc          # Python objects through ASan's allocator too
