@@ -13,9 +13,9 @@ import os
 import pytest
 from hypothesis import settings
 
-settings.register_profile("ci", max_examples=30, derandomize=True, deadline=None,
+settings.register_profile("ci", max_examples=50, derandomize=True, deadline=None,
                           print_blob=True)
-settings.register_profile("dev", max_examples=60, deadline=None)
+settings.register_profile("dev", max_examples=100, deadline=None)
 settings.register_profile("thorough", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("FASTOPT_HYPOTHESIS_PROFILE")
                       or ("ci" if os.environ.get("CI") else "dev"))
