@@ -23,12 +23,13 @@ ndim <= 1: the whole tensor         1 row           1 row
 =================================  ==============  ==============
 """
 
-from cpython.float cimport PyFloat_AS_DOUBLE
-from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.math cimport isfinite, sqrt
 from libc.stdint cimport int64_t, int32_t
-from libc.string cimport memcmp
+
+from fastopt._fastpath cimport (
+    FO_F32, FO_F64, FO_NESTEROV, FO_STANDARD, _check_rc, _count, _fast_array,
+    _real, _threads, fo_find_overlap, fo_momentum_args)
 
 cimport numpy as cnp
 import numpy as np
@@ -38,19 +39,8 @@ cnp.import_array()
 from fastopt import _core
 
 cdef extern from "fastopt.h" nogil:
-    int FO_OK
-    int FO_ENOMEM
-    int FO_F32
-    int FO_F64
-    int FO_STANDARD
-    int FO_NESTEROV
     int FO_AGC_ROWS
     int FO_AGC_COLS
-
-    ctypedef struct fo_momentum_args:
-        double lr, alpha, beta, norm_coefficient
-        int64_t t
-        int32_t mode
 
     ctypedef struct fo_agc_tensor:
         void *x
@@ -67,11 +57,6 @@ cdef extern from "fastopt.h" nogil:
                         const fo_momentum_args *a, int n_threads)
     int fo_agc_unit_sumsq(const void *x, int32_t dtype, int64_t n_units,
                           int64_t unit_len, int32_t kind, double *out)
-    int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
-                        int64_t m, int64_t *scratch, int64_t *order,
-                        int64_t *norder, int64_t *i, int64_t *j)
-    int fo_max_threads()
-    int fo_num_procs()
 
 
 cdef enum:
@@ -83,43 +68,6 @@ cdef int _W = cnp.NPY_ARRAY_WRITEABLE | cnp.NPY_ARRAY_ALIGNED
 cdef int _R = cnp.NPY_ARRAY_ALIGNED
 
 
-cdef inline int _threads(object n_threads):
-    """Resolve n_threads to a positive count, or 0 to decline (as _core)."""
-    cdef long long v
-    cdef int overflow = 0
-    if n_threads is None:
-        n_threads = _core.default_n_threads.get()
-        if n_threads is None:
-            return fo_max_threads()
-    if type(n_threads) is not int:
-        return 0
-    v = PyLong_AsLongLongAndOverflow(n_threads, &overflow)
-    if overflow or v == 0 or v < -1 or v > 1024:
-        return 0
-    if v == -1:
-        return fo_num_procs()
-    return <int>v
-
-
-cdef inline bint _real(object o, double *out):
-    if type(o) is not float:
-        return False
-    out[0] = PyFloat_AS_DOUBLE(o)
-    return isfinite(out[0])
-
-
-cdef inline bint _count(object o, int64_t *out):
-    cdef int overflow = 0
-    cdef long long v
-    if type(o) is not int:
-        return False
-    v = PyLong_AsLongLongAndOverflow(o, &overflow)
-    if overflow or v < 0:
-        return False
-    out[0] = v
-    return True
-
-
 cdef inline int _layout(object layout):
     """LAYOUT_OI, LAYOUT_IO, or -1 to decline."""
     if type(layout) is not str:
@@ -129,26 +77,6 @@ cdef inline int _layout(object layout):
     if layout == "io":
         return LAYOUT_IO
     return -1
-
-
-cdef inline bint _same_shape(cnp.ndarray a, cnp.ndarray b):
-    cdef int nd = cnp.PyArray_NDIM(a)
-    if cnp.PyArray_NDIM(b) != nd:
-        return False
-    return nd == 0 or memcmp(cnp.PyArray_DIMS(a), cnp.PyArray_DIMS(b),
-                             nd * sizeof(cnp.npy_intp)) == 0
-
-
-cdef inline bint _fast_array(object o, int type_num, int flags, int order,
-                             cnp.ndarray like):
-    cdef cnp.ndarray a
-    if not cnp.PyArray_Check(o):
-        return False
-    a = <cnp.ndarray>o
-    return (cnp.PyArray_TYPE(a) == type_num
-            and cnp.PyArray_ISNOTSWAPPED(a)
-            and (cnp.PyArray_FLAGS(a) & (flags | order)) == (flags | order)
-            and (like is None or _same_shape(a, like)))
 
 
 cdef void _units(cnp.ndarray x, bint c_order, int layout, fo_agc_tensor *t):
@@ -324,14 +252,6 @@ cdef int _gather(_Buf buf, object xs, object gs, object vs, object clipping,
     return 1
 
 
-cdef inline int _check_rc(int rc) except -1:
-    if rc == FO_ENOMEM:
-        raise MemoryError("fastopt: out of memory in the C driver")
-    if rc != FO_OK:
-        raise RuntimeError(f"fastopt: internal error {rc} from the AGC driver")
-    return 0
-
-
 def agc(xs, gs, clipping, eps, layout, n_threads):
     """Fast path of fastopt.agc. True if done, False to decline."""
     cdef _Buf buf
@@ -339,7 +259,7 @@ def agc(xs, gs, clipping, eps, layout, n_threads):
     cdef int nth, rc, lay
     cdef double e = 0.0
     lay = _layout(layout)
-    nth = _threads(n_threads)
+    nth = _threads(n_threads, _core.default_n_threads)
     if lay < 0 or not (nth and _real(eps, &e) and e > 0):
         return False
     # tuples held here: the C call runs without the GIL, and another thread
@@ -373,7 +293,7 @@ def agc_momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
     else:
         return False
     lay = _layout(layout)
-    nth = _threads(n_threads)
+    nth = _threads(n_threads, _core.default_n_threads)
     if lay < 0 or vs is None or not (
             nth and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
             and _real(alpha, &a.alpha) and _real(beta, &a.beta)

@@ -17,25 +17,19 @@ arguments (copies of awkward layouts, broadcast gradients) and calls back.
 So these functions never raise for bad user input; they only decline it.
 """
 
-from cpython.float cimport PyFloat_AS_DOUBLE
-from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from libc.math cimport isfinite
 from libc.stdint cimport int64_t, int32_t
-from libc.string cimport memcmp
+
+from fastopt._fastpath cimport (
+    FO_F32, FO_F64, FO_NESTEROV, FO_STANDARD, MAX_THREADS, _check_rc, _count,
+    _fast_array, _pin, _real, _threads, fo_find_overlap, fo_max_threads,
+    fo_momentum_args, fo_num_procs)
 
 cimport numpy as cnp
 
 cnp.import_array()
 
 cdef extern from "fastopt.h" nogil:
-    int FO_OK
-    int FO_ENOMEM
-    int FO_F32
-    int FO_F64
-    int FO_STANDARD
-    int FO_NESTEROV
-
     ctypedef struct fo_tensor:
         void *x
         const void *g
@@ -43,11 +37,6 @@ cdef extern from "fastopt.h" nogil:
         void *s2
         int64_t n
         int32_t dtype
-
-    ctypedef struct fo_momentum_args:
-        double lr, alpha, beta, norm_coefficient
-        int64_t t
-        int32_t mode
 
     ctypedef struct fo_adagrad_args:
         double lr, decay_factor, epsilon, norm_coefficient
@@ -63,14 +52,9 @@ cdef extern from "fastopt.h" nogil:
                    int n_threads)
     int fo_adam(const fo_tensor *ts, int64_t nt, const fo_adam_args *a,
                 int n_threads)
-    int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
-                        int64_t m, int64_t *scratch, int64_t *order,
-                        int64_t *norder, int64_t *i, int64_t *j)
     const char *fo_isa_paths()
     const char *fo_isa_active()
     int fo_have_openmp()
-    int fo_max_threads()
-    int fo_num_procs()
     int64_t fo_serial_bytes()
     int64_t fo_chunk_bytes()
 
@@ -86,10 +70,6 @@ default_n_threads = contextvars.ContextVar("fastopt_n_threads", default=None)
 cdef enum:
     STACK_TENSORS = 8
 
-# Largest n_threads accepted, as _validation.MAX_THREADS (the C driver also
-# never starts more threads than the call has 64 KiB pieces of work).
-cdef enum:
-    MAX_THREADS = 1024
 
 cdef int _OUT_FLAGS = cnp.NPY_ARRAY_WRITEABLE | cnp.NPY_ARRAY_ALIGNED
 cdef int _IN_FLAGS = cnp.NPY_ARRAY_ALIGNED
@@ -113,74 +93,6 @@ def num_procs():
 def tuning():
     """The C driver's tuning constants, in bytes of parameters."""
     return {"serial_bytes": fo_serial_bytes(), "chunk_bytes": fo_chunk_bytes()}
-
-
-cdef inline int _threads(object n_threads):
-    """Resolve n_threads to a positive count, or 0 to decline."""
-    cdef long long v
-    cdef int overflow = 0
-    if n_threads is None:
-        n_threads = default_n_threads.get()
-        if n_threads is None:
-            return fo_max_threads()
-    if type(n_threads) is not int:
-        return 0
-    v = PyLong_AsLongLongAndOverflow(n_threads, &overflow)
-    if overflow or v == 0 or v < -1 or v > MAX_THREADS:
-        return 0
-    if v == -1:
-        return fo_num_procs()
-    return <int>v
-
-
-cdef inline object _pin(object seq):
-    """A list's items as a tuple held by the caller's frame: the C call runs
-    without the GIL, so every array it writes must stay referenced even if
-    another Python thread empties the caller's list meanwhile."""
-    return tuple(<list>seq) if type(seq) is list else seq
-
-
-cdef inline bint _real(object o, double *out):
-    """Accept a finite Python float (ints and others go the slow way)."""
-    if type(o) is not float:
-        return False
-    out[0] = PyFloat_AS_DOUBLE(o)
-    return isfinite(out[0])
-
-
-cdef inline bint _count(object o, int64_t *out):
-    """Accept a Python int in [0, 2**63)."""
-    cdef int overflow = 0
-    cdef long long v
-    if type(o) is not int:
-        return False
-    v = PyLong_AsLongLongAndOverflow(o, &overflow)
-    if overflow or v < 0:
-        return False
-    out[0] = v
-    return True
-
-
-cdef inline bint _same_shape(cnp.ndarray a, cnp.ndarray b):
-    cdef int nd = cnp.PyArray_NDIM(a)
-    if cnp.PyArray_NDIM(b) != nd:
-        return False
-    return nd == 0 or memcmp(cnp.PyArray_DIMS(a), cnp.PyArray_DIMS(b),
-                             nd * sizeof(cnp.npy_intp)) == 0
-
-
-cdef inline bint _fast_array(object o, int type_num, int flags, int order,
-                             cnp.ndarray like):
-    """o is an ndarray of type_num in native byte order with all of flags,
-    contiguous in `order` and, when like is given, of like's shape."""
-    cdef cnp.ndarray a
-    if not cnp.PyArray_Check(o):
-        return False
-    a = <cnp.ndarray>o
-    return (cnp.PyArray_TYPE(a) == type_num
-            and cnp.PyArray_ISNOTSWAPPED(a)
-            and (cnp.PyArray_FLAGS(a) & (flags | order)) == (flags | order)
-            and (like is None or _same_shape(a, like)))
 
 
 cdef struct Gather:
@@ -349,14 +261,6 @@ cdef int _gather(Gather *buf, object xs, object gs, object s1s, object s2s,
     return 1
 
 
-cdef inline int _check_rc(int rc) except -1:
-    if rc == FO_ENOMEM:
-        raise MemoryError("fastopt: out of memory in the C driver")
-    if rc != FO_OK:
-        raise RuntimeError(f"fastopt: internal error {rc} from the C driver")
-    return 0
-
-
 def momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
              n_threads):
     """Fast path of fastopt.momentum. True if done, False to decline."""
@@ -372,7 +276,7 @@ def momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
         a.mode = FO_NESTEROV
     else:
         return False
-    nth = _threads(n_threads)
+    nth = _threads(n_threads, default_n_threads)
     if not (nth and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
             and _real(alpha, &a.alpha) and _real(beta, &a.beta)
             and _real(norm_coefficient, &a.norm_coefficient)):
@@ -399,7 +303,7 @@ def adagrad(xs, gs, hs, lr, t, decay_factor, epsilon, norm_coefficient,
     cdef Gather buf
     cdef Py_ssize_t nt = 0
     cdef int nth, rc
-    nth = _threads(n_threads)
+    nth = _threads(n_threads, default_n_threads)
     if not (nth and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
             and _real(decay_factor, &a.decay_factor) and a.decay_factor >= 0
             and _real(epsilon, &a.epsilon) and a.epsilon >= 0
@@ -427,7 +331,7 @@ def adam(xs, gs, vs, hs, lr, t, alpha, beta, epsilon, norm_coefficient,
     cdef Gather buf
     cdef Py_ssize_t nt = 0
     cdef int nth, rc
-    nth = _threads(n_threads)
+    nth = _threads(n_threads, default_n_threads)
     if not (nth and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
             and _real(alpha, &a.alpha) and 0 <= a.alpha <= 1
             and (a.alpha < 1 or a.t == 0)
