@@ -1,7 +1,7 @@
 """Extension wiring for fastopt; all metadata lives in pyproject.toml.
 
 The C core is compiled with -O3 -fno-math-errno -ffp-contract=off (never
--ffast-math, never -march=native): -fno-math-errno lets GCC vectorize the
+no fast-math, no native-CPU tuning): -fno-math-errno lets GCC vectorize the
 sqrt of Adagrad/Adam, -ffp-contract=off keeps every ISA path bit-identical
 to a NumPy evaluation of the same expression (SEMANTICS.md section 5).
 

@@ -28,7 +28,7 @@ from libc.math cimport isfinite, sqrt
 from libc.stdint cimport int64_t, int32_t
 
 from fastopt._fastpath cimport (
-    FO_F32, FO_F64, FO_NESTEROV, FO_STANDARD, _check_rc, _count, _fast_array,
+    FO_F32, FO_F64, _check_rc, _count, _mode, _fast_array,
     _real, _threads, fo_find_overlap, fo_momentum_args)
 
 cimport numpy as cnp
@@ -284,13 +284,8 @@ def agc_momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
     cdef Py_ssize_t nt = 0
     cdef int nth, rc, lay
     cdef double e = 0.0
-    if type(mode) is not str:
-        return False
-    if mode == "standard":
-        a.mode = FO_STANDARD
-    elif mode == "nesterov":
-        a.mode = FO_NESTEROV
-    else:
+    a.mode = _mode(mode)
+    if a.mode < 0:
         return False
     lay = _layout(layout)
     nth = _threads(n_threads, _core.default_n_threads)

@@ -160,28 +160,16 @@ def _agc_tensors(fname: str, x, g) -> _AgcPrepared:
 def _check_overlaps(fname: str, items) -> None:
     """items: (label, array, is_written). Raise if a written array shares
     memory with any other array of the call."""
-    ranges = []
-    for k, (_, a, _) in enumerate(items):
-        if a.size:
-            lo, hi = _v._byte_bounds(a)
-            ranges.append((lo, hi, k))
-    ranges.sort()
-    active = []
-    for lo, hi, k in ranges:
-        active = [(h, j) for h, j in active if h > lo]
-        for _, j in active:
-            (la, a, oa), (lb, b, ob) = items[j], items[k]
-            if not (oa or ob) or not np.shares_memory(a, b):
-                continue
-            if oa and ob:
-                raise ValueError(
-                    f"{fname}: {la} and {lb} share memory; every gradient is "
-                    f"clipped in place and must have memory of its own")
-            gl, xl = (la, lb) if oa else (lb, la)
+    for j, k in _v.sharing_pairs(items):
+        (la, _, oa), (lb, _, ob) = items[j], items[k]
+        if oa and ob:
             raise ValueError(
-                f"{fname}: {gl} shares memory with {xl}; the gradient is clipped "
-                f"in place while the parameter is read, so pass a copy of one")
-        active.append((hi, k))
+                f"{fname}: {la} and {lb} share memory; every gradient is "
+                f"clipped in place and must have memory of its own")
+        gl, xl = (la, lb) if oa else (lb, la)
+        raise ValueError(
+            f"{fname}: {gl} shares memory with {xl}; the gradient is clipped "
+            f"in place while the parameter is read, so pass a copy of one")
 
 
 # ------------------------------------------------------------------ public

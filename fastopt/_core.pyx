@@ -21,7 +21,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int64_t, int32_t
 
 from fastopt._fastpath cimport (
-    FO_F32, FO_F64, FO_NESTEROV, FO_STANDARD, MAX_THREADS, _check_rc, _count,
+    FO_F32, FO_F64, MAX_THREADS, _check_rc, _count, _mode,
     _fast_array, _pin, _real, _threads, fo_find_overlap, fo_max_threads,
     fo_momentum_args, fo_num_procs)
 
@@ -268,13 +268,8 @@ def momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
     cdef Gather buf
     cdef Py_ssize_t nt = 0
     cdef int nth, rc
-    if type(mode) is not str:
-        return False
-    if mode == "standard":
-        a.mode = FO_STANDARD
-    elif mode == "nesterov":
-        a.mode = FO_NESTEROV
-    else:
+    a.mode = _mode(mode)
+    if a.mode < 0:
         return False
     nth = _threads(n_threads, default_n_threads)
     if not (nth and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)

@@ -56,6 +56,17 @@ cdef inline int _threads(object n_threads, object default_var):
     return <int>v
 
 
+cdef inline int _mode(object mode):
+    """FO_STANDARD or FO_NESTEROV for a str mode, or -1 to decline."""
+    if type(mode) is not str:
+        return -1
+    if mode == "standard":
+        return FO_STANDARD
+    if mode == "nesterov":
+        return FO_NESTEROV
+    return -1
+
+
 cdef inline object _pin(object seq):
     """A list's items as a tuple held by the caller's frame: the C call runs
     without the GIL, so every array it writes must stay referenced even if

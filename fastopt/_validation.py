@@ -196,10 +196,11 @@ def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
             and a.dtype.itemsize == b.dtype.itemsize)
 
 
-def _overlaps(fname: str, items):
-    """items: (label, array, is_output). Raise for any output sharing memory
-    with another array, except a gradient that is exactly an output's view,
-    which is returned (by index into items) to be copied first."""
+def sharing_pairs(items):
+    """items: (label, array, is_output). Yield (j, k), indices into items, for
+    every pair that shares memory with at least one of the two written, found
+    by a sweep over byte ranges sorted by start (exact np.shares_memory only
+    where the ranges intersect)."""
     ranges = []
     for k, (_, a, _) in enumerate(items):
         ext = _extent(a)
@@ -207,26 +208,33 @@ def _overlaps(fname: str, items):
             ranges.append((ext[0], ext[1], k))
     ranges.sort()
     active = []
-    copy_g = set()
     for lo, hi, k in ranges:
         active = [(h, j) for h, j in active if h > lo]
         for _, j in active:
-            (la, a, oa), (lb, b, ob) = items[j], items[k]
-            if not (oa or ob) or not np.shares_memory(a, b):
-                continue
-            if oa and ob:
-                raise ValueError(
-                    f"{fname}: {la} and {lb} share memory; every parameter and "
-                    f"state must have memory of its own")
-            gk = j if not oa else k
-            if _same_view(a, b):
-                copy_g.add(gk)  # reading an exact alias is fine once copied
-                continue
-            gl, ol = (la, lb) if gk == j else (lb, la)
-            raise ValueError(
-                f"{fname}: {gl} partially overlaps {ol}, which is written; pass "
-                f"a copy of the gradient")
+            if (items[j][2] or items[k][2]) and np.shares_memory(items[j][1], items[k][1]):
+                yield j, k
         active.append((hi, k))
+
+
+def _overlaps(fname: str, items):
+    """items: (label, array, is_output). Raise for any output sharing memory
+    with another array, except a gradient that is exactly an output's view,
+    which is returned (by index into items) to be copied first."""
+    copy_g = set()
+    for j, k in sharing_pairs(items):
+        (la, a, oa), (lb, b, ob) = items[j], items[k]
+        if oa and ob:
+            raise ValueError(
+                f"{fname}: {la} and {lb} share memory; every parameter and "
+                f"state must have memory of its own")
+        gk = j if not oa else k
+        if _same_view(a, b):
+            copy_g.add(gk)  # reading an exact alias is fine once copied
+            continue
+        gl, ol = (la, lb) if gk == j else (lb, la)
+        raise ValueError(
+            f"{fname}: {gl} partially overlaps {ol}, which is written; pass "
+            f"a copy of the gradient")
     return copy_g
 
 

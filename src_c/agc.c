@@ -72,11 +72,7 @@ static inline double agc_factor(double sx, double sg, double clipping,
 
 /* Momentum coefficients, derived exactly as fastopt.c's fo_momentum does
  * (double, then rounded to float for float32 tensors). */
-typedef struct {
-    double lr, alpha, b, nc;
-    float lr_f, alpha_f, b_f, nc_f;
-    int nesterov;
-} agc_mom;
+typedef fo_momentum_coef agc_mom;   /* fastopt.c derives it (fo_momentum_coefs) */
 
 /* Workspace of one two-pass tensor. */
 typedef struct {
@@ -475,19 +471,9 @@ int fo_agc(const fo_agc_tensor *ts, int64_t nt, double eps, int n_threads)
 int fo_agc_momentum(const fo_agc_tensor *ts, int64_t nt, double eps,
                     const fo_momentum_args *a, int n_threads)
 {
-    if (a->t < 0 || (a->mode != FO_STANDARD && a->mode != FO_NESTEROV))
-        return FO_EINVAL;
     agc_mom c;
-    c.lr = a->lr;
-    c.alpha = a->alpha;
-    c.b = a->t > 0 ? a->beta : 1.0;     /* the first update ignores beta */
-    c.nc = a->norm_coefficient;
-    c.lr_f = (float)c.lr;
-    c.alpha_f = (float)c.alpha;
-    c.b_f = (float)c.b;
-    c.nc_f = (float)c.nc;
-    c.nesterov = a->mode == FO_NESTEROV;
-    return agc_drive(ts, nt, eps, &c, n_threads);
+    int rc = fo_momentum_coefs(a, &c);
+    return rc != FO_OK ? rc : agc_drive(ts, nt, eps, &c, n_threads);
 }
 
 int fo_agc_unit_sumsq(const void *x, int32_t dtype, int64_t n_units,

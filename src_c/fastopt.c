@@ -211,16 +211,10 @@ static int run(const fo_tensor *ts, int64_t nt, fo_piece_fn fn,
 
 /* ---- Momentum ----------------------------------------------------------- */
 
-typedef struct {
-    double lr, alpha, b, nc;
-    float lr_f, alpha_f, b_f, nc_f;
-    int nesterov;
-} momentum_coef;
-
 static void momentum_piece(const fo_tensor *t, int64_t lo, int64_t hi,
                            const void *vc)
 {
-    const momentum_coef *c = (const momentum_coef *)vc;
+    const fo_momentum_coef *c = (const fo_momentum_coef *)vc;
     if (t->dtype == FO_F32)
         fo_momentum_f32(hi - lo, (float *)t->x + lo, (const float *)t->g + lo,
                         (float *)t->s1 + lo, c->lr_f, c->alpha_f, c->b_f,
@@ -231,22 +225,28 @@ static void momentum_piece(const fo_tensor *t, int64_t lo, int64_t hi,
                         c->nesterov);
 }
 
-int fo_momentum(const fo_tensor *ts, int64_t nt, const fo_momentum_args *a,
-                int n_threads)
+int fo_momentum_coefs(const fo_momentum_args *a, fo_momentum_coef *c)
 {
     if (a->t < 0 || (a->mode != FO_STANDARD && a->mode != FO_NESTEROV))
         return FO_EINVAL;
-    momentum_coef c;
-    c.lr = a->lr;
-    c.alpha = a->alpha;
-    c.b = a->t > 0 ? a->beta : 1.0;     /* the first update ignores beta */
-    c.nc = a->norm_coefficient;
-    c.lr_f = (float)c.lr;
-    c.alpha_f = (float)c.alpha;
-    c.b_f = (float)c.b;
-    c.nc_f = (float)c.nc;
-    c.nesterov = a->mode == FO_NESTEROV;
-    return run(ts, nt, momentum_piece, &c, n_threads);
+    c->lr = a->lr;
+    c->alpha = a->alpha;
+    c->b = a->t > 0 ? a->beta : 1.0;     /* the first update ignores beta */
+    c->nc = a->norm_coefficient;
+    c->lr_f = (float)c->lr;
+    c->alpha_f = (float)c->alpha;
+    c->b_f = (float)c->b;
+    c->nc_f = (float)c->nc;
+    c->nesterov = a->mode == FO_NESTEROV;
+    return FO_OK;
+}
+
+int fo_momentum(const fo_tensor *ts, int64_t nt, const fo_momentum_args *a,
+                int n_threads)
+{
+    fo_momentum_coef c;
+    int rc = fo_momentum_coefs(a, &c);
+    return rc != FO_OK ? rc : run(ts, nt, momentum_piece, &c, n_threads);
 }
 
 /* ---- Adagrad ------------------------------------------------------------ */

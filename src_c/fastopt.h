@@ -59,6 +59,21 @@ typedef struct fo_momentum_args {
     int32_t mode;    /* FO_STANDARD or FO_NESTEROV */
 } fo_momentum_args;
 
+/*
+ * Momentum's per-call coefficients, derived once from fo_momentum_args in
+ * double and rounded to float for float32 tensors: b = beta if t > 0 else 1
+ * (the first update ignores beta). fo_momentum_coefs returns FO_EINVAL for
+ * a negative t or an unknown mode. Shared by fo_momentum and the fused AGC
+ * driver, so both update with the very same numbers.
+ */
+typedef struct fo_momentum_coef {
+    double lr, alpha, b, nc;
+    float lr_f, alpha_f, b_f, nc_f;
+    int nesterov;
+} fo_momentum_coef;
+
+int fo_momentum_coefs(const fo_momentum_args *a, fo_momentum_coef *c);
+
 typedef struct fo_adagrad_args {
     double lr, decay_factor, epsilon, norm_coefficient;
     int64_t t;
