@@ -17,10 +17,8 @@ class Adam(_Optimizer):
 
     Parameters
     ----------
-    params : list of ndarray, or list of dict
-        As in :class:`Momentum`.
-    lr : float, optional
-        Learning rate (>= 0); may be omitted when ``schedule`` is given.
+    params, lr
+        As in :class:`Momentum` (``lr`` >= 0, optional with a ``schedule``).
     alpha, beta : float, default 0.9 and 0.999
         Moment decay rates (torch ``betas``); 0 <= alpha < 1, 0 <= beta <= 1.
     epsilon : float, default 1e-6

@@ -21,12 +21,10 @@ class Momentum(_Optimizer):
         below, which then override the defaults for that group.
     lr : float, optional
         Learning rate (>= 0). May be omitted when ``schedule`` is given.
-    alpha : float, default 0.9
-        Momentum coefficient (torch.optim.SGD ``momentum``).
-    beta : float, default 1.0
-        Gradient coefficient after the first update (torch ``1 - dampening``).
-    norm_coefficient : float, default 0.0
-        L2 coefficient folded into the gradient (torch ``weight_decay``).
+    alpha, beta, norm_coefficient : float, default 0.9, 1.0 and 0.0
+        As in :func:`fastopt.momentum`: the momentum coefficient (torch.optim.SGD
+        ``momentum``), the gradient coefficient after the first update (torch
+        ``1 - dampening``) and the L2 coefficient (torch ``weight_decay``).
     nesterov : bool, default False
         Nesterov momentum (ONNX mode="nesterov").
     clipping : float or list, optional

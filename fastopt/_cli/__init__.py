@@ -1,0 +1,1 @@
+"""The `fastopt` command line (python -m fastopt)."""
