@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 import fastopt
+
 from .. import _reference as ref
 from .. import optim
 from .workloads import make_tensors, resnet50_shapes

@@ -16,7 +16,8 @@ import numpy as np
 
 from .. import _validation as _v
 from . import _grads, checkpoint
-from ._checks import all_finite, as_bool, positive, schedule as _schedule
+from ._checks import all_finite, as_bool, positive
+from ._checks import schedule as _schedule
 from ._groups import allocate, make_groups
 
 

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from .. import _updates  # merge-note: fastopt._ops after helper "ext"'s rename
-from ._base import _Optimizer
 from . import _checks as _c
+from ._base import _Optimizer
 
 
 class Adam(_Optimizer):
