@@ -16,16 +16,17 @@ build facts: :func:`show_config`.
 __version__ = "0.1.0"
 
 try:
-    from . import _core  # noqa: F401
+    from . import _ext  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
-        "fastopt's compiled extension fastopt._core could not be imported "
+        "fastopt's compiled extension fastopt._ext could not be imported "
         f"({exc}). Build it with `pip install .` from the source checkout "
         "(or `python setup.py build_ext --inplace` for development); it needs "
         "a C compiler, Cython>=3 and numpy>=2 at build time."
     ) from exc
 
-from ._config import config, get_num_threads, set_num_threads, show_config
+from ._buildinfo import config, show_config
+from ._threads import get_num_threads, set_num_threads
 from ._updates import adagrad, adam, momentum
 from ._agc_api import agc, unitwise_norm
 from . import onnx, optim, schedules  # noqa: E402  (none imports onnx/torch)

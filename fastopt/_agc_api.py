@@ -25,7 +25,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from . import _agc
+from . import _ext as _agc
 from . import _validation as _v
 
 ArrayOrList = Union[np.ndarray, Sequence[np.ndarray]]

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from . import _core, _reference, get_num_threads
+from . import _ext as _core, _reference, get_num_threads
 from . import adagrad, adam, momentum
 from ._workloads import TRAFFIC, WORKLOADS
 

@@ -11,7 +11,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from . import _core
+from . import _ext as _core
 from . import _validation as _v
 from ._agc_api import momentum_agc as _momentum_agc
 

@@ -68,7 +68,7 @@ else:
 from hardening_ref import REFS, STATES, check_agc, check_close  # noqa: E402
 from hardening_ref import check_unitwise_norm  # noqa: E402
 
-SERIAL_ELEMS = fastopt._core.tuning()["serial_bytes"] // 4 + 257
+SERIAL_ELEMS = fastopt._ext.tuning()["serial_bytes"] // 4 + 257
 try:
     import fastopt.schedules  # noqa: F401
     HAVE_SCHEDULES = True

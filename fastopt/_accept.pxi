@@ -1,49 +1,29 @@
-# cython: language_level=3
-"""Declarations and inline checks shared by the fast paths of _core.pyx and
-_agc.pyx: each accepts a call only in the exact form the C kernels need and
-otherwise declines (returns False) without writing; see _core.pyx."""
+# Acceptors of the fast path (included by _ext.pyx): each says whether one
+# argument is already in the exact form the C code needs. They decline
+# (return False, 0 or -1); they never raise for user input -- raising is
+# fastopt/_validation.py's job once the fast path has declined.
 
-from cpython.float cimport PyFloat_AS_DOUBLE
-from cpython.long cimport PyLong_AsLongLongAndOverflow
-from libc.math cimport isfinite
-from libc.stdint cimport int64_t, int32_t
-from libc.string cimport memcmp
-
-cimport numpy as cnp
-
-cdef extern from "fastopt.h" nogil:
-    int FO_OK
-    int FO_ENOMEM
-    int FO_F32
-    int FO_F64
-    int FO_STANDARD
-    int FO_NESTEROV
-
-    ctypedef struct fo_momentum_args:
-        double lr, alpha, beta, norm_coefficient
-        int64_t t
-        int32_t mode
-
-    int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
-                        int64_t m, int64_t *scratch, int64_t *order,
-                        int64_t *norder, int64_t *i, int64_t *j)
-    int fo_max_threads()
-    int fo_num_procs()
-
+import sys
 
 # Largest n_threads accepted, as _validation.MAX_THREADS (the C drivers also
 # never start more threads than a call has 64 KiB pieces of work).
 cdef enum:
     MAX_THREADS = 1024
+    LAYOUT_OI = 0
+    LAYOUT_IO = 1
+
+cdef int _W = cnp.NPY_ARRAY_WRITEABLE | cnp.NPY_ARRAY_ALIGNED   # a written array
+cdef int _R = cnp.NPY_ARRAY_ALIGNED                              # a read array
+cdef dict _modules = sys.modules
 
 
-cdef inline int _threads(object n_threads, object default_var):
-    """Resolve n_threads (None: default_var's value, else OpenMP's default)
-    to a positive count, or 0 to decline."""
+cdef inline int _n_threads(object n_threads):
+    """Resolve n_threads (None: the set_num_threads() value, else OpenMP's
+    default) to a positive count, or 0 to decline."""
     cdef long long v
     cdef int overflow = 0
     if n_threads is None:
-        n_threads = default_var.get()
+        n_threads = _default_n_threads.get()
         if n_threads is None:
             return fo_max_threads()
     if type(n_threads) is not int:
@@ -64,6 +44,17 @@ cdef inline int _mode(object mode):
         return FO_STANDARD
     if mode == "nesterov":
         return FO_NESTEROV
+    return -1
+
+
+cdef inline int _layout(object layout):
+    """LAYOUT_OI, LAYOUT_IO, or -1 to decline."""
+    if type(layout) is not str:
+        return -1
+    if layout == "oi":
+        return LAYOUT_OI
+    if layout == "io":
+        return LAYOUT_IO
     return -1
 
 
@@ -95,6 +86,29 @@ cdef inline bint _count(object o, int64_t *out):
     return True
 
 
+cdef inline bint _clip_value(object c, double *out):
+    """A positive finite float, or None (excluded, stored as 0)."""
+    if c is None:
+        out[0] = 0.0
+        return True
+    return _real(c, out) and out[0] > 0
+
+
+cdef bint _masked(object o):
+    """o is a numpy.ma.MaskedArray (its masked elements must not be
+    updated, so the fast path declines it and _validation rejects it). A
+    masked array cannot exist before numpy.ma is imported."""
+    ma = _modules.get("numpy.ma")
+    return ma is not None and isinstance(o, ma.MaskedArray)
+
+
+cdef inline bint _is_array(object o):
+    """An ndarray, or a subclass of it other than a masked array."""
+    if cnp.PyArray_CheckExact(o):
+        return True
+    return cnp.PyArray_Check(o) and not _masked(o)
+
+
 cdef inline bint _same_shape(cnp.ndarray a, cnp.ndarray b):
     cdef int nd = cnp.PyArray_NDIM(a)
     if cnp.PyArray_NDIM(b) != nd:
@@ -105,10 +119,10 @@ cdef inline bint _same_shape(cnp.ndarray a, cnp.ndarray b):
 
 cdef inline bint _fast_array(object o, int type_num, int flags, int order,
                              cnp.ndarray like):
-    """o is an ndarray of type_num in native byte order with all of flags,
-    contiguous in `order` and, when like is given, of like's shape."""
+    """o is an array (_is_array) of type_num in native byte order with all
+    of flags, contiguous in `order` and, when like is given, of like's shape."""
     cdef cnp.ndarray a
-    if not cnp.PyArray_Check(o):
+    if not _is_array(o):
         return False
     a = <cnp.ndarray>o
     return (cnp.PyArray_TYPE(a) == type_num
