@@ -29,7 +29,7 @@ import functools
 
 import numpy as np
 
-from . import _updates
+from . import _ops
 from . import _validation as _v
 
 __all__ = ["momentum", "adagrad", "adam", "reference_ops"]
@@ -166,7 +166,7 @@ def momentum(R, T, *inputs, alpha, beta, mode, norm_coefficient):
     lr = _v.check_lr(f, R, "R")
     t = _v.check_t(f, T, "T")
     xs, vs = _fresh(f, [("x", xs), ("v", vs)])
-    _call(f, "fastopt.momentum", _updates.momentum, xs, gs, vs, lr=lr, t=t,
+    _call(f, "fastopt.momentum", _ops.momentum, xs, gs, vs, lr=lr, t=t,
           mode=mode, **_reals(f, alpha=alpha, beta=beta,
                               norm_coefficient=norm_coefficient))
     return tuple(xs + vs)
@@ -204,7 +204,7 @@ def adagrad(R, T, *inputs, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0)
     lr = _v.check_lr(f, R, "R")
     t = _v.check_t(f, T, "T")
     xs, hs = _fresh(f, [("x", xs), ("h", hs)])
-    _call(f, "fastopt.adagrad", _updates.adagrad, xs, gs, hs, lr=lr, t=t,
+    _call(f, "fastopt.adagrad", _ops.adagrad, xs, gs, hs, lr=lr, t=t,
           **_reals(f, decay_factor=decay_factor, epsilon=epsilon,
                    norm_coefficient=norm_coefficient))
     return tuple(xs + hs)
@@ -245,7 +245,7 @@ def adam(R, T, *inputs, alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficient=0.
     lr = _v.check_lr(f, R, "R")
     t = _v.check_t(f, T, "T")
     xs, vs, hs = _fresh(f, [("x", xs), ("v", vs), ("h", hs)])
-    _call(f, "fastopt.adam", _updates.adam, xs, gs, vs, hs, lr=lr, t=t,
+    _call(f, "fastopt.adam", _ops.adam, xs, gs, vs, hs, lr=lr, t=t,
           **_reals(f, alpha=alpha, beta=beta, epsilon=epsilon,
                    norm_coefficient=norm_coefficient,
                    norm_coefficient_post=norm_coefficient_post))

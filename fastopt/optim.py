@@ -36,7 +36,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from . import _updates
+from . import _ops
 from . import _validation as _v
 
 __all__ = ["Momentum", "Adagrad", "Adam", "CheckpointError"]
@@ -84,10 +84,7 @@ def _bool(fname, label, value):
 
 
 def _layout(fname, label, value):
-    if value not in ("oi", "io"):
-        raise ValueError(f"{fname}: {label} must be 'oi' (PyTorch layout) or 'io' "
-                         f"(JAX/Haiku layout), got {value!r}")
-    return value
+    return _v.check_layout(fname, value, name=label)
 
 
 def _lr_or_none(fname, label, value):
@@ -898,7 +895,7 @@ class Momentum(_Optimizer):
         Threads for the kernels (None: fastopt's current default).
     """
 
-    _KERNEL = staticmethod(_updates.momentum)
+    _KERNEL = staticmethod(_ops.momentum)
     _STATES = ("v",)
     _T0 = 0
     _HYPER = {
@@ -974,7 +971,7 @@ class Adagrad(_Optimizer):
         As in :class:`Momentum`.
     """
 
-    _KERNEL = staticmethod(_updates.adagrad)
+    _KERNEL = staticmethod(_ops.adagrad)
     _STATES = ("h",)
     _T0 = 0
     _HYPER = {
@@ -1030,7 +1027,7 @@ class Adam(_Optimizer):
         As in :class:`Momentum`.
     """
 
-    _KERNEL = staticmethod(_updates.adam)
+    _KERNEL = staticmethod(_ops.adam)
     _STATES = ("v", "h")
     _T0 = 1
     _HYPER = {

@@ -50,13 +50,9 @@ if __name__ == "__main__" and "--random" not in sys.argv:
 if atheris is not None:
     with atheris.instrument_imports():
         import fastopt
-        import fastopt._updates  # noqa: F401
+        import fastopt._ops  # noqa: F401
+        import fastopt._dispatch  # noqa: F401
         import fastopt._validation  # noqa: F401
-        for _mod in ("fastopt._agc_api",):
-            try:
-                __import__(_mod)
-            except ImportError:
-                pass
         for _mod in ("fastopt.schedules", "fastopt.optim"):
             try:
                 __import__(_mod)
