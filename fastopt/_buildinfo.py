@@ -1,7 +1,6 @@
 """Build facts: how the C core was compiled (:func:`config`, :func:`show_config`)."""
 from __future__ import annotations
 
-import platform
 import sys
 
 from . import _ext
@@ -9,6 +8,8 @@ from . import _ext
 
 def config() -> dict:
     """The build facts shown by :func:`show_config`, as a dict."""
+    import platform   # here: `import fastopt` need not load it
+
     info = _ext.build_info()
     tuning = _ext.tuning()
     return {

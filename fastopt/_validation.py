@@ -25,7 +25,6 @@ import math
 import numbers
 import operator
 import sys
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -197,12 +196,15 @@ def check_n_threads(fname: str, n_threads):
 
 # ---------------------------------------------------------------- tensors
 
-@dataclass
 class Prepared:
-    """A call normalised for the fast path, plus the copies to write back."""
-    single: bool
-    roles: dict        # role ("x", "g", a state) -> list of arrays
-    writeback: list = field(default_factory=list)
+    """A call normalised for the fast path, plus the copies to write back
+    (a plain class: dataclasses would cost `import fastopt` ~1 ms)."""
+    __slots__ = ("single", "roles", "writeback")
+
+    def __init__(self, single: bool, roles: dict):
+        self.single = single
+        self.roles = roles      # role ("x", "g", a state) -> list of arrays
+        self.writeback: list = []
 
     def args(self) -> tuple:
         """The arrays to pass to the fast path, one argument per role."""
