@@ -109,26 +109,40 @@ cdef inline bint _is_array(object o):
     return cnp.PyArray_Check(o) and not _masked(o)
 
 
-cdef inline bint _same_shape(cnp.ndarray a, cnp.ndarray b):
-    cdef int nd = cnp.PyArray_NDIM(a)
-    if cnp.PyArray_NDIM(b) != nd:
-        return False
-    return nd == 0 or memcmp(cnp.PyArray_DIMS(a), cnp.PyArray_DIMS(b),
-                             nd * sizeof(cnp.npy_intp)) == 0
-
-
-cdef inline bint _fast_array(object o, int type_num, int flags, int order,
-                             cnp.ndarray like):
-    """o is an array (_is_array) of type_num in native byte order with all
-    of flags, contiguous in `order` and, when like is given, of like's shape."""
-    cdef cnp.ndarray a
-    if not _is_array(o):
-        return False
-    a = <cnp.ndarray>o
-    return (cnp.PyArray_TYPE(a) == type_num
-            and cnp.PyArray_ISNOTSWAPPED(a)
-            and (cnp.PyArray_FLAGS(a) & (flags | order)) == (flags | order)
-            and (like is None or _same_shape(a, like)))
+cdef extern from *:
+    """
+    /* The per-array test of the gather's hot loop, on borrowed pointers (no
+       reference counting): fo_exact_array: o is exactly a numpy.ndarray;
+       fo_accept: the ndarray o has type_num, native byte order, every bit of
+       flags and, when like is not NULL, like's shape. */
+    static inline int fo_exact_array(PyObject *o)
+    {
+        return Py_TYPE(o) == &PyArray_Type;
+    }
+    #define fo_type(o) PyArray_TYPE((PyArrayObject *)(o))
+    #define fo_flags(o) PyArray_FLAGS((PyArrayObject *)(o))
+    #define fo_size(o) ((int64_t)PyArray_SIZE((PyArrayObject *)(o)))
+    #define fo_data(o) PyArray_DATA((PyArrayObject *)(o))
+    static inline int fo_accept(PyObject *o, int type_num, int flags, PyObject *like)
+    {
+        PyArrayObject *a = (PyArrayObject *)o, *l = (PyArrayObject *)like;
+        int nd;
+        if (PyArray_TYPE(a) != type_num || !PyArray_ISNOTSWAPPED(a)
+                || (PyArray_FLAGS(a) & flags) != flags)
+            return 0;
+        if (l == NULL)
+            return 1;
+        nd = PyArray_NDIM(l);
+        return PyArray_NDIM(a) == nd && (nd == 0 || memcmp(
+            PyArray_DIMS(a), PyArray_DIMS(l), nd * sizeof(npy_intp)) == 0);
+    }
+    """
+    bint fo_exact_array(PyObject *o) noexcept
+    int fo_type(PyObject *o) noexcept
+    int fo_flags(PyObject *o) noexcept
+    int64_t fo_size(PyObject *o) noexcept
+    void *fo_data(PyObject *o) noexcept
+    bint fo_accept(PyObject *o, int type_num, int flags, PyObject *like) noexcept
 
 
 cdef inline int _check_rc(int rc) except -1:

@@ -39,7 +39,6 @@ from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.math cimport isfinite
 from libc.stdint cimport int64_t
-from libc.string cimport memcmp
 
 cimport numpy as cnp
 
@@ -91,8 +90,8 @@ cdef struct Call:
     int layout
 
 
-ctypedef int (*emit_t)(Call *c, Py_ssize_t i, cnp.ndarray xa, bint c_order,
-                       void **p) except -1
+ctypedef int (*emit_t)(Call *c, Py_ssize_t i, PyObject *x, int64_t n, bint f32,
+                       bint c_order, void **p) except -1
 ctypedef int (*driver_t)(const void *ts, int64_t nt, const void *args,
                          int n_threads) noexcept nogil
 
@@ -113,15 +112,15 @@ cdef struct AgcArgs:
     fo_momentum_args m
 
 
-cdef int _emit_tensor(Call *c, Py_ssize_t i, cnp.ndarray xa, bint c_order,
-                      void **p) except -1:
+cdef int _emit_tensor(Call *c, Py_ssize_t i, PyObject *x, int64_t n, bint f32,
+                      bint c_order, void **p) except -1:
     cdef fo_tensor *t = (<fo_tensor *>c.ts) + i
     t.x = p[0]
     t.g = p[1]
     t.s1 = p[2]
     t.s2 = p[3]
-    t.n = cnp.PyArray_SIZE(xa)
-    t.dtype = FO_F32 if cnp.PyArray_TYPE(xa) == cnp.NPY_FLOAT else FO_F64
+    t.n = n
+    t.dtype = FO_F32 if f32 else FO_F64
     return 1
 
 
@@ -153,8 +152,8 @@ cdef void _units(cnp.ndarray x, bint c_order, int layout, fo_agc_tensor *t):
         t.kind = FO_AGC_COLS
 
 
-cdef int _emit_agc(Call *c, Py_ssize_t i, cnp.ndarray xa, bint c_order,
-                   void **p) except -1:
+cdef int _emit_agc(Call *c, Py_ssize_t i, PyObject *x, int64_t n, bint f32,
+                   bint c_order, void **p) except -1:
     cdef fo_agc_tensor *t = (<fo_agc_tensor *>c.ts) + i
     if c.clips != NULL:
         if PyTuple_GET_SIZE(<object>c.clips) != c.nt:
@@ -166,8 +165,8 @@ cdef int _emit_agc(Call *c, Py_ssize_t i, cnp.ndarray xa, bint c_order,
     t.x = p[0]
     t.g = p[1]
     t.v = p[2]
-    t.dtype = FO_F32 if cnp.PyArray_TYPE(xa) == cnp.NPY_FLOAT else FO_F64
-    _units(xa, c_order, c.layout, t)
+    t.dtype = FO_F32 if f32 else FO_F64
+    _units(<cnp.ndarray>x, c_order, c.layout, t)
     return 1
 
 

@@ -73,19 +73,23 @@ cdef inline PyObject *_item(PyObject *arg, bint seq, Py_ssize_t i) noexcept:
     return PyTuple_GET_ITEM(<object>arg, i) if seq else arg
 
 
+cdef inline bint _array(PyObject *o):
+    return fo_exact_array(o) or _is_array(<object>o)
+
+
 cdef int _gather(Call *c, const Op *op, PyObject **args, Py_ssize_t *nt_out) except -1:
     """Fill c with the records of a call if all its tensors qualify for the
     fast path; return 1, or 0 to decline. args[k] is role k's argument: one
-    array, or a tuple (lists are pinned as tuples by _run). Byte ranges are
-    stored role by role (all x, all g, ...) so each role's arrays, usually
-    allocated in address order, form one sorted run for fo_find_overlap.
-    Writes nothing to any array."""
+    array, or a tuple (lists are pinned as tuples by _run), all borrowed.
+    Byte ranges are stored role by role (all x, all g, ...) so each role's
+    arrays, usually allocated in address order, form one sorted run for
+    fo_find_overlap. Writes nothing to any array."""
     cdef Py_ssize_t nt = 1, i
-    cdef int k, n = op.n_roles, type_num, order, flags
+    cdef int k, n = op.n_roles, type_num, flags, order
     cdef bint seq = type(<object>args[0]) is tuple, c_order
-    cdef object a
-    cdef cnp.ndarray xa
-    cdef int64_t nbytes
+    cdef PyObject *x
+    cdef PyObject *a
+    cdef int64_t size, nbytes
     cdef void *p[MAX_ROLES]
     if seq:
         nt = PyTuple_GET_SIZE(<object>args[0])
@@ -99,14 +103,13 @@ cdef int _gather(Call *c, const Op *op, PyObject **args, Py_ssize_t *nt_out) exc
     _reserve(c, nt, op.rec_size)
     p[2] = p[3] = NULL
     for i in range(nt):
-        a = <object>_item(args[0], seq, i)
-        if not _is_array(a):
+        x = _item(args[0], seq, i)
+        if not _array(x):
             return 0
-        xa = <cnp.ndarray>a
-        type_num = cnp.PyArray_TYPE(xa)
+        type_num = fo_type(x)
         if type_num != cnp.NPY_FLOAT and type_num != cnp.NPY_DOUBLE:
             return 0
-        flags = cnp.PyArray_FLAGS(xa)
+        flags = fo_flags(x)
         c_order = (flags & cnp.NPY_ARRAY_C_CONTIGUOUS) != 0
         if c_order:
             order = cnp.NPY_ARRAY_C_CONTIGUOUS
@@ -114,16 +117,20 @@ cdef int _gather(Call *c, const Op *op, PyObject **args, Py_ssize_t *nt_out) exc
             order = cnp.NPY_ARRAY_F_CONTIGUOUS
         else:
             return 0
-        nbytes = cnp.PyArray_SIZE(xa) * cnp.PyArray_ITEMSIZE(xa)
-        for k in range(n):
-            if k:
-                a = <object>_item(args[k], seq, i)
-            if not _fast_array(a, type_num, _W if op.written[k] else _R, order,
-                               xa if k else None):
+        size = fo_size(x)
+        nbytes = size * (4 if type_num == cnp.NPY_FLOAT else 8)
+        if not fo_accept(x, type_num, order | (_W if op.written[0] else _R), NULL):
+            return 0
+        p[0] = fo_data(x)
+        _range(c, i, p[0], nbytes, op.written[0])
+        for k in range(1, n):
+            a = _item(args[k], seq, i)
+            if not (_array(a) and fo_accept(a, type_num,
+                                            order | (_W if op.written[k] else _R), x)):
                 return 0
-            p[k] = cnp.PyArray_DATA(<cnp.ndarray>a)
+            p[k] = fo_data(a)
             _range(c, k * nt + i, p[k], nbytes, op.written[k])
-        if not op.emit(c, i, xa, c_order, p):
+        if not op.emit(c, i, x, size, type_num == cnp.NPY_FLOAT, c_order, p):
             return 0
     if _overlap(c, n * nt):
         return 0
