@@ -1,7 +1,7 @@
 """Compare two benchmark runs by their machine-stable ratios.
 
     python bench/compare.py OLD.json NEW.json [--band 0.15]
-    python bench/compare.py --trim RAW.json [-o OUT.json] [--note TEXT]
+    python bench/compare.py --trim RAW.json [-o OUT.json | -o baseline] [--note TEXT]
 
 OLD and NEW are pytest-benchmark JSON files (``--benchmark-json`` or
 ``--benchmark-autosave``) or the trimmed form this script writes with
@@ -50,13 +50,19 @@ def trim(raw, note=""):
         row = {"group": b.get("group"), "median": b["stats"]["median"]}
         if sbs:
             row.update(subject=sbs["subject"], reps=sbs["reps"], ratios=sbs["ratios"],
-                       p50={k: v["p50"] for k, v in sbs["times"].items()},
-                       p99={k: v["p99"] for k, v in sbs["times"].items()})
+                       **{q: {k: v[q] for k, v in sbs["times"].items() if q in v}
+                          for q in ("min", "p10", "p50", "p99")})
         rows[row_key(b["fullname"])] = row
     return {"format": FORMAT, "note": note, "datetime": raw.get("datetime"),
             "commit": raw.get("commit_info", {}).get("id"),
             "machine": raw.get("fastopt_machine") or raw.get("machine_info", {}),
             "rows": rows}
+
+
+def machine_slug(machine):
+    """'AMD EPYC', 2 cores -> 'amd-epyc-2c': the baseline's file name."""
+    cpu = "".join(c if c.isalnum() else "-" for c in str(machine.get("cpu", "cpu")).lower())
+    return "-".join(w for w in cpu.split("-") if w) + f"-{machine.get('cores', '?')}c"
 
 
 def load(path):
@@ -144,7 +150,8 @@ def main(argv=None):
     ap.add_argument("--band", type=float, default=DEFAULT_BAND,
                     help=f"noise band as a fraction (default {DEFAULT_BAND})")
     ap.add_argument("--trim", action="store_true", help="write the trimmed form of RAW.json")
-    ap.add_argument("-o", "--out", help="with --trim: output path (default stdout)")
+    ap.add_argument("-o", "--out", help="with --trim: output path (default stdout; "
+                    "'baseline' = bench/baseline/<machine>.json)")
     ap.add_argument("--note", default="", help="with --trim: a note stored in the file")
     args = ap.parse_args(argv)
     try:
@@ -153,6 +160,10 @@ def main(argv=None):
             with open(path) as f:
                 doc = trim(json.load(f), args.note)
             text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
+            if args.out == "baseline":
+                args.out = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                        "baseline", machine_slug(doc["machine"]) + ".json")
+                print(f"writing {args.out}", file=sys.stderr)
             if args.out:
                 with open(args.out, "w") as f:
                     f.write(text)

@@ -57,7 +57,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 WARM_BELOW = 2e-3        # seconds: shorter calls get an untimed warm-up call
 SAMPLE_MIN = 50e-6       # seconds: shorter calls are repeated within a sample
-MIN_REPS, MAX_REPS = 5, 201
+MIN_REPS, MAX_REPS = 7, 201
 GAP = float(os.environ.get("FASTOPT_BENCH_GAP", "0"))  # sleep before each turn (s)
 
 
@@ -167,8 +167,8 @@ def measure(impls, ratios, subject, budget, one_rep=False):
         if a in samples and b in samples:
             q = [x / y for x, y in zip(samples[a], samples[b])]
             out_ratios[f"{a}/{b}"] = round(float(np.median(q)), 4)
-    times = {k: {"p50": _percentile(v, 50), "p99": _percentile(v, 99)}
-             for k, v in samples.items()}
+    times = {k: {"min": min(v), "p10": _percentile(v, 10), "p50": _percentile(v, 50),
+                 "p99": _percentile(v, 99)} for k, v in samples.items()}
     return {"subject": list(subject), "reps": reps, "times": times, "ratios": out_ratios}
 
 
@@ -205,10 +205,12 @@ def machine_description():
         pass
     desc = {"cpu": cpu, "isa": flags, "cores": os.cpu_count(),
             "python": platform.python_version(), "numpy": np.__version__,
-            "platform": platform.platform()}
+            "platform": platform.platform(),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
     try:
         import torch
         desc["torch"] = torch.__version__
+        desc["torch_threads"] = torch.get_num_threads()
     except ImportError:
         desc["torch"] = None
     try:

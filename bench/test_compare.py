@@ -91,3 +91,9 @@ def test_report_exit_codes(runs, tmp_path, capsys):
     bad.write_text("{not json")
     assert compare.main([runs[0], str(bad)]) == 2
     assert compare.main([runs[0], str(tmp_path / "missing.json")]) == 2
+
+
+def test_machine_slug():
+    assert compare.machine_slug({"cpu": "AMD EPYC", "cores": 2}) == "amd-epyc-2c"
+    assert compare.machine_slug({"cpu": "Intel(R) Xeon(R) 8375C @ 2.9GHz", "cores": 4}) \
+        == "intel-r-xeon-r-8375c-2-9ghz-4c"
