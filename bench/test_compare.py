@@ -61,8 +61,10 @@ def test_matching_moves_and_one_sided_rows(runs):
     assert only_new == ["bench_core.py::t[new]"]
     assert gaps == [("bench_core.py::t[b]", "torch_fused/fastopt", "new")]
     assert len(factors) == 3          # rows without ratios are matched, not compared
-    # a wider band names nothing
+    # a wider band names nothing; a ratio filter keeps only matching names
     assert compare.compare(old, new, 0.35)[0] == []
+    assert compare.compare(old, new, 0.15, only=["numpy"])[0] == []
+    assert len(compare.compare(old, new, 0.15, only=["ceiling"])[0]) == 2
 
 
 def test_trimmed_form_compares_like_raw(runs, tmp_path):
@@ -84,7 +86,7 @@ def test_verdict_direction():
 
 
 def test_report_exit_codes(runs, tmp_path, capsys):
-    assert compare.main(list(runs)) == 0
+    assert compare.main([*runs, "--band", "0.15"]) == 0
     out = capsys.readouterr().out
     assert "2 ratios moved beyond the band" in out and "t[gone]" in out
     bad = tmp_path / "bad.json"
