@@ -23,16 +23,31 @@ rivals itself with the ``side_by_side`` fixture:
   (paired samples taken a few milliseconds apart), and each time's p50 and
   p99 are stored next to it.
 
+Why the median of paired quotients rather than the quotient of the two
+medians, p10s or minimums (all four computed from the same samples on
+pairs of runs of unchanged code under load): for fastopt / ceiling their
+run-to-run p90 was 17.4% (paired), 17.5% (medians), 17.6% (p10s), 29%
+(minimums); over all ratios 41%, 47%, 33%, 38%; on an earlier pair the
+paired form was best throughout (p90 38% against 43-51%). No form wins
+everywhere; the paired one is never the worst and is the one that cancels
+load common to both sides. With 2 threads on a busy 2-core machine every
+OpenMP call can wait a scheduler tick for a descheduled thread, so the
+baseline was recorded with OMP_NUM_THREADS=1.
+
 Everything goes into the row's ``extra_info`` (so ``--benchmark-json`` and
 ``--benchmark-autosave`` keep it), under ``side_by_side``::
 
     {"subject": ["fastopt"], "reps": 31,
-     "times": {"fastopt": {"p50": s, "p99": s}, "ceiling": {...}, ...},
+     "times": {"fastopt": {"min": s, "p10": s, "p50": s, "p99": s}, ...},
      "ratios": {"fastopt/ceiling": 1.02, "numpy/fastopt": 11.3, ...}}
 
 ``subject`` lists the implementations that are fastopt's own, so that
 bench/compare.py can tell "slower" from "faster". The budget per row is
-``--side-by-side-time`` seconds (default 1.0) with 5 to 201 repetitions.
+``--side-by-side-time`` seconds (default 1.0) with 7 to 201 repetitions.
+FASTOPT_BENCH_GAP=seconds sleeps before each turn (default 0): meant for
+another OpenMP pool (torch's) still spinning after its call; a 5 ms trial
+here gave worse multi-threaded timings, confounded by load that began at
+the same time, so it is off.
 With ``--benchmark-disable`` (the CI smoke run) one repetition runs, which
 exercises the code and keeps the smoke run short.
 
