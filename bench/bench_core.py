@@ -4,6 +4,9 @@
     pytest bench/ --benchmark-only                 # measure
     pytest bench/ --benchmark-only -k "momentum and float32"
     pytest bench/ --benchmark-disable              # smoke test (CI)
+    OMP_NUM_THREADS=1 pytest bench/ -m ratios --benchmark-only --benchmark-json=r.json
+        # only the fastopt rows, each timing its rivals side by side
+        # (bench/conftest.py); compare runs with bench/compare.py
 
 Implementations: fastopt; the NumPy formula in place (what a NumPy user
 writes, tensor by tensor); torch.optim with fused=True and foreach=True
