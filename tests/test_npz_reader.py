@@ -89,7 +89,7 @@ def test_empty_and_zero_d_entries():
 # ------------------------------------------------------- decompression bombs
 
 def test_bomb_shape_rejected_before_any_data_is_read():
-    data = raw_zip([bomb_member("x.npy")])           # 1 GiB of zeros declared (2**27,)
+    data = raw_zip([bomb_member("x.npy", crc=False)])   # 1 GiB of zeros declared (2**27,)
     assert len(data) < 2 << 20
     fh = CountingFile(io.BytesIO(data))
     with pytest.raises(NpzError, match=r"entry 'x' declares shape \(134217728,\) dtype "
@@ -125,7 +125,7 @@ from fastopt._npz import NpzError, Spec, read_npz
 from npz_hostile import bomb_member, raw_zip
 lying = bomb_member("x.npy", shape=(5,), n_bytes=1 << 30, crc=False)
 lying["usize"] = 128 + 40
-cases = [bomb_member("x.npy"),                                  # declares (2**27,)
+cases = [bomb_member("x.npy", crc=False),                       # declares (2**27,)
          lying,                                                 # declares (5,), holds 1 GiB
          bomb_member("x.npy", shape=(5,), n_bytes=1 << 30, crc=False,
                      declare=(1 << 30) + 128)]                  # zip size says 1 GiB
@@ -311,7 +311,7 @@ def test_every_byte_flip_is_rejected_or_harmless():
     data = clean()
     want = read(data)
     for i in range(len(data)):
-        for bit in (0, 7):
+        for bit in (i % 8,):
             bad = bytearray(data)
             bad[i] ^= 1 << bit
             try:
