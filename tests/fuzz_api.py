@@ -16,7 +16,10 @@ into the checks and the kernels. The oracle:
   from -- changed by a single byte;
 - when the call succeeds, every array that shares no memory with an output is
   unchanged (the gradient is only read), and every output equals the float64
-  reference within the dtype's error bound (tests/hardening_ref.py).
+  reference within the dtype's error bound (tests/hardening_ref.py);
+- checkpoint files mutated in their structure (tests/fuzz_checkpoint.py):
+  only CheckpointError escapes ``load``, a rejection changes nothing, and the
+  peak RSS stays within a small multiple of the optimizer's state.
 
 With atheris installed this runs coverage-guided (libFuzzer flags apply):
 
@@ -715,7 +718,11 @@ def plain(op, kwargs):
 
 def TestOneInput(data: bytes) -> None:
     src = Source(data)
-    target = src.int(0, 7)
+    target = src.int(0, 8)
+    if target == 8 and HAVE_OPTIM:         # hostile checkpoint files (issue 16)
+        import fuzz_checkpoint
+        fuzz_checkpoint.checkpoint_case(src, _tmpdir())
+        return
     if target == 5 and HAVE_AGC:
         agc_case(src)
         return
