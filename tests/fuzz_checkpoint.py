@@ -131,17 +131,22 @@ def _meta(src, payload):
     else:
         buf = io.BytesIO()
         np.save(buf, src.pick([np.zeros(3), np.array([text, text]), np.array(text.encode()),
-                               np.array(text, dtype="<U%d" % (len(text) + 5000))]))
+                               np.array(text, dtype=f"<U{len(text) + 5000}")]))
         return buf.getvalue()
     buf = io.BytesIO()
     np.save(buf, np.array(text))
     return buf.getvalue()
 
 
+_BOMBS: dict = {}
+
+
 def _bomb(src, name):
     shape = src.pick([(2**27,), (2**24,), (2**27, 1)])
-    stream, crc, size = zeros_bomb(1 << 24 if src.chance(2) else 1 << 30,
-                                   npy_header(shape), crc=False)
+    n = 1 << 24 if src.chance(2) else 1 << 30
+    if (shape, n) not in _BOMBS:
+        _BOMBS[shape, n] = zeros_bomb(n, npy_header(shape), crc=False)
+    stream, crc, size = _BOMBS[shape, n]
     e = _entry(name, b"")
     e.update(method=8, stored=stream, crc=crc, usize=size if src.chance(2) else
              src.pick([size, 128 + 80, 2**32 - 1, 0]))
@@ -169,7 +174,7 @@ def _mutate(src, entries):
         entries[i]["crc"] = src.int(0, 2**32 - 1)
     elif k == 7:
         real = len(entries[i]["payload"])
-        entries[i]["usize"] = src.pick([0, 1, real - 1, real + 1, 2**31, 2**32 - 1])
+        entries[i]["usize"] = src.pick([0, 1, max(0, real - 1), real + 1, 2**31, 2**32 - 1])
     elif k == 8:
         entries[i] = _bomb(src, entries[i]["name"])
     elif k in (9, 10):

@@ -148,8 +148,9 @@ def test_meta_that_is_not_an_npy_stream(tmp_path):
     opt = trained()
     opt.save(path)
     rebuild(path, {"meta.npy": b'{"format": "fastopt.optim", "version": 1}'})
-    rejected(opt, path, r"the file's 'meta' entry is not a fastopt.optim header: entry "
-                        r"'meta' is not an .npy stream")
+    rejected(opt, path, r"is not a readable fastopt checkpoint \(truncated, corrupt or not "
+                        r"an .npz file\): entry 'meta' is not an .npy stream \(bad magic "
+                        r"b'\{\"form'\)")
 
 
 @pytest.mark.parametrize("meta, match", [
