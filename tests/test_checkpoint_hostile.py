@@ -284,3 +284,16 @@ def test_save_leaves_a_tmp_file_another_saver_holds(tmp_path):
         assert busy.exists()
     trained().save(path)                        # released (that saver died): removed
     assert not busy.exists()
+
+
+def test_header_that_numpy_cannot_tokenize(tmp_path):
+    # numpy's own parser retries a bad header through tokenize, whose
+    # TokenError escaped load() (found by the checkpoint fuzzer)
+    from npz_hostile import npy_header
+
+    path = tmp_path / "c.npz"
+    opt = trained()
+    opt.save(path)
+    text = "{'descr': '<f8', 'fortran_order': False, 'shape': (10,), }" + "(" * 50
+    rebuild(path, {"state.v.0.npy": npy_header(None, text=text) + bytes(80)})
+    rejected(opt, path, r"entry 'state.v.0' has an unreadable .npy header: SyntaxError")
