@@ -125,7 +125,12 @@ def _meta(src, payload):
         text = src.pick(["[" * 50000, "{}", "[]", '"x"', "", "{" + '"a": 1, ' * 3 + "}",
                          json.dumps({"format": "fastopt.optim", "version": 1})])
     elif k == 4:
-        meta = json.loads(text) if text.startswith("{") else {}
+        try:
+            meta = json.loads(text)
+        except ValueError:                      # an earlier mutation broke it
+            meta = {}
+        if not isinstance(meta, dict):
+            meta = {}
         meta.pop(src.pick(list(meta) or ["x"]), None)
         text = json.dumps(meta)
     else:
