@@ -127,7 +127,7 @@ def _meta(src, payload):
     elif k == 4:
         try:
             meta = json.loads(text)
-        except ValueError:                      # an earlier mutation broke it
+        except (ValueError, RecursionError):    # an earlier mutation broke it
             meta = {}
         if not isinstance(meta, dict):
             meta = {}
