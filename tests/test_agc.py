@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastopt
+from fastopt import _reference as ref
 
 DTYPES = [np.float32, np.float64]
 LAYOUTS = ["oi", "io"]
@@ -21,42 +22,6 @@ EMPTY = [(0,), (0, 3), (3, 0), (2, 0, 4)]
 RTOL = {np.float32: 5e-7, np.float64: 1e-13}
 
 
-# ----------------------------------------------------------- the reference
-
-def ref_norm(x, layout):
-    """NFNet unitwise_norm in float64, kept dims."""
-    x = np.asarray(x, np.float64)
-    if np.squeeze(x).ndim <= 1:
-        return np.sqrt(np.sum(x * x, keepdims=True))
-    axes = tuple(range(1, x.ndim)) if layout == "oi" else tuple(range(x.ndim - 1))
-    return np.sqrt(np.sum(x * x, axis=axes, keepdims=True))
-
-
-def ref_agc(x, g, clipping, eps, layout):
-    """The clipped gradient in float64 (None: not clipped)."""
-    g = np.asarray(g, np.float64)
-    if clipping is None:
-        return g
-    with np.errstate(all="ignore"):
-        max_norm = clipping * np.maximum(ref_norm(x, layout), eps)
-        g_norm = ref_norm(g, layout)
-        return np.where(g_norm > max_norm, g * (max_norm / np.maximum(g_norm, 1e-6)), g)
-
-
-def ref_momentum(x, g, v, lr, t, alpha, beta, nc, mode):
-    x, g, v = (np.asarray(a, np.float64) for a in (x, g, v))
-    gr = nc * x + g
-    v = alpha * v + (beta if t > 0 else 1.0) * gr
-    x = x - lr * (v if mode == "standard" else gr + alpha * v)
-    return x, v
-
-
-def clipped_units(x, g, clipping, eps, layout):
-    """Boolean array (broadcastable to x) of the units the reference clips."""
-    max_norm = clipping * np.maximum(ref_norm(x, layout), eps)
-    return ref_norm(g, layout) > max_norm
-
-
 def make(shape, dtype, layout, seed=0, clip_fraction=True):
     """x ~ N(0, 1) and g whose units are scaled so that, with clipping 0.01,
     about half of them are clipped (and none is near the threshold)."""
@@ -64,7 +29,7 @@ def make(shape, dtype, layout, seed=0, clip_fraction=True):
     x = np.asarray(rng.standard_normal(shape), dtype)
     g = np.asarray(rng.standard_normal(shape))
     if clip_fraction and g.size:
-        nshape = ref_norm(g, layout).shape
+        nshape = ref.agc.unit_norms(g, layout).shape
         scale = np.where(rng.random(nshape) < 0.5, 3e-3, 3e-2)
         g = g * scale
     return x, np.asarray(g, dtype)
@@ -82,7 +47,7 @@ def snapshot(*arrays):
 def test_unitwise_norm_matches_reference(shape, layout, dtype):
     x, _ = make(shape, dtype, layout)
     got = fastopt.unitwise_norm(x, layout=layout)
-    want = ref_norm(x, layout)
+    want = ref.agc.unit_norms(x, layout)
     assert got.dtype == dtype
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=RTOL[dtype], atol=0)
@@ -102,7 +67,7 @@ def test_unitwise_norm_shapes():
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_unitwise_norm_any_memory_layout(layout):
     x, _ = make((6, 5, 4), np.float32, layout)
-    want = ref_norm(x, layout)
+    want = ref.agc.unit_norms(x, layout)
     for view in (np.asfortranarray(x), x[:, ::-1], x.astype(">f4"),
                  np.frombuffer(b"\0" + x.tobytes(), np.float32, offset=1).reshape(x.shape)):
         got = fastopt.unitwise_norm(view, layout=layout)
@@ -118,15 +83,15 @@ def test_unitwise_norm_any_memory_layout(layout):
 def test_agc_matches_reference(shape, layout, dtype):
     x, g = make(shape, dtype, layout)
     g0, x0 = g.copy(), x.copy()
-    want = ref_agc(x, g, 0.01, 1e-3, layout)
+    want = ref.agc.agc(x, g, 0.01, 1e-3, layout)
     fastopt.agc(x, g, layout=layout)
     np.testing.assert_allclose(g, want, rtol=RTOL[dtype], atol=0)
-    keep = np.broadcast_to(~clipped_units(x, g0, 0.01, 1e-3, layout), x.shape)
+    keep = np.broadcast_to(~ref.agc.clipped_units(x, g0, 0.01, 1e-3, layout), x.shape)
     assert np.array_equal(g[keep], g0[keep])           # untouched units: same bits
     assert x.tobytes() == x0.tobytes()
     if keep.size and not keep.all():                   # clipped units: at max_norm
-        max_norm = 0.01 * np.maximum(ref_norm(x, layout), 1e-3)
-        norms = np.broadcast_to(ref_norm(g, layout), x.shape)
+        max_norm = 0.01 * np.maximum(ref.agc.unit_norms(x, layout), 1e-3)
+        norms = np.broadcast_to(ref.agc.unit_norms(g, layout), x.shape)
         mask = ~keep
         np.testing.assert_allclose(norms[mask], np.broadcast_to(max_norm, x.shape)[mask],
                                    rtol=10 * RTOL[dtype])
@@ -141,8 +106,8 @@ def test_agc_list_mixed_dtypes_and_excluded():
         gs.append(g)
     g_in = [g.copy() for g in gs]
     fastopt.agc(xs, gs, clipping=[0.01, 0.02, None])
-    np.testing.assert_allclose(gs[0], ref_agc(xs[0], g_in[0], 0.01, 1e-3, "oi"), rtol=5e-7)
-    np.testing.assert_allclose(gs[1], ref_agc(xs[1], g_in[1], 0.02, 1e-3, "oi"), rtol=1e-13)
+    np.testing.assert_allclose(gs[0], ref.agc.agc(xs[0], g_in[0], 0.01, 1e-3, "oi"), rtol=5e-7)
+    np.testing.assert_allclose(gs[1], ref.agc.agc(xs[1], g_in[1], 0.02, 1e-3, "oi"), rtol=1e-13)
     assert gs[2].tobytes() == g_in[2].tobytes()         # excluded: untouched
     assert gs[0].tobytes() != g_in[0].tobytes()
 
@@ -152,13 +117,13 @@ def test_agc_list_mixed_dtypes_and_excluded():
 def test_zero_parameters_use_the_eps_floor(layout, dtype):
     x = np.zeros((6, 50), dtype)
     g = np.full((6, 50), 0.01, dtype)                 # unit norms ~0.07
-    want = ref_agc(x, g, 0.5, 1e-3, layout)
+    want = ref.agc.agc(x, g, 0.5, 1e-3, layout)
     fastopt.agc(x, g, clipping=0.5, layout=layout)
     np.testing.assert_allclose(g, want, rtol=RTOL[dtype])
-    np.testing.assert_allclose(ref_norm(g, layout), 0.5 * 1e-3, rtol=RTOL[dtype] * 10)
+    np.testing.assert_allclose(ref.agc.unit_norms(g, layout), 0.5 * 1e-3, rtol=RTOL[dtype] * 10)
     g = np.full((6, 50), 0.1, dtype)
     fastopt.agc(x, g, clipping=0.5, eps=0.1, layout=layout)   # a bigger floor
-    np.testing.assert_allclose(ref_norm(g, layout), 0.5 * 0.1, rtol=RTOL[dtype] * 10)
+    np.testing.assert_allclose(ref.agc.unit_norms(g, layout), 0.5 * 0.1, rtol=RTOL[dtype] * 10)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -173,7 +138,7 @@ def test_zero_and_tiny_gradients_use_the_1e6_floor(dtype):
     g0 = g.copy()
     fastopt.agc(x, g, clipping=1e-4)
     np.testing.assert_allclose(g, g0.astype(np.float64) * 0.1, rtol=RTOL[dtype])
-    np.testing.assert_allclose(g, ref_agc(x, g0, 1e-4, 1e-3, "oi"), rtol=RTOL[dtype])
+    np.testing.assert_allclose(g, ref.agc.agc(x, g0, 1e-4, 1e-3, "oi"), rtol=RTOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -197,8 +162,8 @@ def test_threshold_is_strict(layout, dtype):
     x = np.zeros((4, 4), dtype)
     for g, clipped in ((at, False), (above, True), (below, False)):
         g0 = g.copy()
-        assert np.array_equal(clipped_units(x, g0, clip, eps, layout),
-                              np.full(ref_norm(x, layout).shape, clipped))
+        assert np.array_equal(ref.agc.clipped_units(x, g0, clip, eps, layout),
+                              np.full(ref.agc.unit_norms(x, layout).shape, clipped))
         fastopt.agc(x, g, clipping=clip, eps=eps, layout=layout)
         if clipped:
             factor = dtype(max_norm / 1e-6)
@@ -231,7 +196,7 @@ def test_nan_and_inf_follow_the_reference():
     x[2, 5] = np.nan          # max_norm NaN: untouched
     g0 = g.copy()
     fastopt.agc(x, g, clipping=0.1)
-    want = ref_agc(x, g0, 0.1, 1e-3, "oi")
+    want = ref.agc.agc(x, g0, 0.1, 1e-3, "oi")
     np.testing.assert_allclose(g, want, rtol=1e-13, equal_nan=True)
     assert g[0].tobytes() == g0[0].tobytes() and g[2].tobytes() == g0[2].tobytes()
 
@@ -239,7 +204,7 @@ def test_nan_and_inf_follow_the_reference():
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_agc_any_memory_layout(layout):
     x, g = make((12, 7, 3), np.float32, layout, seed=3)
-    want = ref_agc(x, g, 0.01, 1e-3, layout)
+    want = ref.agc.agc(x, g, 0.01, 1e-3, layout)
     xf, gf = np.asfortranarray(x), np.asfortranarray(g)
     fastopt.agc(xf, gf, layout=layout)                 # F order: no copies
     np.testing.assert_allclose(gf, want, rtol=5e-7)
@@ -310,8 +275,9 @@ def test_fused_equals_agc_then_momentum_bit_for_bit(layout, mode, t, nc):
     assert snapshot(*x1, *v1) == snapshot(*x2, *v2)
     # and both are the float64 formula
     for k, (x, g, v) in enumerate(zip(xs, g_in, vs)):
-        gc = ref_agc(x, g, clip[k], 1e-3, layout)
-        xw, vw = ref_momentum(x, gc, v, 0.1, t, 0.9, 0.9, nc, mode)
+        gc = ref.agc.agc(x, g, clip[k], 1e-3, layout)
+        xw, vw = ref.momentum(x, gc, v, lr=0.1, t=t, alpha=0.9, beta=0.9,
+                              norm_coefficient=nc, mode=mode)
         rtol = 1e-5 if x.dtype == np.float32 else 1e-12
         np.testing.assert_allclose(x1[k], xw, rtol=rtol, atol=1e-7)
         np.testing.assert_allclose(v1[k], vw, rtol=rtol, atol=1e-7)
@@ -384,7 +350,7 @@ def test_property_reference_and_fusion(shape, layout, f64, order, seed, n_thread
                      n_threads=n_threads)
     g2 = g.copy(order="K")
     fastopt.agc(x, g2, layout=layout, n_threads=n_threads)
-    np.testing.assert_allclose(g2, ref_agc(x, g, 0.01, 1e-3, layout), rtol=RTOL[dtype])
+    np.testing.assert_allclose(g2, ref.agc.agc(x, g, 0.01, 1e-3, layout), rtol=RTOL[dtype])
     fastopt.momentum(x, g2, v, lr=0.3, t=1, beta=0.5)
     assert x1.tobytes() == x.tobytes() and v1.tobytes() == v.tobytes()
 

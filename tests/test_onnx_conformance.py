@@ -39,6 +39,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import fastopt  # noqa: E402
 import fastopt.onnx as fonnx  # noqa: E402
+from fastopt._reference import onnx as ref_onnx  # noqa: E402
 
 DOMAIN = "ai.onnx.preview.training"
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -108,30 +109,6 @@ def run_inplace(op, lr, t, xs, gs, states, attrs):
     states = [[s.copy() for s in role] for role in states]
     INPLACE[op](xs, gs, *states, lr=lr, t=t, **attrs)
     return xs, states
-
-
-def numpy_float64(op, lr, t, x, g, states, a):
-    """SEMANTICS.md section 1 in plain NumPy float64 (one tensor)."""
-    x = x.astype(np.float64)
-    g = np.broadcast_to(g.astype(np.float64), x.shape)
-    gr = a["norm_coefficient"] * x + g
-    if op == "Momentum":
-        (v,) = (s.astype(np.float64) for s in states)
-        vn = a["alpha"] * v + (a["beta"] if t > 0 else 1.0) * gr
-        if a["mode"] == "standard":
-            return x - lr * vn, [vn]
-        return x - lr * (gr + a["alpha"] * vn), [vn]
-    if op == "Adagrad":
-        (h,) = (s.astype(np.float64) for s in states)
-        r = lr / (1 + t * a["decay_factor"])
-        hn = h + gr * gr
-        return x - r * gr / (np.sqrt(hn) + a["epsilon"]), [hn]
-    v, h = (s.astype(np.float64) for s in states)
-    vn = a["alpha"] * v + (1 - a["alpha"]) * gr
-    hn = a["beta"] * h + (1 - a["beta"]) * gr * gr
-    r = lr * np.sqrt(1 - a["beta"] ** t) / (1 - a["alpha"] ** t) if t > 0 else lr
-    xn = (1 - a["norm_coefficient_post"]) * (x - r * vn / (np.sqrt(hn) + a["epsilon"]))
-    return xn, [vn, hn]
 
 
 def assert_close_in_dtype(got, ref, x, label):
@@ -222,7 +199,7 @@ def test_matches_reference_evaluator(op, attrs, t, shapes, dname):
         label = f"output {out_names[k]}"
         if reference_casts and x.dtype == F64 and r_out.dtype != F64:
             i = k % n
-            xn, sn = numpy_float64(op, lr, t, xs[i], gs[i],
+            xn, sn = ref_onnx.node(op, lr, t, xs[i], gs[i],
                                    [role[i] for role in states], eff)
             want = [xn] + sn
             assert_close_in_dtype(g_out, want[k // n], x, label + " (NumPy float64)")
@@ -280,7 +257,7 @@ def test_reference_multi_tensor_adam_casts_to_float32():
     eff = {k: f32(v) for k, v in attrs.items()}
     new_x, _ = run_inplace("Adam", 0.05, 4, xs, gs, states, eff)
     assert new_x[0].dtype == F64
-    xn, _ = numpy_float64("Adam", 0.05, 4, xs[0], gs[0], [states[0][0], states[1][0]], eff)
+    xn, _ = ref_onnx.node("Adam", 0.05, 4, xs[0], gs[0], [states[0][0], states[1][0]], eff)
     np.testing.assert_allclose(new_x[0], xn, rtol=1e-12, atol=1e-12)
     assert np.max(np.abs(ref[0] - xn)) > 1e-9  # the reference cannot meet 1e-12
     # while the single-tensor node keeps float64 and agrees at 1e-12
@@ -307,7 +284,7 @@ def test_reference_rounds_one_minus_attribute_to_float32():
         np.array(0.05), np.array(3), xs[0], gs[0], states[0][0], states[1][0]])))
     eff = {k: f32(v) for k, v in attrs.items()}
     new_x, _ = run_inplace("Adam", 0.05, 3, xs, gs, states, eff)
-    xn, _ = numpy_float64("Adam", 0.05, 3, xs[0], gs[0], [states[0][0], states[1][0]], eff)
+    xn, _ = ref_onnx.node("Adam", 0.05, 3, xs[0], gs[0], [states[0][0], states[1][0]], eff)
     np.testing.assert_allclose(new_x[0], xn, rtol=1e-12, atol=1e-12)
     assert np.max(np.abs(ref[0] - xn)) > 1e-9
     # the reference is exactly the float64 evaluation with 1 - post rounded to float32

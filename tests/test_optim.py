@@ -67,14 +67,6 @@ OPTS = {
 }
 
 
-def kernel_kwargs(name, kw):
-    kw = dict(kw)
-    if name in ("momentum", "nesterov"):
-        kw["mode"] = "nesterov" if kw.pop("nesterov", False) else "standard"
-    kw.pop("initial_accumulator_value", None)
-    return kw
-
-
 # ------------------------------------------------------------------- steps
 
 @pytest.mark.parametrize("name", list(OPTS))
@@ -91,7 +83,7 @@ def test_step_equals_kernel_calls(name, contiguous):
     for k in range(4):
         grads = make_grads(params, k)
         assert opt.step(grads) is True
-        kernel(mine, grads, *mstates, t=t0 + k, **kernel_kwargs(name, kw))
+        kernel(mine, grads, *mstates, t=t0 + k, **ref.optim.rule_kwargs(kw))
         for a, b in zip(params, mine):
             np.testing.assert_array_equal(a, b, strict=True)
         for s, ms in zip(states, mstates):
@@ -114,7 +106,7 @@ def test_first_updates_follow_the_onnx_t_convention(name):
     for k in range(3):
         g = np.array([0.3, -0.2, 0.1]) * (k + 1)
         opt.step([g])
-        xr, *sr = reference(xr, g, *sr, t=t0 + k, **kernel_kwargs(name, kw))
+        xr, *sr = reference(xr, g, *sr, t=t0 + k, **ref.optim.rule_kwargs(kw))
         np.testing.assert_allclose(x, xr, rtol=1e-14, atol=1e-15)
 
 

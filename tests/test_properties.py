@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import fastopt
-from hardening_ref import REFS, STATES, check_agc, check_close, check_unitwise_norm, place
+from fastopt._reference.agc import check_agc, check_unitwise_norm
+from fastopt._reference.tracked import REFS, STATES, check_close
+from layouts import place
 
 OPS = ("momentum", "adagrad", "adam")
 THREADS = (1, 2, 3, 4)

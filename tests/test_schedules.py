@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastopt import schedules as S
+from fastopt._reference import schedules as ref
 
 REL = 1e-12
 
@@ -47,97 +48,15 @@ def test_golden_values(schedule, expected):
 
 
 # --------------------------------------------------------------------------- Angel emulation
-class AngelStandard:
-    """Angel's StandardDecay: current += 1, then eta / sqrt(1 + alpha * current)."""
-
-    def __init__(self, eta, alpha, interval=100):
-        self.eta, self.alpha, self.interval, self.current = eta, alpha, interval, 0
-
-    def next(self):
-        self.current += 1
-        return self.eta / math.sqrt(1.0 + self.alpha * self.current)
-
-    def is_interval_boundary(self):
-        return self.current % self.interval == 0
-
-
-class AngelCorrection:
-    """Angel's CorrectionDecay with the counter started at 1 (Angel's starts at 0)."""
-
-    def __init__(self, eta, alpha, beta, interval=100, start=1):
-        self.eta, self.alpha, self.beta, self.interval = eta, alpha, beta, interval
-        self.current = start
-        self.calls = 0
-
-    def next(self):
-        denominator = 1 - math.pow(self.beta, self.current)
-        if denominator == 0:  # Angel (Scala doubles): (1 - beta) / 0 = +inf
-            value = math.inf
-        else:
-            value = (self.eta / math.sqrt(1 + self.alpha * self.current)
-                     * (1 - self.beta) / denominator)
-        self.current += 1
-        self.calls += 1
-        return value
-
-    def is_interval_boundary(self):
-        return self.calls % self.interval == 0
-
-
-class AngelWarmRestarts:
-    """Angel's WarmRestarts, including the cumulative division of eta_max."""
-
-    def __init__(self, eta_max, eta_min, alpha, interval=100):
-        self.eta_max, self.eta_min, self.alpha = eta_max, eta_min, alpha
-        self.interval, self.current, self.restarts = interval, 0, 0
-
-    def next(self):
-        self.current += 1
-        value = self.eta_min + 0.5 * (self.eta_max - self.eta_min) * (
-            1 + math.cos(self.current / self.interval * math.pi))
-        if self.current == self.interval:
-            self.current = 0
-            self.interval *= 2
-            self.restarts += 1
-            self.eta_max = self.eta_max / math.sqrt(1.0 + self.restarts * self.alpha)
-        return value
-
-    def is_interval_boundary(self):
-        return self.current == 0
-
-    def skip(self, calls):
-        """Make ``calls`` next() calls; calls whose value is unused and that do not
-        end a cycle only advance the counter, so this takes O(cycles) time."""
-        while calls > 0:
-            room = self.interval - self.current
-            if calls < room:
-                self.current += calls
-                return
-            self.current = self.interval - 1
-            self.next()
-            calls -= room
-
-
-class AngelConstant:
-    def __init__(self, eta):
-        self.eta = eta
-
-    def next(self):
-        return self.eta
-
-    def is_interval_boundary(self):
-        return False
-
-
 ANGEL_CASES = (
-    [(S.ConstantLearningRate(eta), AngelConstant(eta)) for eta in (0.0, 0.1, 3.0)]
-    + [(S.StandardDecay(eta, alpha, interval), AngelStandard(eta, alpha, interval))
+    [(S.ConstantLearningRate(eta), ref.AngelConstant(eta)) for eta in (0.0, 0.1, 3.0)]
+    + [(S.StandardDecay(eta, alpha, interval), ref.AngelStandard(eta, alpha, interval))
        for eta, alpha, interval in [(1.0, 0.5, 100), (0.1, 0.001, 7), (2.5, 0.0, 1), (0.3, 3.0, 3)]]
-    + [(S.CorrectionDecay(eta, alpha, beta, interval), AngelCorrection(eta, alpha, beta, interval))
+    + [(S.CorrectionDecay(eta, alpha, beta, interval), ref.AngelCorrection(eta, alpha, beta, interval))
        for eta, alpha, beta, interval in [(1.0, 0.001, 0.9, 100), (0.1, 0.5, 0.0, 4),
                                           (0.01, 0.0, 0.99, 7), (2.0, 0.1, 0.999, 1)]]
     + [(S.WarmRestarts(eta_max, eta_min, alpha, interval),
-        AngelWarmRestarts(eta_max, eta_min, alpha, interval))
+        ref.AngelWarmRestarts(eta_max, eta_min, alpha, interval))
        for eta_max, eta_min, alpha, interval in [(1.0, 0.1, 0.001, 4), (1.0, 0.1, 0.001, 100),
                                                  (0.5, 0.0, 0.2, 3), (2.0, 0.5, 0.05, 7),
                                                  (1.0, 0.1, 0.0, 1), (0.1, 0.3, 1.0, 3)]]
@@ -154,7 +73,7 @@ def test_angel_emulation_2000_steps(schedule, angel):
 
 def test_correction_decay_is_angel_shifted_by_one_call():
     """Angel's literal code (counter from 0) gives +inf first, then our values."""
-    literal = AngelCorrection(1.0, 0.001, 0.9, start=0)
+    literal = ref.AngelCorrection(1.0, 0.001, 0.9, start=0)
     assert literal.next() == math.inf
     schedule = S.CorrectionDecay(1.0, 0.001, 0.9)
     for k in range(200):
@@ -171,7 +90,7 @@ def test_correction_factor_is_inverse_momentum_sum():
 @pytest.mark.parametrize("step", [10**9, 10**9 + 1, 10**12 + 12345])
 def test_warm_restarts_far_step(interval, step):
     schedule = S.WarmRestarts(1.0, 0.1, 0.001, interval)
-    angel = AngelWarmRestarts(1.0, 0.1, 0.001, interval)
+    angel = ref.AngelWarmRestarts(1.0, 0.1, 0.001, interval)
     angel.skip(step)
     restarts, peak = angel.restarts, angel.eta_max
     assert close(schedule(step), angel.next())
@@ -197,7 +116,7 @@ def test_warm_restarts_far_step(interval, step):
 )
 def test_warm_restarts_closed_form_matches_emulation(interval, alpha, eta_max, eta_min, step):
     schedule = S.WarmRestarts(eta_max, eta_min, alpha, interval)
-    angel = AngelWarmRestarts(eta_max, eta_min, alpha, interval)
+    angel = ref.AngelWarmRestarts(eta_max, eta_min, alpha, interval)
     angel.skip(step)
     assert math.isclose(schedule(step), angel.next(), rel_tol=REL, abs_tol=1e-15)
     assert schedule.is_interval_boundary(step) == angel.is_interval_boundary()
@@ -285,7 +204,7 @@ def test_angel_on_batch_errors(value, error):
 def test_angel_rate_matches_graph_learner_loop(on_batch):
     """Replay GraphLearner: next() at each epoch start, or before each batch update."""
     schedule, batches = S.WarmRestarts(1.0, 0.1, 0.01, 3), 4
-    angel = AngelWarmRestarts(1.0, 0.1, 0.01, 3)
+    angel = ref.AngelWarmRestarts(1.0, 0.1, 0.01, 3)
     for epoch in range(5):
         if not on_batch:
             rate = angel.next()
@@ -313,67 +232,29 @@ def test_angel_step_errors(args, match, error):
 
 
 # --------------------------------------------------------------------------- standard family
-def ref_inverse_time(init, rate, steps, staircase, t):
-    p = t // steps if staircase else t / steps
-    return init / (1 + rate * p)
-
-
-def ref_exponential(init, steps, rate, begin, staircase, end, t):
-    count = t - begin
-    p = math.floor(count / steps) if staircase else count / steps
-    try:
-        value = init if count <= 0 else init * rate**p
-    except OverflowError:
-        value = math.inf
-    if end is not None:
-        value = max(value, end) if rate < 1 else min(value, end)
-    return value
-
-
-def ref_polynomial(init, end, power, steps, begin, t):
-    count = min(max(t - begin, 0), steps)
-    return (init - end) * (1 - count / steps) ** power + end
-
-
-def ref_cosine(init, steps, alpha, exponent, t):
-    t = min(t, steps)
-    return init * ((1 - alpha) * (0.5 * (1 + math.cos(math.pi * t / steps))) ** exponent + alpha)
-
-
-def ref_warmup_cosine(init, peak, warmup, steps, end, exponent, t):
-    if t < warmup:
-        return init + (peak - init) * t / warmup
-    alpha = end / peak if peak else 0.0
-    return ref_cosine(peak, steps - warmup, alpha, exponent, t - warmup)
-
-
-def ref_piecewise(init, table, t):
-    return init * math.prod(scale for boundary, scale in table.items() if t >= boundary)
-
-
 FORMULA_CASES = [
     (S.constant(0.25), lambda t: 0.25),
     (S.inverse_time(0.1, 0.5), lambda t: 0.1 / (1 + t * 0.5)),  # ONNX Adagrad R / (1 + T d)
-    (S.inverse_time(1.0, 0.3, 7, True), lambda t: ref_inverse_time(1.0, 0.3, 7, True, t)),
-    (S.inverse_time(1.0, 0.3, 7), lambda t: ref_inverse_time(1.0, 0.3, 7, False, t)),
-    (S.exponential(1.0, 10, 0.5), lambda t: ref_exponential(1.0, 10, 0.5, 0, False, None, t)),
-    (S.exponential(0.1, 7, 0.9, 13, True), lambda t: ref_exponential(0.1, 7, 0.9, 13, True, None, t)),
-    (S.exponential(0.1, 5, 0.5, 3, False, 0.02), lambda t: ref_exponential(0.1, 5, 0.5, 3, False, 0.02, t)),
-    (S.exponential(0.1, 5, 1.1, 0, True, 0.5), lambda t: ref_exponential(0.1, 5, 1.1, 0, True, 0.5, t)),
+    (S.inverse_time(1.0, 0.3, 7, True), lambda t: ref.inverse_time(1.0, 0.3, 7, True, t)),
+    (S.inverse_time(1.0, 0.3, 7), lambda t: ref.inverse_time(1.0, 0.3, 7, False, t)),
+    (S.exponential(1.0, 10, 0.5), lambda t: ref.exponential(1.0, 10, 0.5, 0, False, None, t)),
+    (S.exponential(0.1, 7, 0.9, 13, True), lambda t: ref.exponential(0.1, 7, 0.9, 13, True, None, t)),
+    (S.exponential(0.1, 5, 0.5, 3, False, 0.02), lambda t: ref.exponential(0.1, 5, 0.5, 3, False, 0.02, t)),
+    (S.exponential(0.1, 5, 1.1, 0, True, 0.5), lambda t: ref.exponential(0.1, 5, 1.1, 0, True, 0.5, t)),
     (S.piecewise_constant(1.0, {100: 0.1, 200: 0.01}),
-     lambda t: ref_piecewise(1.0, {100: 0.1, 200: 0.01}, t)),
-    (S.piecewise_constant(0.5, [(30, 2.0), (3, 0.5)]), lambda t: ref_piecewise(0.5, {3: 0.5, 30: 2.0}, t)),
+     lambda t: ref.piecewise(1.0, {100: 0.1, 200: 0.01}, t)),
+    (S.piecewise_constant(0.5, [(30, 2.0), (3, 0.5)]), lambda t: ref.piecewise(0.5, {3: 0.5, 30: 2.0}, t)),
     (S.piecewise_constant(0.5), lambda t: 0.5),
-    (S.polynomial(1.0, 0.01, 2, 100, 5), lambda t: ref_polynomial(1.0, 0.01, 2, 100, 5, t)),
-    (S.polynomial(0.0, 1.0, 0.5, 50), lambda t: ref_polynomial(0.0, 1.0, 0.5, 50, 0, t)),
-    (S.cosine_decay(1.0, 100), lambda t: ref_cosine(1.0, 100, 0.0, 1.0, t)),
-    (S.cosine_decay(0.3, 77, 0.1, 2.0), lambda t: ref_cosine(0.3, 77, 0.1, 2.0, t)),
+    (S.polynomial(1.0, 0.01, 2, 100, 5), lambda t: ref.polynomial(1.0, 0.01, 2, 100, 5, t)),
+    (S.polynomial(0.0, 1.0, 0.5, 50), lambda t: ref.polynomial(0.0, 1.0, 0.5, 50, 0, t)),
+    (S.cosine_decay(1.0, 100), lambda t: ref.cosine(1.0, 100, 0.0, 1.0, t)),
+    (S.cosine_decay(0.3, 77, 0.1, 2.0), lambda t: ref.cosine(0.3, 77, 0.1, 2.0, t)),
     (S.warmup_cosine_decay(0.0, 1.0, 10, 110, 0.1),
-     lambda t: ref_warmup_cosine(0.0, 1.0, 10, 110, 0.1, 1.0, t)),
+     lambda t: ref.warmup_cosine(0.0, 1.0, 10, 110, 0.1, 1.0, t)),
     (S.warmup_cosine_decay(0.2, 0.5, 0, 40, 0.0, 1.5),
-     lambda t: ref_warmup_cosine(0.2, 0.5, 0, 40, 0.0, 1.5, t)),
+     lambda t: ref.warmup_cosine(0.2, 0.5, 0, 40, 0.0, 1.5, t)),
     (S.warmup_cosine_decay(0.2, 0.0, 5, 40, 0.3),
-     lambda t: ref_warmup_cosine(0.2, 0.0, 5, 40, 0.3, 1.0, t)),
+     lambda t: ref.warmup_cosine(0.2, 0.0, 5, 40, 0.3, 1.0, t)),
 ]
 
 
