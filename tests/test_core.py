@@ -8,13 +8,11 @@ import threading
 
 import numpy as np
 import pytest
+from assertions import DTYPES, assert_close, tolerance
 
 import fastopt
 from fastopt import _ext
 from fastopt import _reference as ref
-
-DTYPES = [np.float32, np.float64]
-RTOL = {np.float32: 2e-5, np.float64: 1e-13}
 
 OPS = {
     # name: (state names, hyperparameter sets, reference)
@@ -60,7 +58,7 @@ def check(op, before, after, dtype, kw):
         assert got.dtype.newbyteorder("=") == dtype
         np.testing.assert_array_equal(got, e)        # bit for bit (NaN == NaN)
         scale = max(1.0, float(np.nanmax(np.abs(r), initial=0.0)))
-        np.testing.assert_allclose(got, r, rtol=RTOL[dtype], atol=RTOL[dtype] * scale)
+        assert_close(got, r, dtype=dtype, atol=tolerance(dtype) * scale)
 
 
 SHAPES = [(), (0,), (1,), (2,), (7,), (16,), (17,), (31,), (33,), (1023,), (1025,),
@@ -68,11 +66,9 @@ SHAPES = [(), (0,), (1,), (2,), (7,), (16,), (17,), (31,), (33,), (1023,), (1025
 
 
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("t", [0, 1, 7])
-def test_contiguous_against_reference(op, dtype, shape, t):
-    rng = np.random.default_rng(abs(hash((op, shape, t))) % 2**32)
+def test_contiguous_against_reference(op, dtype, shape, t, rng):
     names, params, _ = OPS[op]
     for kw in params:
         kw = dict(kw, lr=0.05, t=t)
@@ -115,7 +111,6 @@ def layouts(rng, dtype, nstates):
 
 
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
 def test_awkward_layouts(op, dtype):
     rng = np.random.default_rng(5)
     names, params, _ = OPS[op]
