@@ -1,12 +1,10 @@
-"""Shared pytest configuration: hypothesis profiles and the opt-in `large` marker.
+"""Shared pytest configuration: hypothesis profiles, the dtype / rng / assert_close
+fixtures and the opt-in `large` marker.
 
 Hypothesis profiles: "ci" (a fixed, derandomized example budget; chosen when
 the CI environment variable is set, as .ci/run does), "dev" (the default
 otherwise) and "thorough" (for long local runs). FASTOPT_HYPOTHESIS_PROFILE
 picks one explicitly.
-
-Tests marked `large` need tens of GB of memory and run only with
-`--run-large` (or FASTOPT_RUN_LARGE=1).
 
 Fixtures shared by every test module:
 
@@ -19,6 +17,9 @@ Fixtures shared by every test module:
 - ``assert_close``: tests/assertions.py's comparison, whose error bound
   (``|actual - expected| <= atol + rtol * |expected|``, rtol from ``rtol=``,
   ``ulps=`` or the dtype's default) is documented there.
+
+Tests marked `large` need tens of GB of memory and run only with
+`--run-large` (or FASTOPT_RUN_LARGE=1).
 """
 import os
 import zlib
@@ -34,25 +35,6 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.register_profile("thorough", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("FASTOPT_HYPOTHESIS_PROFILE")
                       or ("ci" if os.environ.get("CI") else "dev"))
-
-
-def pytest_addoption(parser):
-    parser.addoption("--run-large", action="store_true", default=False,
-                     help="run tests marked `large` (they need ~20 GB of RAM)")
-
-
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "large: needs tens of GB of RAM; run with --run-large")
-
-
-def pytest_collection_modifyitems(config, items):
-    if config.getoption("--run-large") or os.environ.get("FASTOPT_RUN_LARGE") == "1":
-        return
-    skip = pytest.mark.skip(reason="large: pass --run-large (needs ~20 GB of RAM)")
-    for item in items:
-        if "large" in item.keywords:
-            item.add_marker(skip)
 
 
 @pytest.fixture(params=assertions.DTYPES, ids=lambda t: np.dtype(t).name)
@@ -76,3 +58,22 @@ def rng(request):
 def assert_close():
     """tests/assertions.py's assert_close (the bound is documented there)."""
     return assertions.assert_close
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-large", action="store_true", default=False,
+                     help="run tests marked `large` (they need ~20 GB of RAM)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "large: needs tens of GB of RAM; run with --run-large")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--run-large") or os.environ.get("FASTOPT_RUN_LARGE") == "1":
+        return
+    skip = pytest.mark.skip(reason="large: pass --run-large (needs ~20 GB of RAM)")
+    for item in items:
+        if "large" in item.keywords:
+            item.add_marker(skip)
