@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from layouts import place
 
 import fastopt
 from fastopt._reference import optim as ref_optim
-from layouts import place
 
 O = pytest.importorskip("fastopt.optim")
 
