@@ -7,7 +7,6 @@ from agc_cases import make, snapshot
 
 import fastopt
 
-# ----------------------------------------------------------- bad input
 
 def _agc_case(**kw):
     xs = [np.ones((3, 4), np.float32), np.ones((5,), np.float64)]

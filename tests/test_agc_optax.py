@@ -6,7 +6,6 @@ from agc_cases import make
 
 import fastopt
 
-# ----------------------------------------------------------- optax
 
 def test_optax_adaptive_grad_clip_io():
     """optax.adaptive_grad_clip on JAX layouts (float32, its default), ranks

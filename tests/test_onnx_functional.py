@@ -11,7 +11,6 @@ from onnx_backend_cases import ATTRS, F32, F64, NSTATES, inplace, tensors
 
 import fastopt.onnx as fonnx
 
-# ------------------------------------------------------- functional forms
 
 @pytest.mark.parametrize("op", ["momentum", "adagrad", "adam"])
 @pytest.mark.parametrize("layout", ["single", "three-mixed", "broadcast-empty"])

@@ -12,7 +12,6 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import fastopt.onnx as fonnx  # noqa: E402
 
-# ------------------------------------------------------ official backend cases
 
 def _official_cases():
     """The seven node cases of onnx.backend.test.case.node, recorded by

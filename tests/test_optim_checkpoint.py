@@ -13,7 +13,6 @@ from optim_cases import OPTS, assert_same, make_grads, make_params, run, snapsho
 from fastopt import optim
 from fastopt.optim import CheckpointError
 
-# ------------------------------------------------------------ checkpoints
 
 @pytest.mark.parametrize("name", list(OPTS))
 def test_resume_from_a_checkpoint_is_bit_exact(name, tmp_path):

@@ -11,7 +11,6 @@ import pytest
 from fastopt import schedules as S
 
 
-# --------------------------------------------------------------------------- command line
 def parse_output(out):
     lines = out.strip().splitlines()
     assert lines[0].startswith("# ")

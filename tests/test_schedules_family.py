@@ -10,8 +10,6 @@ from schedule_cases import FORMULA_CASES
 
 from fastopt import schedules as S
 
-# --------------------------------------------------------------------------- standard family
-
 
 @pytest.mark.parametrize(("schedule", "reference"), FORMULA_CASES, ids=repr)
 def test_standard_family_formulas(schedule, reference):

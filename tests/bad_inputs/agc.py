@@ -8,7 +8,6 @@ import numpy as np
 
 from bad_inputs.builders import F64, Case, M, arr, ro
 
-# ------------------------------------------------ fastopt.agc / unitwise_norm
 
 def agc_args(x=None, g=None, **kw):
     x = arr((3, 4)) if x is None else x

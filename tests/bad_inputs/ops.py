@@ -24,7 +24,6 @@ from bad_inputs.builders import (
     shared_pair,
 )
 
-# ------------------------------------------------------------------ cases
 # Messages are exact; {L} in `what` is replaced by the long-list size.
 
 CASES = [

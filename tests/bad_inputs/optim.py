@@ -6,7 +6,6 @@ import numpy as np
 
 from bad_inputs.builders import F32, F64, Case, arr, ro
 
-# --------------------------------------------------------- fastopt.optim
 
 def _optim():
     from fastopt import optim

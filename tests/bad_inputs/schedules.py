@@ -6,7 +6,6 @@ import math
 
 from bad_inputs.builders import Case
 
-# ------------------------------------------------------- fastopt.schedules
 
 def _sched():
     from fastopt import schedules
