@@ -1,0 +1,252 @@
+"""Run under mpiexec by tests/test_distributed.py: ``python distributed_worker.py CASE ...``.
+
+Every rank builds the same small model, generates the gradients of EVERY
+rank for every step from seeds (so each rank can compute the averaged
+gradient itself), runs fastopt.distributed.ShardedOptimizer and, beside it,
+the single-process fastopt.optim optimizer fed the averaged gradient, and
+compares parameters and states bit for bit. The gradients are multiples of
+1/256 of modest size, so their sum over up to 4 ranks is exact in float32
+and the average is the same whatever order MPI adds in.
+
+Prints one line "RANK r SIZE n CASE ok" per rank on success; anything else
+is a failure (an exception's traceback, or a mismatch message).
+"""
+import json
+import os
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import fastopt.optim as fo
+from fastopt.distributed import CheckpointError, ShardedOptimizer
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+
+SHAPES = [((6, 5), np.float32), ((7,), np.float64), ((3, 4, 2), np.float32), ((1,), np.float32),
+          ((0, 3), np.float32), ((9, 4), np.float64), ((50,), np.float32), ((5, 1, 3), np.float64)]
+
+
+def model(seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(dt) for s, dt in SHAPES]
+
+
+def grads_of(q, step, params, none=()):
+    rng = np.random.default_rng([7, step, q])
+    out = []
+    for i, p in enumerate(params):
+        g = (np.round(rng.standard_normal(p.shape) * 256) / 256).astype(p.dtype)
+        out.append(None if (q, i) in none or ("all", i) in none else g)
+    return out
+
+
+def averaged(step, params, world, none=()):
+    per = [grads_of(q, step, params, none) for q in range(world)]
+    out = []
+    for i, p in enumerate(params):
+        gs = [g[i] for g in per if g[i] is not None]
+        if not gs:
+            out.append(None)
+            continue
+        total = np.zeros(p.shape, p.dtype)
+        for g in gs:
+            total = total + g
+        out.append(np.divide(total, p.dtype.type(world)))
+    return out
+
+
+def groups_of(params, spec):
+    """spec: None (a plain list) or a list of (indices, hyper dict)."""
+    if spec is None:
+        return list(params)
+    return [dict(h, params=[params[i] for i in idx]) for idx, h in spec]
+
+
+def same(a, b, what):
+    if a.shape != b.shape or a.dtype != b.dtype or a.tobytes() != b.tobytes():
+        bad = np.flatnonzero(a.reshape(-1) != b.reshape(-1))[:3]
+        raise AssertionError(f"rank {RANK}: {what} differs at {bad}: "
+                             f"{a.reshape(-1)[bad]} vs {b.reshape(-1)[bad]}")
+
+
+def compare(sharded, single, what):
+    for i, (a, b) in enumerate(zip(sharded.params, single.params)):
+        same(a, b, f"{what}: params[{i}]")
+    if sharded.inner is None:
+        return
+    full = single.state
+    for name, arrays in sharded.inner.state.items():
+        for piece, a in zip(sharded._inner_pieces, arrays):
+            t = piece.tensor
+            ref = full[name][t.index].reshape(-1)[piece.lo - t.offset:piece.hi - t.offset]
+            same(a.reshape(-1), ref, f"{what}: state {name} of params[{t.index}]")
+    assert sharded.steps == single.steps, (sharded.steps, single.steps)
+
+
+CONFIGS = {
+    "momentum": (fo.Momentum, dict(lr=0.05, alpha=0.9, norm_coefficient=1e-3), None),
+    "nesterov_agc_groups": (fo.Momentum, dict(lr=0.05, nesterov=True), [
+        ([0, 1, 2], {"clipping": 0.01}),
+        ([3, 4, 5], {"lr": 0.01, "clipping": [None, 0.02, 0.02], "clip_layout": "io"}),
+        ([6, 7], {"alpha": 0.5, "clipping": [0.01, None]})]),
+    "adagrad_groups": (fo.Adagrad, dict(lr=0.1, decay_factor=0.01), [
+        ([0, 2, 4, 6], {"initial_accumulator_value": 0.1}), ([1, 3, 5, 7], {"epsilon": 1e-8})]),
+    "adam_schedule": (fo.Adam, dict(schedule=lambda s: 1e-3 / (1 + s), norm_coefficient_post=1e-4),
+                      None),
+}
+
+
+def run_equiv(name, steps=5, bucket_bytes=64, scale=None, skip_at=None, none=()):
+    cls, kw, spec = CONFIGS[name]
+    params = model()
+    opt = ShardedOptimizer(cls, groups_of(params, spec), bucket_bytes=bucket_bytes, **kw)
+    single = cls(groups_of(model(), spec), **kw)
+    for s in range(steps):
+        mine = grads_of(RANK, s, opt.params, none)
+        if skip_at == s and RANK == SIZE - 1:
+            mine[0] = mine[0].copy()
+            mine[0].reshape(-1)[0] = np.inf
+        ok = opt.step(mine, grad_scale=scale, skip_if_nonfinite=skip_at is not None)
+        if skip_at == s:
+            assert ok is False, "the step with an Inf gradient was applied"
+            continue
+        assert ok is True
+        single.step(averaged(s, single.params, SIZE, none), grad_scale=scale)
+        compare(opt, single, f"{name} step {s}")
+
+
+def case_equiv():
+    for name in CONFIGS:
+        run_equiv(name)
+    run_equiv("adam_schedule", bucket_bytes=1 << 20)        # one bucket
+    run_equiv("momentum", scale=1024.0)
+    run_equiv("adagrad_groups", scale=0.5, skip_at=2)
+    run_equiv("momentum", none=[(0, 1), ("all", 5)])         # None on one rank / every rank
+    # the non-finite decision is collective even when only the last rank sees the Inf
+    run_equiv("nesterov_agc_groups", skip_at=1)
+
+
+def case_resume(phase, ckpt_root):
+    for name in ("nesterov_agc_groups", "adam_schedule"):
+        resume_one(name, phase, os.path.join(ckpt_root, name))
+
+
+def resume_one(name, phase, ckpt):
+    """Phases run at different world sizes over one checkpoint directory."""
+    cls, kw, spec = CONFIGS[name]
+    first = {"a": 0, "b": 3, "c": 5}[phase]
+    n = {"a": 3, "b": 2, "c": 2}[phase]
+    worlds = {0: 2, 1: 2, 2: 2, 3: 1, 4: 1, 5: 3, 6: 3}   # the world size of each step
+    params = model()
+    opt = ShardedOptimizer(cls, groups_of(params, spec), bucket_bytes=96, **kw)
+    single = cls(groups_of(model(), spec), **kw)
+    for s in range(first + n):
+        single.step(averaged(s, single.params, worlds[s]))
+    if first:
+        opt.load(ckpt)
+        # the parameters are the user's to save; take them from the reference run
+        ref = cls(groups_of(model(), spec), **kw)
+        for s in range(first):
+            ref.step(averaged(s, ref.params, worlds[s]))
+        for a, b in zip(opt.params, ref.params):
+            a[...] = b
+    for s in range(first, first + n):
+        opt.step(grads_of(RANK, s, opt.params))
+    compare(opt, single, f"resume phase {phase}")
+    opt.save(ckpt)
+    if phase == "c":
+        plain = ckpt + ".plain.npz"
+        opt.consolidate(plain)
+        again = cls(groups_of([p.copy() for p in opt.params], spec), **kw)
+        again.load(plain)
+        for k, (x, y) in enumerate(zip(again.state.values(), single.state.values())):
+            for i, (a, b) in enumerate(zip(x, y)):
+                same(a, b, f"consolidated state {k} of params[{i}]")
+        back = ShardedOptimizer(cls, groups_of(model(), spec), bucket_bytes=200, **kw)
+        back.load(plain)
+        for a, b in zip(back.params, single.params):
+            a[...] = b
+        compare(back, single, "plain checkpoint loaded sharded")
+
+
+def expect(exc_type, fn, needle):
+    try:
+        fn()
+    except exc_type as exc:
+        msg = str(exc)
+        if needle not in msg:
+            raise AssertionError(f"rank {RANK}: {needle!r} not in {msg!r}") from None
+        return msg
+    raise AssertionError(f"rank {RANK}: no {exc_type.__name__} ({needle!r})")
+
+
+def case_errors():
+    params = model()
+    bad = [p.copy() for p in params]
+    if RANK == SIZE - 1:
+        bad[5] = np.zeros((9, 5), np.float64)
+    before = [p.copy() for p in bad]
+    m1 = expect(ValueError, lambda: ShardedOptimizer(fo.Adam, bad, lr=1e-3), "params[5]")
+    m2 = expect(ValueError, lambda: ShardedOptimizer(fo.Adam, params[:-1] if RANK == 1
+                                                     else params, lr=1e-3), "parameters")
+    m3 = expect(ValueError, lambda: ShardedOptimizer(fo.Adam, params, lr=1e-3 if RANK else 0.1),
+                "'lr'")
+    m4 = expect(ValueError, lambda: ShardedOptimizer(fo.Adam, params, lr=-1.0 if RANK == 1
+                                                     else 1e-3), "lr")
+    for a, b in zip(bad, before):
+        same(a, b, "a parameter after a rejected construction")
+    opt = ShardedOptimizer(fo.Adam, params, lr=1e-3, bucket_bytes=64)
+    snap = [p.copy() for p in opt.params]
+    good = grads_of(RANK, 0, opt.params)
+    wrong = list(good)
+    if RANK == 1:
+        wrong[3] = np.zeros(4, np.float32)
+    m5 = expect(ValueError, lambda: opt.step(wrong), "grads[3]")
+    wrong = list(good)
+    if RANK == 0:
+        wrong[6] = wrong[6].astype(np.float64)
+    m6 = expect(TypeError, lambda: opt.step(wrong), "grads[6]")
+    m7 = expect(ValueError, lambda: opt.step(good, grad_scale=2.0 if RANK else 4.0), "grad_scale")
+    m8 = expect(ValueError, lambda: opt.step(good[:-1] if RANK == 1 else good), "entries")
+    for a, b in zip(opt.params, snap):
+        same(a, b, "a parameter after a rejected step")
+    assert opt.steps == 0
+    opt.step(good)      # the ranks are still in step
+    ck = sys.argv[2]
+    opt.save(ck)
+    if RANK == 0:       # a hostile checkpoint: a rank file cut short
+        with open(os.path.join(ck, "LATEST")) as fh:
+            v = fh.read().strip()
+        rf = os.path.join(ck, v, "rank-00001.bin")
+        data = open(rf, "rb").read()
+        open(rf, "wb").write(data[:-8])
+    COMM.Barrier()
+    state = [a.copy() for a in opt.inner.state["v"]] if opt.inner else []
+    m9 = expect(CheckpointError, lambda: opt.load(ck), "bytes")
+    for a, b in zip(opt.inner.state["v"] if opt.inner else [], state):
+        same(a, b, "a state after a rejected load")
+    msgs = COMM.allgather([m1, m2, m3, m4, m5, m6, m7, m8, m9])
+    assert all(m == msgs[0] for m in msgs), "the ranks raised different messages"
+
+
+def main():
+    case = sys.argv[1]
+    if case == "equiv":
+        case_equiv()
+    elif case == "resume":
+        case_resume(sys.argv[2], sys.argv[3])
+    elif case == "errors":
+        case_errors()
+    print(json.dumps({"rank": RANK, "size": SIZE, "case": case, "ok": True}), flush=True)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:   # an exception on one rank must not leave the others waiting
+        import traceback
+        traceback.print_exc()
+        sys.stderr.flush()
+        COMM.Abort(1)
