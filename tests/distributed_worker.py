@@ -216,6 +216,30 @@ def case_errors():
     opt.step(good)      # the ranks are still in step
     ck = sys.argv[2]
     opt.save(ck)
+    saved = [a.copy() for a in opt.inner.state["v"]] if opt.inner else []
+    # a save that fails on one rank (disk full) raises everywhere; the previous
+    # version stays the loadable one, and debris of a crashed save is ignored
+    import fastopt.distributed._checkpoint as cp
+    real = cp._write_rank_file
+
+    def full_disk(o, tmp):
+        if RANK == SIZE - 1:
+            raise OSError(28, "No space left on device")
+        return real(o, tmp)
+    cp._write_rank_file = full_disk
+    m10 = expect(OSError, lambda: opt.save(ck), "No space left")
+    cp._write_rank_file = real
+    if RANK == 0:
+        os.makedirs(os.path.join(ck, ".ckpt-00000009-0badf00d.tmp"))
+        os.makedirs(os.path.join(ck, "ckpt-00000009-0badf00d"))
+        with open(os.path.join(ck, "ckpt-00000009-0badf00d", "meta.json"), "w") as fh:
+            fh.write("{half a header")
+    COMM.Barrier()
+    opt.step(grads_of(RANK, 1, opt.params))
+    opt.load(ck)
+    assert opt.steps == 1
+    for a, b in zip(opt.inner.state["v"] if opt.inner else [], saved):
+        same(a, b, "a state loaded after a failed save")
     if RANK == 0:       # a hostile checkpoint: a rank file cut short
         with open(os.path.join(ck, "LATEST")) as fh:
             v = fh.read().strip()
@@ -227,8 +251,10 @@ def case_errors():
     m9 = expect(CheckpointError, lambda: opt.load(ck), "bytes")
     for a, b in zip(opt.inner.state["v"] if opt.inner else [], state):
         same(a, b, "a state after a rejected load")
-    msgs = COMM.allgather([m1, m2, m3, m4, m5, m6, m7, m8, m9])
+    msgs = COMM.allgather([m1, m2, m3, m4, m5, m6, m7, m8, m9, m10])
     assert all(m == msgs[0] for m in msgs), "the ranks raised different messages"
+    if os.environ.get("SHOW_MESSAGES") and RANK == 0:
+        print("\n".join(msgs[0]))
 
 
 def main():
