@@ -86,14 +86,14 @@ def compare(sharded, single, what):
 
 
 CONFIGS = {
-    "momentum": (fo.Momentum, dict(lr=0.05, alpha=0.9, norm_coefficient=1e-3), None),
-    "nesterov_agc_groups": (fo.Momentum, dict(lr=0.05, nesterov=True), [
+    "momentum": (fo.Momentum, {"lr": 0.05, "alpha": 0.9, "norm_coefficient": 1e-3}, None),
+    "nesterov_agc_groups": (fo.Momentum, {"lr": 0.05, "nesterov": True}, [
         ([0, 1, 2], {"clipping": 0.01}),
         ([3, 4, 5], {"lr": 0.01, "clipping": [None, 0.02, 0.02], "clip_layout": "io"}),
         ([6, 7], {"alpha": 0.5, "clipping": [0.01, None]})]),
-    "adagrad_groups": (fo.Adagrad, dict(lr=0.1, decay_factor=0.01), [
+    "adagrad_groups": (fo.Adagrad, {"lr": 0.1, "decay_factor": 0.01}, [
         ([0, 2, 4, 6], {"initial_accumulator_value": 0.1}), ([1, 3, 5, 7], {"epsilon": 1e-8})]),
-    "adam_schedule": (fo.Adam, dict(schedule=lambda s: 1e-3 / (1 + s), norm_coefficient_post=1e-4),
+    "adam_schedule": (fo.Adam, {"schedule": lambda s: 1e-3 / (1 + s), "norm_coefficient_post": 1e-4},
                       None),
 }
 
@@ -244,8 +244,10 @@ def case_errors():
         with open(os.path.join(ck, "LATEST")) as fh:
             v = fh.read().strip()
         rf = os.path.join(ck, v, "rank-00001.bin")
-        data = open(rf, "rb").read()
-        open(rf, "wb").write(data[:-8])
+        with open(rf, "rb") as fh:
+            data = fh.read()
+        with open(rf, "wb") as fh:
+            fh.write(data[:-8])
     COMM.Barrier()
     state = [a.copy() for a in opt.inner.state["v"]] if opt.inner else []
     m9 = expect(CheckpointError, lambda: opt.load(ck), "bytes")
@@ -271,7 +273,7 @@ def main():
 if __name__ == "__main__":
     try:
         main()
-    except BaseException:   # an exception on one rank must not leave the others waiting
+    except BaseException:  # noqa: BLE001 - an exception on one rank must not leave the others waiting
         import traceback
         traceback.print_exc()
         sys.stderr.flush()
