@@ -120,3 +120,16 @@ def test_agc_cut_rules():
     assert agc_cut_rule((4, 3), True, "io") == (WHOLE, 12)
     assert agc_cut_rule((1, 7, 1), True, "oi") == (WHOLE, 7)
     assert agc_cut_rule((1, 3, 4), True, "oi") == (WHOLE, 12)    # one unit (dims[0] == 1)
+
+
+def test_demo_two_ranks_matches_single_process(tmp_path):
+    pytest.importorskip("sklearn")
+    here = os.path.dirname(os.path.dirname(os.path.abspath(fastopt.__file__)))
+    env = dict(os.environ, PYTHONPATH=here, OMP_NUM_THREADS="1")
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "fastopt.distributed.demo",
+                           "--epochs", "2"], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "over 2 rank(s)" in proc.stdout
+    assert "rank 1 of 2: Adam state" in proc.stdout
+    assert "parameters bit-identical: yes" in proc.stdout
