@@ -192,7 +192,9 @@ class ShardedOptimizer:
         self.layout = L
         self._flat = {dt: np.empty(d.length, dt) for dt, d in L.dtypes.items()}
         self._gstage = {dt: np.zeros(d.length, dt) for dt, d in L.dtypes.items()}
-        self._gshard = {dt: np.empty(L.shard_length(dt, self.rank), dt) for dt in L.dtypes}
+        # one rank: the shard is the whole buffer (its ranges are adjacent), no copy
+        self._gshard = (self._gstage if self.world == 1 else
+                        {dt: np.empty(L.shard_length(dt, self.rank), dt) for dt in L.dtypes})
         views = []
         for t, p in zip(L.tensors, self._originals):
             v = self._flat[t.dtype][t.offset:t.offset + t.size].reshape(t.shape)
@@ -475,9 +477,7 @@ class ShardedOptimizer:
             for cuts in d.buckets:
                 counts = [cuts[r + 1] - cuts[r] for r in range(w)]
                 mine = counts[self.rank]
-                if w == 1:
-                    shard[off:off + mine] = stage[cuts[0]:cuts[1]]
-                else:
+                if w > 1:
                     self.comm.Reduce_scatter([stage[cuts[0]:cuts[-1]], typ],
                                              [shard[off:off + mine], typ], counts, op=MPI.SUM)
                 off += mine
