@@ -117,7 +117,51 @@ def run_equiv(name, steps=5, bucket_bytes=64, scale=None, skip_at=None, none=())
         compare(opt, single, f"{name} step {s}")
 
 
+def run_clip(norm_type, steps=3):
+    """Global-norm clipping: the same norm on every rank, equal to the norm of
+    the averaged gradient (within rounding of the partial sums), and the update
+    of single-process Adam fed the clipped average."""
+    params = model()
+    opt = ShardedOptimizer(fo.Adam, params, lr=1e-2, bucket_bytes=64)
+    single = fo.Adam(model(), lr=1e-2)
+    for s in range(steps):
+        opt.step(grads_of(RANK, s, opt.params), max_grad_norm=0.5, norm_type=norm_type)
+        avg = averaged(s, single.params, SIZE)
+        live = [g for g in avg if g is not None]
+        if norm_type == 2.0:
+            ref = float(np.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in live)))
+        else:
+            ref = max(float(np.max(np.abs(g))) for g in live if g.size)
+        norms = COMM.allgather(opt.last_grad_norm)
+        assert all(x == norms[0] for x in norms), norms
+        assert abs(norms[0] - ref) <= 1e-12 * ref, (norms[0], ref)
+        coef = 0.5 / (ref + 1e-6)
+        assert coef < 1
+        single.step([None if g is None else g * g.dtype.type(coef) for g in avg])
+        for a, b in zip(opt.params, single.params):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def run_edit():
+    """Hyperparameters edited between steps (on every rank) take effect."""
+    cls, kw, spec = CONFIGS["adagrad_groups"]
+    opt = ShardedOptimizer(cls, groups_of(model(), spec), bucket_bytes=64, **kw)
+    single = cls(groups_of(model(), spec), **kw)
+    for s in range(4):
+        if s == 2:
+            for o in (opt, single):
+                o.param_groups[1]["lr"] = 0.02
+                o.param_groups[0]["epsilon"] = 1e-3
+        opt.step([grads_of(RANK, s, opt.params)[:4], grads_of(RANK, s, opt.params)[4:]])
+        avg = averaged(s, single.params, SIZE)
+        single.step([avg[:4], avg[4:]])
+        compare(opt, single, f"edited hyperparameters, step {s}")
+
+
 def case_equiv():
+    run_clip(2.0)
+    run_clip(np.inf)
+    run_edit()
     for name in CONFIGS:
         run_equiv(name)
     run_equiv("adam_schedule", bucket_bytes=1 << 20)        # one bucket

@@ -376,7 +376,7 @@ class ShardedOptimizer:
             raise TypeError(f"{f}: grads must be a list with one gradient per parameter "
                             f"(or one list per group), got {type(grads).__name__}")
         sizes = [len(g) for g in self._group_params]
-        if (len(grads) == len(sizes) and len(sizes) > 1
+        if (len(grads) == len(sizes) and len(sizes) > 0
                 and all(isinstance(g, (list, tuple)) for g in grads)):
             for gi, (gg, k) in enumerate(zip(grads, sizes)):
                 if len(gg) != k:
