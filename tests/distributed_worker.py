@@ -158,7 +158,26 @@ def run_edit():
         compare(opt, single, f"edited hyperparameters, step {s}")
 
 
+def run_tiny(ckpt):
+    """Fewer elements than ranks: some ranks own nothing (no inner optimizer)
+    and still take part in every step, save, load and consolidate."""
+    opt = ShardedOptimizer(fo.Adam, [np.ones(2, np.float32)], lr=0.1)
+    single = fo.Adam([np.ones(2, np.float32)], lr=0.1)
+    for s in range(3):
+        opt.step(grads_of(RANK, s, opt.params))
+        single.step(averaged(s, single.params, SIZE))
+        compare(opt, single, "tiny")
+    opt.save(ckpt)
+    opt.load(ckpt)
+    opt.consolidate(ckpt + ".npz")
+    again = fo.Adam([single.params[0].copy()], lr=0.1)
+    again.load(ckpt + ".npz")
+    for x, y in zip(again.state.values(), single.state.values()):
+        same(x[0], y[0], "tiny consolidated")
+
+
 def case_equiv():
+    run_tiny(sys.argv[2])
     run_clip(2.0)
     run_clip(np.inf)
     run_edit()
