@@ -273,6 +273,12 @@ def case_errors():
     m6 = expect(TypeError, lambda: opt.step(wrong), "grads[6]")
     m7 = expect(ValueError, lambda: opt.step(good, grad_scale=2.0 if RANK else 4.0), "grad_scale")
     m8 = expect(ValueError, lambda: opt.step(good[:-1] if RANK == 1 else good), "entries")
+    def sched(step):    # user code that fails on one rank only
+        if RANK == SIZE - 1:
+            raise ZeroDivisionError("the schedule failed")
+        return 1e-3
+    sopt = ShardedOptimizer(fo.Adam, [p.copy() for p in params], schedule=sched)
+    m11 = expect(RuntimeError, lambda: sopt.step(good), "the schedule failed")
     for a, b in zip(opt.params, snap):
         same(a, b, "a parameter after a rejected step")
     assert opt.steps == 0
@@ -316,7 +322,7 @@ def case_errors():
     m9 = expect(CheckpointError, lambda: opt.load(ck), "bytes")
     for a, b in zip(opt.inner.state["v"] if opt.inner else [], state):
         same(a, b, "a state after a rejected load")
-    msgs = COMM.allgather([m1, m2, m3, m4, m5, m6, m7, m8, m9, m10])
+    msgs = COMM.allgather([m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11])
     assert all(m == msgs[0] for m in msgs), "the ranks raised different messages"
     if os.environ.get("SHOW_MESSAGES") and RANK == 0:
         print("\n".join(msgs[0]))

@@ -135,14 +135,14 @@ def save(self, path) -> None:
     info = None
     try:
         info = _write_rank_file(self, tmp)
-    except OSError as exc:
+    except Exception as exc:  # noqa: BLE001 - raised on every rank below
         err = exc
     infos = comm.gather(info, root=0)
     raise_agreed(comm, err)
     if self.rank == 0:
         try:
             _publish(self, path, tmp, name, infos)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - raised on every rank below
             err = exc
     raise_agreed(comm, err)
 
@@ -194,8 +194,7 @@ def load(self, path) -> None:
             new = _read_sharded(self, f, path)
         else:
             new = _read_plain(self, f, path)
-    except (OSError, ValueError, TypeError, KeyError, EOFError, zipfile.BadZipFile,
-            zlib.error, OverflowError, MemoryError) as exc:
+    except Exception as exc:  # noqa: BLE001 - hostile files; raised on every rank below
         if not isinstance(exc, (CheckpointError, FileNotFoundError, PermissionError)):
             exc = CheckpointError(f"{f}: {path!r} is not a readable checkpoint: "
                                   f"{type(exc).__name__}: {exc}")
@@ -514,7 +513,7 @@ def consolidate(self, path) -> None:
     if self.rank == 0:
         try:
             _write_plain(self, path, full)
-        except (OSError, TypeError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - raised on every rank below
             err = exc
     raise_agreed(comm, err)
 

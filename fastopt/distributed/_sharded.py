@@ -9,58 +9,13 @@ import time
 import numpy as np
 
 from . import _checkpoint
+from ._checks import _first_difference, _native, _parse_groups, _positive
 from ._comm import default_n_threads, mpi, mpi_type, raise_agreed
 from ._layout import Layout, agc_cut_rule
 
 _F = "fastopt.distributed.ShardedOptimizer"
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 DEFAULT_BUCKET_BYTES = 8 << 20
 _MISSING = object()
-
-
-def _native(dt) -> np.dtype:
-    return np.dtype(dt).newbyteorder("=")
-
-
-def _positive(f, label, value, *, allow_none=True):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
-        raise TypeError(f"{f}: {label} must be a real number, got {type(value).__name__}")
-    v = float(value)
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{f}: {label} must be finite and > 0, got {value!r}")
-    return v
-
-
-def _parse_groups(f, params):
-    """params -> (list of dicts with a list 'params', whether given as groups)."""
-    if isinstance(params, np.ndarray) or not isinstance(params, (list, tuple)):
-        raise TypeError(f"{f}: params must be a list of arrays or of parameter groups "
-                        f"(dicts with 'params'), got {type(params).__name__}")
-    as_groups = len(params) > 0 and all(isinstance(p, dict) for p in params)
-    raw = [dict(p) for p in params] if as_groups else [{"params": list(params)}]
-    n, seen = 0, set()
-    for gi, g in enumerate(raw):
-        ps = g.get("params")
-        if isinstance(ps, np.ndarray):
-            ps = [ps]
-        if not isinstance(ps, (list, tuple)):
-            raise TypeError(f"{f}: param_groups[{gi}]['params'] must be a list of arrays")
-        g["params"] = list(ps)
-        for p in g["params"]:
-            if not isinstance(p, np.ndarray):
-                raise TypeError(f"{f}: params[{n}] must be a numpy.ndarray, got "
-                                f"{type(p).__name__}")
-            if _native(p.dtype) not in _FLOATS:
-                raise TypeError(f"{f}: params[{n}] has dtype {p.dtype}; fastopt updates "
-                                f"float32 or float64 arrays")
-            if id(p) in seen:
-                raise ValueError(f"{f}: params[{n}] appears twice; a parameter may appear "
-                                 f"only once")
-            seen.add(id(p))
-            n += 1
-    return raw, as_groups
 
 
 class ShardedOptimizer:
@@ -110,7 +65,7 @@ class ShardedOptimizer:
         err = desc = None
         try:
             desc = self._prepare(optimizer_cls, params, args, kwargs, bucket_bytes, threads)
-        except (TypeError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - raised on every rank by _agree_on_params
             err = exc
         self._agree_on_params(err, desc)                        # collective
         self._build()                                           # collective (Bcast)
@@ -314,40 +269,10 @@ class ShardedOptimizer:
         bool
             True if the step was applied, False if it was skipped.
         """
-        MPI = mpi()
         f = _F + ".step"
         t0 = time.perf_counter()
-        err, flat, lrs = None, None, None
-        n = len(self._views)
-        try:
-            flat = self._check_grads(f, grads)
-            scale = _positive(f, "grad_scale", grad_scale)
-            if not isinstance(skip_if_nonfinite, (bool, np.bool_)):
-                raise TypeError(f"{f}: skip_if_nonfinite must be True or False")
-            mgn = _positive(f, "max_grad_norm", max_grad_norm)
-            if norm_type not in (2, 2.0, math.inf):
-                raise ValueError(f"{f}: norm_type must be 2.0 or inf, got {norm_type!r}")
-            lrs = self._lrs_and_hypers(f)
-        except (TypeError, ValueError) as exc:
-            err = exc
-        vec = np.zeros(9 + n)
-        if err is None:
-            vec[0] = 0.0
-            vec[1:9] = [scale or 0, -(scale or 0), float(skip_if_nonfinite),
-                        -float(skip_if_nonfinite), mgn or 0, -(mgn or 0),
-                        float(norm_type), -float(norm_type)]
-            vec[9:] = [g is not None for g in flat]
-        else:
-            vec[0] = 1.0
-        if self.world > 1:
-            self.comm.Allreduce(MPI.IN_PLACE, vec, op=MPI.MAX)
-        raise_agreed(self.comm, err, flagged=vec[0] > 0)
-        for k, name in ((1, "grad_scale"), (3, "skip_if_nonfinite"), (5, "max_grad_norm"),
-                        (7, "norm_type")):
-            if vec[k] != -vec[k + 1]:
-                raise ValueError(f"{f}: {name} differs between the ranks; pass the same "
-                                 f"value on every rank")
-        has = vec[9:] > 0
+        flat, scale, mgn, lrs, has = self._agree(f, grads, grad_scale, skip_if_nonfinite,
+                                                 max_grad_norm, norm_type)
         t1 = time.perf_counter()
         for i, g in enumerate(flat):
             if g is None:
@@ -370,6 +295,43 @@ class ShardedOptimizer:
         self.last_timing = {"check": t1 - t0, "copy": t2 - t1, "reduce_scatter": t3 - t2,
                             "update": inner, "sync": t4 - t3 - inner, "allgather": t5 - t4}
         return applied
+
+    def _agree(self, f, grads, grad_scale, skip_if_nonfinite, max_grad_norm, norm_type):
+        """Check this rank's arguments, then agree with the others (one
+        Allreduce): raise everywhere if any rank has an error or the scalar
+        arguments differ; return what the step needs, and which parameters
+        have a gradient on some rank."""
+        MPI = mpi()
+        err, flat, lrs, scale, mgn = None, None, None, None, None
+        n = len(self._views)
+        try:
+            flat = self._check_grads(f, grads)
+            scale = _positive(f, "grad_scale", grad_scale)
+            if not isinstance(skip_if_nonfinite, (bool, np.bool_)):
+                raise TypeError(f"{f}: skip_if_nonfinite must be True or False")
+            mgn = _positive(f, "max_grad_norm", max_grad_norm)
+            if norm_type not in (2, 2.0, math.inf):
+                raise ValueError(f"{f}: norm_type must be 2.0 or inf, got {norm_type!r}")
+            lrs = self._lrs_and_hypers(f)   # calls the schedules: user code
+        except Exception as exc:  # noqa: BLE001 - raised on every rank below
+            err = exc
+        vec = np.zeros(9 + n)
+        if err is None:
+            vec[1:9] = [scale or 0, -(scale or 0), float(skip_if_nonfinite),
+                        -float(skip_if_nonfinite), mgn or 0, -(mgn or 0),
+                        float(norm_type), -float(norm_type)]
+            vec[9:] = [g is not None for g in flat]
+        else:
+            vec[0] = 1.0
+        if self.world > 1:
+            self.comm.Allreduce(MPI.IN_PLACE, vec, op=MPI.MAX)
+        raise_agreed(self.comm, err, flagged=vec[0] > 0)
+        for k, name in ((1, "grad_scale"), (3, "skip_if_nonfinite"), (5, "max_grad_norm"),
+                        (7, "norm_type")):
+            if vec[k] != -vec[k + 1]:
+                raise ValueError(f"{f}: {name} differs between the ranks; pass the same "
+                                 f"value on every rank")
+        return flat, scale, mgn, lrs, vec[9:] > 0
 
     def _check_grads(self, f, grads):
         if not isinstance(grads, (list, tuple)):
@@ -564,7 +526,7 @@ class ShardedOptimizer:
             t0 = time.perf_counter()
             try:
                 self.inner.step(per)
-            except (TypeError, ValueError) as exc:
+            except Exception as exc:  # noqa: BLE001 - raised on every rank below
                 err = RuntimeError(f"{f}: the shard update failed after the gradients were "
                                    f"reduced ({type(exc).__name__}: {exc}); the ranks' states "
                                    f"may now differ")
@@ -580,24 +542,3 @@ class ShardedOptimizer:
     load = _checkpoint.load
     consolidate = _checkpoint.consolidate
 
-
-def _first_difference(a: str, b: str, r: int) -> str:
-    da, db = json.loads(a), json.loads(b)
-    if da["optimizer"] != db["optimizer"]:
-        return f"rank 0 builds {da['optimizer']}, rank {r} {db['optimizer']}"
-    ta, tb = da["tensors"], db["tensors"]
-    if len(ta) != len(tb):
-        return f"rank 0 has {len(ta)} parameters, rank {r} has {len(tb)}"
-    for i, (x, y) in enumerate(zip(ta, tb)):
-        if x != y:
-            return (f"params[{i}] is {np.dtype(x[0]).name} {tuple(x[1])} on rank 0 but "
-                    f"{np.dtype(y[0]).name} {tuple(y[1])} on rank {r}")
-    if da["groups"] != db["groups"]:
-        return f"the group sizes are {da['groups']} on rank 0 but {db['groups']} on rank {r}"
-    if da["hyper"] != db["hyper"]:
-        for gi, (x, y) in enumerate(zip(da["hyper"], db["hyper"])):
-            for k in x:
-                if x[k] != y.get(k):
-                    return (f"param_groups[{gi}]['{k}'] is {x[k]} on rank 0 but {y.get(k)} "
-                            f"on rank {r}")
-    return f"bucket_bytes is {da['bucket_bytes']} on rank 0 but {db['bucket_bytes']} on rank {r}"
