@@ -278,7 +278,7 @@ def case_errors():
             raise ZeroDivisionError("the schedule failed")
         return 1e-3
     sopt = ShardedOptimizer(fo.Adam, [p.copy() for p in params], schedule=sched)
-    m11 = expect(RuntimeError, lambda: sopt.step(good), "the schedule failed")
+    m11 = expect(RuntimeError, lambda: sopt.step(good), "ZeroDivisionError: the schedule failed")
     for a, b in zip(opt.params, snap):
         same(a, b, "a parameter after a rejected step")
     assert opt.steps == 0
@@ -309,19 +309,41 @@ def case_errors():
     assert opt.steps == 1
     for a, b in zip(opt.inner.state["v"] if opt.inner else [], saved):
         same(a, b, "a state loaded after a failed save")
-    if RANK == 0:       # a hostile checkpoint: a rank file cut short
-        with open(os.path.join(ck, "LATEST")) as fh:
-            v = fh.read().strip()
-        rf = os.path.join(ck, v, "rank-00001.bin")
-        with open(rf, "rb") as fh:
-            data = fh.read()
-        with open(rf, "wb") as fh:
-            fh.write(data[:-8])
-    COMM.Barrier()
     state = [a.copy() for a in opt.inner.state["v"]] if opt.inner else []
-    m9 = expect(CheckpointError, lambda: opt.load(ck), "bytes")
-    for a, b in zip(opt.inner.state["v"] if opt.inner else [], state):
-        same(a, b, "a state after a rejected load")
+    with open(os.path.join(ck, "LATEST")) as fh:
+        vdir = os.path.join(ck, fh.read().strip())
+    rf = os.path.join(vdir, "rank-00001.bin")
+    with open(rf, "rb") as fh:
+        data = fh.read()
+    with open(os.path.join(vdir, "meta.json")) as fh:
+        meta = fh.read()
+    hostile = [   # (what to write where, the error it must give)
+        (rf, data[:-8], "bytes"),                                  # cut short
+        (rf, data[:5] + bytes([data[5] ^ 1]) + data[6:], "CRC"),   # one bit flipped
+        (os.path.join(vdir, "meta.json"), meta[:len(meta) // 2], "not a readable"),
+        (os.path.join(vdir, "meta.json"), meta.replace('"world_size": ', '"world_size": 1'),
+         "world size"),
+        (os.path.join(ck, "LATEST"), "../../etc\n", "not a checkpoint version"),
+    ]
+    m9 = []
+    COMM.Barrier()      # every rank has read the good files before rank 0 spoils them
+    for target, content, needle in hostile:
+        if RANK == 0:
+            with open(target, "wb" if isinstance(content, bytes) else "w") as fh:
+                fh.write(content)
+        COMM.Barrier()
+        m9.append(expect(CheckpointError, lambda: opt.load(ck), needle))
+        for a, b in zip(opt.inner.state["v"] if opt.inner else [], state):
+            same(a, b, "a state after a rejected load")
+        COMM.Barrier()
+        if RANK == 0:   # repair
+            for path, good in ((rf, data), (os.path.join(vdir, "meta.json"), meta),
+                               (os.path.join(ck, "LATEST"), os.path.basename(vdir) + "\n")):
+                with open(path, "wb" if isinstance(good, bytes) else "w") as fh:
+                    fh.write(good)
+        COMM.Barrier()
+    opt.load(ck)
+    m9 = " | ".join(m9)
     msgs = COMM.allgather([m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11])
     assert all(m == msgs[0] for m in msgs), "the ranks raised different messages"
     if os.environ.get("SHOW_MESSAGES") and RANK == 0:

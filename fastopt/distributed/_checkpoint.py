@@ -136,7 +136,9 @@ def save(self, path) -> None:
     try:
         info = _write_rank_file(self, tmp)
     except Exception as exc:  # noqa: BLE001 - raised on every rank below
-        err = exc
+        err = OSError(f"fastopt.distributed.ShardedOptimizer.save: rank {self.rank} could "
+                      f"not write its shard into {tmp!r}: {type(exc).__name__}: {exc}; the "
+                      f"previous checkpoint stays the current one")
     infos = comm.gather(info, root=0)
     raise_agreed(comm, err)
     if self.rank == 0:

@@ -52,6 +52,8 @@ def raise_agreed(comm, err, *, flagged=None) -> None:
     infos = comm.allgather(None if err is None else (type(err).__name__, str(err)))
     rank, (kind, msg) = next((r, i) for r, i in enumerate(infos) if i is not None)
     cls = _KINDS.get(kind, RuntimeError)
+    if kind not in _KINDS:
+        msg = f"{kind}: {msg}"
     out = cls(f"{msg} [found on rank {rank} of {comm.Get_size()}; every rank raises this]")
     if err is not None:
         raise out from err
