@@ -127,8 +127,9 @@ def test_demo_two_ranks_matches_single_process(tmp_path):
     pytest.importorskip("sklearn")
     here = os.path.dirname(os.path.dirname(os.path.abspath(fastopt.__file__)))
     env = dict(os.environ, PYTHONPATH=here, OMP_NUM_THREADS="1")
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "fastopt.distributed.demo",
-                           "--epochs", "2"], capture_output=True, text=True, cwd=tmp_path,
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "fastopt",
+                           "distributed-demo", "--epochs", "2"], capture_output=True, text=True,
+                          cwd=tmp_path,
                           env=env, timeout=60, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "over 2 rank(s)" in proc.stdout
