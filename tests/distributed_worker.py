@@ -176,7 +176,26 @@ def run_tiny(ckpt):
         same(x[0], y[0], "tiny consolidated")
 
 
+def check_threads():
+    """Default threads per rank: the node's cores // the ranks on the node
+    (all ranks of the test share one node); fastopt's default under
+    OMP_NUM_THREADS."""
+    from fastopt.distributed._comm import default_n_threads
+    saved = os.environ.pop("OMP_NUM_THREADS", None)
+    try:
+        got = default_n_threads(COMM)
+        opt = ShardedOptimizer(fo.Momentum, model(), lr=0.1)
+    finally:
+        if saved is not None:
+            os.environ["OMP_NUM_THREADS"] = saved
+    want = max(1, (os.cpu_count() or 1) // SIZE)
+    assert got == (want, SIZE), (got, want)
+    assert opt.inner.n_threads == want, opt.inner.n_threads
+    assert ShardedOptimizer(fo.Momentum, model(), lr=0.1, n_threads=2).inner.n_threads == 2
+
+
 def case_equiv():
+    check_threads()
     run_tiny(sys.argv[2])
     run_clip(2.0)
     run_clip(np.inf)
