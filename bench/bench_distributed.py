@@ -2,8 +2,12 @@
 
 One run, under mpiexec (each rank prints nothing but rank 0's table)::
 
-    mpiexec -n 2 python bench/bench_distributed.py            # the comparison
-    python bench/bench_distributed.py                         # 1 process: baseline
+    mpiexec -bind-to core -n 2 python bench/bench_distributed.py   # the comparison
+    python bench/bench_distributed.py --no-torch                   # 1 process: baseline
+
+Bind the ranks to cores (MPICH: ``-bind-to core``): unbound, on a loaded machine, the
+scheduler may put both ranks on one core for a whole run, and MPICH's shared-memory
+allgather, which spins while it waits for its peer, then takes seconds per step.
 
 25 M float32 parameters (100 tensors of 250 x 1000), Adam. Per step:
 
