@@ -63,9 +63,18 @@ def _hyper_keys(opt):
     return [k for k in opt._template["param_groups"][0] if k != "n_params"]
 
 
+def _plain(v):
+    """A hyperparameter as JSON can hold it (NumPy scalars become Python's)."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
 def _saved_groups(opt):
     keys = _hyper_keys(opt)
-    return [dict({k: g[k] for k in keys}, n_params=len(g["params"]))
+    return [dict({k: _plain(g[k]) for k in keys}, n_params=len(g["params"]))
             for g in opt.param_groups]
 
 
