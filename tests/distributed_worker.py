@@ -363,6 +363,26 @@ def case_errors():
         COMM.Barrier()
     opt.load(ck)
     m9 = " | ".join(m9)
+    # files of several CRC blocks (4 MiB): a bit flipped in the second block
+    big = ShardedOptimizer(fo.Adam, [np.ones(2_200_000, np.float32)], lr=1e-3)
+    big.step([np.full(2_200_000, 0.5 + RANK, np.float32)])
+    bk = ck + "-big"
+    big.save(bk)
+    before = [a.copy() for a in big.inner.state["h"]]
+    big.step([np.full(2_200_000, 3.0, np.float32)])
+    big.load(bk)
+    for a, b in zip(big.inner.state["h"], before):
+        same(a, b, "a state of a multi-block checkpoint")
+    if RANK == 0:
+        with open(os.path.join(bk, "LATEST")) as fh:
+            rf = os.path.join(bk, fh.read().strip(), "rank-00000.bin")
+        with open(rf, "r+b") as fh:
+            fh.seek(5 << 20)
+            b = fh.read(1)
+            fh.seek(5 << 20)
+            fh.write(bytes([b[0] ^ 4]))
+    COMM.Barrier()
+    m9 += " | " + expect(CheckpointError, lambda: big.load(bk), "block 1 fails its CRC")
     msgs = COMM.allgather([m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11])
     assert all(m == msgs[0] for m in msgs), "the ranks raised different messages"
     if os.environ.get("SHOW_MESSAGES") and RANK == 0:

@@ -101,19 +101,24 @@ def _unpacked(opt, packed):
 
 def _write_rank_file(opt, tmp):
     fname = f"rank-{opt.rank:05d}.bin"
-    crcs, size, pending = [], 0, b""
+    crcs, size, crc, filled = [], 0, 0, 0     # running CRC of the current block
     with open(os.path.join(tmp, fname), "wb") as fh:
         for name in opt._state_names:
             for dt in opt.layout.dtypes:
-                data = _pack(opt, name, dt).tobytes()
+                data = memoryview(_pack(opt, name, dt)).cast("B")
                 fh.write(data)
                 size += len(data)
-                pending += data
-                while len(pending) >= BLOCK:
-                    crcs.append(zlib.crc32(pending[:BLOCK]))
-                    pending = pending[BLOCK:]
-        if pending:
-            crcs.append(zlib.crc32(pending))
+                pos = 0
+                while pos < len(data):
+                    take = min(BLOCK - filled, len(data) - pos)
+                    crc = zlib.crc32(data[pos:pos + take], crc)
+                    filled += take
+                    pos += take
+                    if filled == BLOCK:
+                        crcs.append(crc)
+                        crc, filled = 0, 0
+        if filled:
+            crcs.append(crc)
         fh.flush()
         os.fsync(fh.fileno())
     ranges = {dt.str: [list(r) for r in d.ranges(opt.rank)]
