@@ -264,6 +264,98 @@ def expect(exc_type, fn, needle):
     raise AssertionError(f"rank {RANK}: no {exc_type.__name__} ({needle!r})")
 
 
+def hostile_files(opt, ck):
+    """Spoil the checkpoint at ck in several ways, one at a time: every load
+    must fail on every rank with the same CheckpointError, changing nothing."""
+    state = [a.copy() for a in opt.inner.state["v"]] if opt.inner else []
+    with open(os.path.join(ck, "LATEST")) as fh:
+        vdir = os.path.join(ck, fh.read().strip())
+    rf = os.path.join(vdir, "rank-00001.bin")
+    with open(rf, "rb") as fh:
+        data = fh.read()
+    with open(os.path.join(vdir, "meta.json")) as fh:
+        meta = fh.read()
+    hostile = [   # (what to write where, the error it must give)
+        (rf, data[:-8], "bytes"),                                  # cut short
+        (rf, data[:5] + bytes([data[5] ^ 1]) + data[6:], "CRC"),   # one bit flipped
+        (os.path.join(vdir, "meta.json"), meta[:len(meta) // 2], "not a readable"),
+        (os.path.join(vdir, "meta.json"), meta.replace('"world_size": ', '"world_size": 1'),
+         "world size"),
+        (os.path.join(ck, "LATEST"), "../../etc\n", "not a checkpoint version"),
+    ]
+    m9 = []
+    COMM.Barrier()      # every rank has read the good files before rank 0 spoils them
+    for target, content, needle in hostile:
+        if RANK == 0:
+            with open(target, "wb" if isinstance(content, bytes) else "w") as fh:
+                fh.write(content)
+        COMM.Barrier()
+        m9.append(expect(CheckpointError, lambda: opt.load(ck), needle))
+        for a, b in zip(opt.inner.state["v"] if opt.inner else [], state):
+            same(a, b, "a state after a rejected load")
+        COMM.Barrier()
+        if RANK == 0:   # repair
+            for path, good in ((rf, data), (os.path.join(vdir, "meta.json"), meta),
+                               (os.path.join(ck, "LATEST"), os.path.basename(vdir) + "\n")):
+                with open(path, "wb" if isinstance(good, bytes) else "w") as fh:
+                    fh.write(good)
+        COMM.Barrier()
+    opt.load(ck)
+    return " | ".join(m9)
+
+
+def checkpoint_faults(opt, ck):
+    """A failed save, debris of a crashed one, hostile files: every rank raises the
+    same CheckpointError/OSError and the optimizer is unchanged. Returns the messages."""
+    opt.save(ck)
+    saved = [a.copy() for a in opt.inner.state["v"]] if opt.inner else []
+    # a save that fails on one rank (disk full) raises everywhere; the previous
+    # version stays the loadable one, and debris of a crashed save is ignored
+    import fastopt.distributed._checkpoint as cp
+    real = cp._write_rank_file
+
+    def full_disk(o, tmp):
+        if RANK == SIZE - 1:
+            raise OSError(28, "No space left on device")
+        return real(o, tmp)
+    cp._write_rank_file = full_disk
+    m10 = expect(OSError, lambda: opt.save(ck), "No space left")
+    cp._write_rank_file = real
+    if RANK == 0:
+        os.makedirs(os.path.join(ck, ".ckpt-00000009-0badf00d.tmp"))
+        os.makedirs(os.path.join(ck, "ckpt-00000009-0badf00d"))
+        with open(os.path.join(ck, "ckpt-00000009-0badf00d", "meta.json"), "w") as fh:
+            fh.write("{half a header")
+    COMM.Barrier()
+    opt.step(grads_of(RANK, 1, opt.params))
+    opt.load(ck)
+    assert opt.steps == 1
+    for a, b in zip(opt.inner.state["v"] if opt.inner else [], saved):
+        same(a, b, "a state loaded after a failed save")
+    m9 = hostile_files(opt, ck)
+    # files of several CRC blocks (4 MiB): a bit flipped in the second block
+    big = ShardedOptimizer(fo.Adam, [np.ones(2_200_000, np.float32)], lr=1e-3)
+    big.step([np.full(2_200_000, 0.5 + RANK, np.float32)])
+    bk = ck + "-big"
+    big.save(bk)
+    before = [a.copy() for a in big.inner.state["h"]]
+    big.step([np.full(2_200_000, 3.0, np.float32)])
+    big.load(bk)
+    for a, b in zip(big.inner.state["h"], before):
+        same(a, b, "a state of a multi-block checkpoint")
+    if RANK == 0:
+        with open(os.path.join(bk, "LATEST")) as fh:
+            rf = os.path.join(bk, fh.read().strip(), "rank-00000.bin")
+        with open(rf, "r+b") as fh:
+            fh.seek(5 << 20)
+            b = fh.read(1)
+            fh.seek(5 << 20)
+            fh.write(bytes([b[0] ^ 4]))
+    COMM.Barrier()
+    m9 += " | " + expect(CheckpointError, lambda: big.load(bk), "block 1 fails its CRC")
+    return m9, m10
+
+
 def case_errors():
     params = model()
     bad = [p.copy() for p in params]
@@ -302,87 +394,7 @@ def case_errors():
         same(a, b, "a parameter after a rejected step")
     assert opt.steps == 0
     opt.step(good)      # the ranks are still in step
-    ck = sys.argv[2]
-    opt.save(ck)
-    saved = [a.copy() for a in opt.inner.state["v"]] if opt.inner else []
-    # a save that fails on one rank (disk full) raises everywhere; the previous
-    # version stays the loadable one, and debris of a crashed save is ignored
-    import fastopt.distributed._checkpoint as cp
-    real = cp._write_rank_file
-
-    def full_disk(o, tmp):
-        if RANK == SIZE - 1:
-            raise OSError(28, "No space left on device")
-        return real(o, tmp)
-    cp._write_rank_file = full_disk
-    m10 = expect(OSError, lambda: opt.save(ck), "No space left")
-    cp._write_rank_file = real
-    if RANK == 0:
-        os.makedirs(os.path.join(ck, ".ckpt-00000009-0badf00d.tmp"))
-        os.makedirs(os.path.join(ck, "ckpt-00000009-0badf00d"))
-        with open(os.path.join(ck, "ckpt-00000009-0badf00d", "meta.json"), "w") as fh:
-            fh.write("{half a header")
-    COMM.Barrier()
-    opt.step(grads_of(RANK, 1, opt.params))
-    opt.load(ck)
-    assert opt.steps == 1
-    for a, b in zip(opt.inner.state["v"] if opt.inner else [], saved):
-        same(a, b, "a state loaded after a failed save")
-    state = [a.copy() for a in opt.inner.state["v"]] if opt.inner else []
-    with open(os.path.join(ck, "LATEST")) as fh:
-        vdir = os.path.join(ck, fh.read().strip())
-    rf = os.path.join(vdir, "rank-00001.bin")
-    with open(rf, "rb") as fh:
-        data = fh.read()
-    with open(os.path.join(vdir, "meta.json")) as fh:
-        meta = fh.read()
-    hostile = [   # (what to write where, the error it must give)
-        (rf, data[:-8], "bytes"),                                  # cut short
-        (rf, data[:5] + bytes([data[5] ^ 1]) + data[6:], "CRC"),   # one bit flipped
-        (os.path.join(vdir, "meta.json"), meta[:len(meta) // 2], "not a readable"),
-        (os.path.join(vdir, "meta.json"), meta.replace('"world_size": ', '"world_size": 1'),
-         "world size"),
-        (os.path.join(ck, "LATEST"), "../../etc\n", "not a checkpoint version"),
-    ]
-    m9 = []
-    COMM.Barrier()      # every rank has read the good files before rank 0 spoils them
-    for target, content, needle in hostile:
-        if RANK == 0:
-            with open(target, "wb" if isinstance(content, bytes) else "w") as fh:
-                fh.write(content)
-        COMM.Barrier()
-        m9.append(expect(CheckpointError, lambda: opt.load(ck), needle))
-        for a, b in zip(opt.inner.state["v"] if opt.inner else [], state):
-            same(a, b, "a state after a rejected load")
-        COMM.Barrier()
-        if RANK == 0:   # repair
-            for path, good in ((rf, data), (os.path.join(vdir, "meta.json"), meta),
-                               (os.path.join(ck, "LATEST"), os.path.basename(vdir) + "\n")):
-                with open(path, "wb" if isinstance(good, bytes) else "w") as fh:
-                    fh.write(good)
-        COMM.Barrier()
-    opt.load(ck)
-    m9 = " | ".join(m9)
-    # files of several CRC blocks (4 MiB): a bit flipped in the second block
-    big = ShardedOptimizer(fo.Adam, [np.ones(2_200_000, np.float32)], lr=1e-3)
-    big.step([np.full(2_200_000, 0.5 + RANK, np.float32)])
-    bk = ck + "-big"
-    big.save(bk)
-    before = [a.copy() for a in big.inner.state["h"]]
-    big.step([np.full(2_200_000, 3.0, np.float32)])
-    big.load(bk)
-    for a, b in zip(big.inner.state["h"], before):
-        same(a, b, "a state of a multi-block checkpoint")
-    if RANK == 0:
-        with open(os.path.join(bk, "LATEST")) as fh:
-            rf = os.path.join(bk, fh.read().strip(), "rank-00000.bin")
-        with open(rf, "r+b") as fh:
-            fh.seek(5 << 20)
-            b = fh.read(1)
-            fh.seek(5 << 20)
-            fh.write(bytes([b[0] ^ 4]))
-    COMM.Barrier()
-    m9 += " | " + expect(CheckpointError, lambda: big.load(bk), "block 1 fails its CRC")
+    m9, m10 = checkpoint_faults(opt, sys.argv[2])
     msgs = COMM.allgather([m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11])
     assert all(m == msgs[0] for m in msgs), "the ranks raised different messages"
     if os.environ.get("SHOW_MESSAGES") and RANK == 0:
