@@ -687,5 +687,5 @@ OPTIM_CASES = [
     Case("optim.Momentum.load_state_dict", "a step count of -1",
          opt_call("Momentum", "load_state_dict", bad_steps_state_dict), CheckpointError,
          OP + "Momentum.load_state_dict: the checkpoint's step count must be an integer "
-              ">= 0, got -1"),
+              ">= 0 and < 2**63, got -1"),
 ]
