@@ -379,18 +379,6 @@ int fo_run_elementwise(const fo_tensor *ts, int64_t nt,
                                   const void *),
                        const void *ctx, int n_threads);
 
-/* Serial torch-form kernels (step.inc), g the gradient the rule sees. */
-void fo_sgd_torch_f32(int64_t n, float *x, const float *g, float *v,
-                      float lr, float mom, float omd, float wd, int first,
-                      int nesterov);
-void fo_sgd_torch_f64(int64_t n, double *x, const double *g, double *v,
-                      double lr, double mom, double omd, double wd, int first,
-                      int nesterov);
-void fo_adam_torch_f32(int64_t n, float *x, const float *g, float *m,
-                       float *v, float *vmax, const float *c, int flags);
-void fo_adam_torch_f64(int64_t n, double *x, const double *g, double *m,
-                       double *v, double *vmax, const double *c, int flags);
-
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -56,23 +57,52 @@
 /* Torch Adam coefficients (fo_adam_torch's c[]) and flags. */
 enum { STEP_AD_DMUL, STEP_AD_WD, STEP_AD_W, STEP_AD_OMW, STEP_AD_B2,
        STEP_AD_OMB2, STEP_AD_BC2S, STEP_AD_EPS, STEP_AD_NSS, STEP_AD_N };
-#define STEP_ADF_DECOUPLED 1
 #define STEP_ADF_L2 2
 #define STEP_ADF_AMSGRAD 4
 #define STEP_ADF_SMALLW 8
+
+/* How a group's tensors of one type get their gradient in pass 2:
+ * gm 0, 1, 2: fused, u = g, g*a, (g*a)*b (a, b already rounded to the
+ * type); gm -1: through step_transform and a tile. */
+typedef struct {
+    int gm;
+    double a, b;
+} step_gfused;
 
 /* A group's derived coefficients, in double and rounded to float. */
 typedef struct {
     int rule, tf, nesterov, first, adflags;
     double d[STEP_AD_N];
     float f[STEP_AD_N];
+    step_gfused fu_f, fu_d;
 } step_gcoef;
 
-/* Step-wide transform scalars: grad_scale, torch coef, norm, max_norm, cv. */
+/* Step-wide transform scalars: grad_scale, torch coef, norm, max_norm, cv,
+ * and the exact inverse of grad_scale in that type (0 if it has none). */
 typedef struct {
-    double d[5];
-    float f[5];
+    double d[6];
+    float f[6];
 } step_coefs;
+
+/*
+ * 1/s if s is a power of two whose inverse the type (f32: float) holds
+ * exactly (not 0, not inf); else 0. Multiplying by it gives the very bits
+ * of dividing by s (both are the correctly rounded g * 2**-k), and a
+ * multiplication is several times cheaper than a division in a vector loop.
+ */
+static double step_exact_inverse(double s, int f32)
+{
+    int e;
+    if (!(s > 0.0) || !isfinite(s) || frexp(s, &e) != 0.5)
+        return 0.0;
+    double inv = 1.0 / s;
+    if (f32) {
+        float sf = (float)s, invf = (float)inv;
+        if (!isfinite(sf) || invf == 0.0f || !isfinite(invf) || (double)invf != inv)
+            return 0.0;
+    }
+    return inv;
+}
 
 typedef struct {
     const fo_step_tensor *ts;
@@ -89,28 +119,44 @@ typedef struct {
 #define FO_SQRT sqrtf
 #define FO_FABS fabsf
 #define FO_MAXV FLT_MAX
+#define FO_UINT uint32_t
+#define FO_ABSMASK 0x7fffffffu
+#define FO_INFBITS 0x7f800000u
 #define FO_CF(c) ((c)->f)
+#define FO_FU(c) (&(c)->fu_f)
 #include "step.inc"
 #undef FO_T
 #undef FO_NAME
 #undef FO_SQRT
 #undef FO_FABS
 #undef FO_MAXV
+#undef FO_UINT
+#undef FO_ABSMASK
+#undef FO_INFBITS
 #undef FO_CF
+#undef FO_FU
 
 #define FO_T double
 #define FO_NAME(op) op##_f64
 #define FO_SQRT sqrt
 #define FO_FABS fabs
 #define FO_MAXV DBL_MAX
+#define FO_UINT uint64_t
+#define FO_ABSMASK 0x7fffffffffffffffull
+#define FO_INFBITS 0x7ff0000000000000ull
 #define FO_CF(c) ((c)->d)
+#define FO_FU(c) (&(c)->fu_d)
 #include "step.inc"
 #undef FO_T
 #undef FO_NAME
 #undef FO_SQRT
 #undef FO_FABS
 #undef FO_MAXV
+#undef FO_UINT
+#undef FO_ABSMASK
+#undef FO_INFBITS
 #undef FO_CF
+#undef FO_FU
 
 /* ---- pass 1: norm and finiteness ------------------------------------------ */
 
@@ -132,11 +178,14 @@ static inline int step_run_block(const step_grad *gr, int64_t b, double scale,
 {
     int64_t o = b * FO_STEP_BLOCK;
     int64_t m = gr->n - o < FO_STEP_BLOCK ? gr->n - o : FO_STEP_BLOCK;
-    int sd = scale != 1.0;
-    if (gr->dtype == FO_F32)
-        return step_block_f32(m, (const float *)gr->g + o, (float)scale, sd,
+    int f32 = gr->dtype == FO_F32;
+    double inv = scale != 1.0 ? step_exact_inverse(scale, f32) : 0.0;
+    int mode = scale == 1.0 ? 0 : inv != 0.0 ? 2 : 1;
+    double s = mode == 2 ? inv : scale;
+    if (f32)
+        return step_block_f32(m, (const float *)gr->g + o, (float)s, mode,
                               norm_inf, part);
-    return step_block_f64(m, (const double *)gr->g + o, scale, sd, norm_inf, part);
+    return step_block_f64(m, (const double *)gr->g + o, s, mode, norm_inf, part);
 }
 
 /*
@@ -284,7 +333,8 @@ static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
         return FO_OK;
     default: {                      /* torch Adam / AdamW */
         double w = 1.0 - g->alpha;
-        c->d[STEP_AD_DMUL] = 1.0 - g->lr * g->decay;
+        /* AdamW's decay multiplies x (Adam's: 1, and x * 1 is x) */
+        c->d[STEP_AD_DMUL] = g->rule == FO_RULE_ADAMW_TORCH ? 1.0 - g->lr * g->decay : 1.0;
         c->d[STEP_AD_WD] = g->decay;
         c->d[STEP_AD_W] = w;
         c->d[STEP_AD_OMW] = 1.0 - w;
@@ -296,8 +346,7 @@ static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
         step_round(c, STEP_AD_N);
         c->f[STEP_AD_OMW] = 1.0f - (float)w;    /* torch: 1 - weight in float */
         int has_wd = g->decay != 0.0;
-        c->adflags = (g->rule == FO_RULE_ADAMW_TORCH && has_wd ? STEP_ADF_DECOUPLED : 0)
-                     | (g->rule == FO_RULE_ADAM_TORCH && has_wd ? STEP_ADF_L2 : 0)
+        c->adflags = (g->rule == FO_RULE_ADAM_TORCH && has_wd ? STEP_ADF_L2 : 0)
                      | (g->flags & FO_STEP_AMSGRAD ? STEP_ADF_AMSGRAD : 0)
                      | (fabs(w) < 0.5 ? STEP_ADF_SMALLW : 0);
         return FO_OK;
@@ -367,6 +416,42 @@ static void step_transform_plan(const fo_step_opts *o, double norm, step_plan *p
         p->tf |= STEP_TF_CLAMP;
     for (int i = 0; i < 5; i++)
         p->k.f[i] = (float)d[i];
+    d[5] = step_exact_inverse(o->grad_scale, 0);
+    p->k.f[5] = (float)step_exact_inverse(o->grad_scale, 1);
+}
+
+/*
+ * Can a group's tensors of one type take the fused path, and with which
+ * factors? Unscale by a power of two (its exact inverse), torch clip (the
+ * rounded coefficient) and maximize (the sign of the last factor) can; a
+ * division by another scale, the optax clip and clip_value cannot.
+ */
+static void step_fuse(const step_plan *p, const step_gcoef *gc, int f32,
+                      step_gfused *fu)
+{
+    int tf = p->tf | gc->tf;
+    double inv = f32 ? (double)p->k.f[5] : p->k.d[5];
+    fu->gm = -1;
+    fu->a = fu->b = 1.0;
+    if ((tf & (STEP_TF_DIVMUL | STEP_TF_CLAMP)) || ((tf & STEP_TF_DIV) && inv == 0.0))
+        return;
+    double fac[2];
+    int nf = 0;
+    if (tf & STEP_TF_DIV)
+        fac[nf++] = inv;
+    if (tf & STEP_TF_MUL)
+        fac[nf++] = f32 ? (double)p->k.f[1] : p->k.d[1];
+    if (tf & STEP_TF_NEG) {
+        if (nf == 0)
+            fac[nf++] = -1.0;
+        else
+            fac[nf - 1] = -fac[nf - 1];
+    }
+    fu->gm = nf;
+    if (nf > 0)
+        fu->a = fac[0];
+    if (nf > 1)
+        fu->b = fac[1];
 }
 
 /* ---- the step ---------------------------------------------------------------- */
@@ -455,6 +540,10 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
     p.base = view;
     p.gc = gc;
     step_transform_plan(o, norm, &p);
+    for (int64_t j = 0; j < ng; j++) {
+        step_fuse(&p, &gc[j], 1, &gc[j].fu_f);
+        step_fuse(&p, &gc[j], 0, &gc[j].fu_d);
+    }
     rc = fo_run_elementwise(view, nt, step_piece_cb, &p, n_threads);
     if (rc == FO_OK)
         res->applied = 1;

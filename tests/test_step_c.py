@@ -121,7 +121,8 @@ def _ref_opts(opts):
 
 @pytest.mark.parametrize("name", sorted(GROUPS))
 @pytest.mark.parametrize("opts", [
-    {}, {"grad_scale": 1024.0}, {"max_norm": 1.0},
+    {}, {"grad_scale": 1024.0}, {"max_norm": 1.0}, {"grad_scale": 1000.0},
+    {"grad_scale": 1024.0, "max_norm": 1.0}, {"grad_scale": 0.25, "max_norm": 2.0},
     {"grad_scale": 8.0, "max_norm": 0.5, "convention": "optax"},
     {"max_norm": 0.5, "norm_type": math.inf}, {"clip_value": 0.3},
     {"grad_scale": 2.0, "max_norm": 3.0, "clip_value": 0.05, "check_finite": True},
@@ -300,3 +301,16 @@ def test_onnx_rules_equal_core_kernels(lib):
     for name in ("momentum", "adagrad", "adam"):
         case = _case(rng, [name], [1025, 33])
         _run_both(lib, case)
+
+
+@pytest.mark.parametrize("scale", [2.0 ** 16, 2.0 ** -3, 2.0 ** 140, 3.0])
+def test_unscale_of_tiny_and_huge_values(lib, scale):
+    """A power-of-two scale is applied as a multiplication by its inverse:
+    the same bits as the division, subnormal results and overflow included."""
+    rng = np.random.default_rng(19)
+    case = _case(rng, ["sgd_torch", "adamw_torch"], [40, 41, 1025])
+    for g in case[1]:
+        g[:10] = np.array([1e-40, -3e-42, 1e-45, 2e-38, -1e-39, 3e38, -3.4e38,
+                           1e-300, 0.0, -0.0]).astype(g.dtype)
+    _run_both(lib, case, grad_scale=scale)
+    _run_both(lib, case, grad_scale=scale, max_norm=1e-3)
