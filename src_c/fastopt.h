@@ -261,7 +261,7 @@ extern "C" {
 #endif
 
 #define FO_STEP_BLOCK 4096
-#define FO_STEP_LANES 16
+#define FO_STEP_LANES 32   /* 16 or 32 */
 
 /* Update rules. */
 #define FO_RULE_MOMENTUM 0       /* ONNX Momentum      s1 = V */

@@ -37,7 +37,7 @@ from .ops import momentum as _onnx_momentum
 #: Elements of a block of the norm reduction (each block is summed alone).
 BLOCK = 4096
 #: Independent double accumulators inside a block (element i -> lane i % LANES).
-LANES = 16
+LANES = 32
 #: torch's clip_grad_norm_ adds this to the norm before dividing.
 TORCH_CLIP_EPS = 1e-6
 
