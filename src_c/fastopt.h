@@ -319,7 +319,15 @@ typedef struct fo_step_tensor {
 } fo_step_tensor;
 
 /* Step-wide options. grad_scale 1 unscales nothing; clip_value 0 means no
- * value clipping (else > 0); max_norm > 0 when clip != FO_CLIP_NONE. */
+ * value clipping (else > 0); max_norm > 0 when clip != FO_CLIP_NONE.
+ * measure: FO_MEASURE_NEEDED runs pass 1 only to check or clip,
+ * FO_MEASURE_ALWAYS always (to report the norm), FO_MEASURE_GIVEN takes
+ * `norm` as the global norm (measured by fo_global_norm on the same
+ * gradients, e.g. to decide whether to step) and skips pass 1; then
+ * check_finite must be 0. */
+#define FO_MEASURE_NEEDED 0
+#define FO_MEASURE_ALWAYS 1
+#define FO_MEASURE_GIVEN 2
 typedef struct fo_step_opts {
     double grad_scale;
     double max_norm;
@@ -327,7 +335,8 @@ typedef struct fo_step_opts {
     int32_t clip;          /* FO_CLIP_* */
     int32_t norm_type;     /* FO_NORM_2 or FO_NORM_INF */
     int32_t check_finite;  /* skip the step if some u is not finite */
-    int32_t measure;       /* compute the norm even when nothing needs it */
+    int32_t measure;       /* FO_MEASURE_* */
+    double norm;           /* with FO_MEASURE_GIVEN */
 } fo_step_opts;
 
 /* What a step found: the norm (NaN if not measured), whether every u was

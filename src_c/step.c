@@ -387,6 +387,9 @@ static int step_check_opts(const fo_step_opts *o)
         return FO_EINVAL;
     if (o->norm_type != FO_NORM_2 && o->norm_type != FO_NORM_INF)
         return FO_EINVAL;
+    if (o->measure < FO_MEASURE_NEEDED || o->measure > FO_MEASURE_GIVEN
+            || (o->measure == FO_MEASURE_GIVEN && o->check_finite))
+        return FO_EINVAL;
     return FO_OK;
 }
 
@@ -524,7 +527,9 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
         view[k].pad_ = 0;
     }
     double norm = NAN;
-    if (o->check_finite || o->clip != FO_CLIP_NONE || o->measure) {
+    if (o->measure == FO_MEASURE_GIVEN) {
+        norm = res->norm = o->norm;
+    } else if (o->check_finite || o->clip != FO_CLIP_NONE || o->measure) {
         rc = step_pass1(gr, nt, nb, bytes, o->grad_scale,
                         o->norm_type == FO_NORM_INF, res, n_threads);
         if (rc != FO_OK)
@@ -626,7 +631,9 @@ int fo_clip_grads(void *const *gs, const int64_t *ns, const int32_t *dtypes,
     if (rc != FO_OK)
         goto out;
     double norm = NAN;
-    if (o->check_finite || o->clip != FO_CLIP_NONE || o->measure) {
+    if (o->measure == FO_MEASURE_GIVEN) {
+        norm = res->norm = o->norm;
+    } else if (o->check_finite || o->clip != FO_CLIP_NONE || o->measure) {
         rc = step_pass1(gr, nt, nb, bytes, o->grad_scale,
                         o->norm_type == FO_NORM_INF, res, n_threads);
         if (rc != FO_OK || (o->check_finite && !res->finite))

@@ -4,6 +4,7 @@ shared library with the extension's flags and calls fo_step / fo_global_norm
 driver is wired into the extension, and kept as a second, Python-free
 route to the C afterwards."""
 import ctypes as ct
+import math
 import os
 import shutil
 import subprocess
@@ -36,7 +37,7 @@ class Opts(ct.Structure):
     _fields_ = [("grad_scale", ct.c_double), ("max_norm", ct.c_double),
                 ("clip_value", ct.c_double), ("clip", ct.c_int32),
                 ("norm_type", ct.c_int32), ("check_finite", ct.c_int32),
-                ("measure", ct.c_int32)]
+                ("measure", ct.c_int32), ("norm", ct.c_double)]
 
 
 class Result(ct.Structure):
@@ -80,11 +81,13 @@ def group_struct(hp):
 
 
 def opts_struct(grad_scale=1.0, max_norm=None, convention="torch", clip_value=None,
-                norm_type=2.0, check_finite=False, measure=True):
+                norm_type=2.0, check_finite=False, measure=True, given_norm=None):
     return Opts(grad_scale, 0.0 if max_norm is None else max_norm,
                 0.0 if clip_value is None else clip_value,
                 CLIPS[None if max_norm is None else convention],
-                0 if norm_type == 2.0 else 1, int(check_finite), int(measure))
+                0 if norm_type == 2.0 else 1, int(check_finite),
+                int(measure) if given_norm is None else 2,
+                math.nan if given_norm is None else given_norm)
 
 
 def step(lib, xs, gs, states, groups, index, n_threads=1, **opts):

@@ -314,3 +314,21 @@ def test_unscale_of_tiny_and_huge_values(lib, scale):
                            1e-300, 0.0, -0.0]).astype(g.dtype)
     _run_both(lib, case, grad_scale=scale)
     _run_both(lib, case, grad_scale=scale, max_norm=1e-3)
+
+
+def test_given_norm_skips_pass_one(lib):
+    """FO_MEASURE_GIVEN: the norm of an earlier fo_global_norm, same bits."""
+    rng = np.random.default_rng(20)
+    case = _case(rng, ["adamw_torch", "sgd_torch"], SIZES + BIG, scale=5.0)
+    rc, res = cs.global_norm(lib, case[1], 2.0)
+    want = _run_both(lib, case, grad_scale=2.0, max_norm=1.0)
+    xc = [x.copy() for x in case[0]]
+    sc = [tuple(s.copy() for s in st) for st in case[2]]
+    rc, got = cs.step(lib, xc, case[1], sc, case[3], case[4], grad_scale=2.0,
+                      max_norm=1.0, given_norm=res.norm)
+    assert rc == 0 and got.applied and got.norm == want[0].norm
+    for a, b in zip(xc, want[1]):
+        _same(a, b)
+    rc, _ = cs.step(lib, xc, case[1], sc, case[3], case[4], given_norm=1.0,
+                    check_finite=True)
+    assert rc == -2
