@@ -37,3 +37,25 @@ def agc_momentum(xs: _Arrays, gs: _Arrays, vs: _Arrays, lr: Any, t: Any, alpha: 
                  beta: Any, norm_coefficient: Any, mode: Any, clipping: _Clipping,
                  eps: Any, layout: Any, n_threads: Optional[int]) -> bool: ...
 def unit_norms(x: np.ndarray, layout: str) -> np.ndarray: ...
+
+# the whole step (_step.pxi, issue 13); None: declined, nothing written
+_StepOut = Optional[tuple[bool, float, bool]]
+_Maybe = tuple[Optional[np.ndarray], ...]
+def step(xs: tuple[np.ndarray, ...], gs: tuple[np.ndarray, ...], s1s: _Maybe,
+         s2s: _Maybe, s3s: _Maybe, index: tuple[int, ...], groups: tuple[tuple, ...],
+         grad_scale: float, max_norm: float, clip_value: float, clip: int,
+         norm_type: int, check_finite: bool, n_threads: Optional[int],
+         given_norm: float = ...) -> _StepOut: ...
+def global_norm(gs: tuple[np.ndarray, ...], grad_scale: float, norm_type: int,
+                n_threads: Optional[int]) -> Optional[tuple[float, bool]]: ...
+def clip_grads(gs: tuple[np.ndarray, ...], grad_scale: float, max_norm: float,
+               clip_value: float, clip: int, norm_type: int, check_finite: bool,
+               n_threads: Optional[int]) -> _StepOut: ...
+class StepPlan:
+    @staticmethod
+    def make(xs: tuple[np.ndarray, ...], s1s: _Maybe, s2s: _Maybe, s3s: _Maybe,
+             index: tuple[int, ...], ng: int) -> Optional[StepPlan]: ...
+    def run(self, gs: tuple[np.ndarray, ...], groups: tuple[tuple, ...],
+            grad_scale: float, max_norm: float, clip_value: float, clip: int,
+            norm_type: int, check_finite: bool, n_threads: Optional[int],
+            given_norm: float = ...) -> _StepOut: ...
