@@ -20,6 +20,7 @@ Then the fixed overhead of opt.step on 1000 tensors of 1e3 elements.
 
     python bench/bench_step.py                # prints p50 / p99 in ms and ratios
     python bench/bench_step.py --reps 5       # quicker
+    python bench/bench_step.py --threads 1    # one thread (fastopt and torch)
 """
 from __future__ import annotations
 
@@ -210,8 +211,19 @@ def run(reps: int, out=sys.stdout):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="fastopt's and torch's thread count (default: fastopt's)")
     args = ap.parse_args(argv)
-    run(args.reps)
+    if args.threads is None:
+        run(args.reps)
+        return
+    try:
+        import torch
+        torch.set_num_threads(args.threads)
+    except ImportError:
+        pass
+    with fastopt.set_num_threads(args.threads):
+        run(args.reps)
 
 
 def test_bench_step_smoke():

@@ -206,14 +206,15 @@ cdef int _step_gather(StepBufs *b, tuple xs, tuple gs, tuple s1s, tuple s2s,
 cdef inline void _step_opts(fo_step_opts *o, double grad_scale, double max_norm,
                             double clip_value, int clip, int norm_type,
                             bint check_finite, double given_norm) noexcept:
-    """given_norm: NaN to measure (always), else the norm to use."""
+    """given_norm: NaN to measure (only when the step checks or clips: a
+    bare update reads the gradients once), else the norm to use."""
     o.grad_scale = grad_scale
     o.max_norm = max_norm
     o.clip_value = clip_value
     o.clip = clip
     o.norm_type = norm_type
     o.check_finite = check_finite
-    o.measure = FO_MEASURE_ALWAYS if given_norm != given_norm else FO_MEASURE_GIVEN
+    o.measure = FO_MEASURE_NEEDED if given_norm != given_norm else FO_MEASURE_GIVEN
     o.norm = given_norm
 
 
@@ -315,6 +316,7 @@ def clip_grads(tuple gs, double grad_scale, double max_norm, double clip_value,
     if not nth:
         return None
     _step_opts(&o, grad_scale, max_norm, clip_value, clip, norm_type, check_finite, NAN)
+    o.measure = FO_MEASURE_ALWAYS       # clip_grads returns the norm
     _step_alloc(&b, nt, 0, 1)
     try:
         if not _grad_list(&b, gs, True):

@@ -49,9 +49,13 @@ class StepInfo(NamedTuple):
         unscaled gradient was NaN or infinite): then nothing was written.
     norm : float
         The global norm of the unscaled gradients (norm_type 2 or inf),
-        measured before any clipping; NaN or inf if some value was.
+        measured before any clipping; NaN or inf if some value was. Measured
+        only when the step checks (skip_if_nonfinite) or clips
+        (max_grad_norm; ``math.inf`` measures without clipping), else NaN:
+        a bare update reads the gradients once.
     finite : bool
-        Whether every unscaled gradient value was finite.
+        Whether every unscaled gradient value was finite (True when not
+        measured).
     """
     applied: bool
     norm: float

@@ -57,8 +57,9 @@ _OPTIONS_DOC = """
     -------
     StepInfo
         ``(applied, norm, finite)``: whether the update was written, the
-        global norm of the unscaled gradients (before clipping) and whether
-        they were all finite.
+        global norm of the unscaled gradients (before clipping; NaN unless
+        the call checks or clips: ``max_grad_norm=math.inf`` measures
+        only) and whether they were all finite.
 """
 
 

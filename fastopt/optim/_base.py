@@ -238,8 +238,9 @@ class _Optimizer:
         bool
             True if the step was applied, False if it was skipped. The
             global norm it measured (before clipping) is
-            :attr:`last_grad_norm`; :attr:`last_step_info` holds the
-            :class:`fastopt.StepInfo`.
+            :attr:`last_grad_norm` (NaN when the step neither checks nor
+            clips: pass ``max_grad_norm=math.inf`` to measure only);
+            :attr:`last_step_info` holds the :class:`fastopt.StepInfo`.
 
         Raises
         ------
