@@ -37,8 +37,8 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
-from libc.math cimport isfinite
-from libc.stdint cimport int64_t
+from libc.math cimport NAN, isfinite
+from libc.stdint cimport int32_t, int64_t
 
 cimport numpy as cnp
 
@@ -49,7 +49,9 @@ from fastopt._cfastopt cimport (
     fo_find_overlap, fo_have_openmp, fo_isa_active, fo_isa_paths,
     fo_max_threads, fo_momentum, fo_momentum_args, fo_num_procs,
     fo_probe_3r2w_f32, fo_probe_3r2w_f64, fo_probe_4r3w_f32,
-    fo_probe_4r3w_f64, fo_serial_bytes, fo_tensor)
+    fo_probe_4r3w_f64, fo_serial_bytes, fo_tensor,
+    FO_EINVAL, FO_MEASURE_ALWAYS, FO_MEASURE_GIVEN, FO_MEASURE_NEEDED, fo_clip_grads, fo_global_norm, fo_step, fo_step_group, fo_step_opts,
+    fo_step_result, fo_step_tensor)
 
 import numpy as np
 
@@ -215,6 +217,7 @@ cdef Op OP_AGC_MOMENTUM = _op(3, "WRW", sizeof(fo_agc_tensor), _emit_agc,
 
 
 include "_gather.pxi"
+include "_step.pxi"
 
 
 # ------------------------------------------------------------ entry points

@@ -435,3 +435,13 @@ int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
     }
     return 0;
 }
+
+/* ---- the elementwise driver, shared with step.c (issue 13) -------------- */
+
+int fo_run_elementwise(const fo_tensor *ts, int64_t nt,
+                       void (*fn)(const fo_tensor *, int64_t, int64_t,
+                                  const void *),
+                       const void *ctx, int n_threads)
+{
+    return run(ts, nt, fn, ctx, n_threads);
+}
