@@ -204,7 +204,7 @@ def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
     norm_coefficient : float, default 0.0
         L2 coefficient folded into the gradient.
     norm_coefficient_post : float, default 0.0
-        Weight decay applied after the step: x *= 1 - norm_coefficient_post.
+        Weight decay applied after the step: ``x *= 1 - norm_coefficient_post``.
     n_threads : int, optional
         As in :func:`momentum`.
 
