@@ -64,9 +64,21 @@ def setup(app):
     app.connect("source-read", _drop_missing_pages)
 
 # doctest builder: every page's and docstring's examples start from this.
+# The optional libraries a page compares with are None when not installed, and
+# the examples that need them say `:skipif: torch is None` (CI installs them all).
 doctest_global_setup = """
+import importlib
+import importlib.util
+
 import numpy as np
 import fastopt
+
+def _optional(name):
+    return importlib.import_module(name) if importlib.util.find_spec(name) else None
+
+torch = _optional("torch")
+optax = _optional("optax")
+sklearn = _optional("sklearn")
 """
 
 html_theme = "alabaster"
