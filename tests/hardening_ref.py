@@ -109,7 +109,7 @@ class Arith:
 
 def momentum_ref(dtype, x, g, v, *, lr, t, alpha=0.9, beta=1.0,
                  norm_coefficient=0.0, mode="standard"):
-    """ONNX Momentum (SEMANTICS.md section 1): returns tracked (x_new, v_new)."""
+    """ONNX Momentum (docs/semantics.md section 1): returns tracked (x_new, v_new)."""
     A = Arith(dtype)
     with np.errstate(all="ignore"):
         X, G, V = A.exact(x), A.exact(np.broadcast_to(g, np.shape(x))), A.exact(v)
@@ -320,7 +320,7 @@ def unchanged(snap) -> list:
 # ------------------------------------------------------------------- AGC
 
 def unit_axes(shape, layout: str):
-    """The axes AGC reduces over (SEMANTICS.md section 3): all but the first
+    """The axes AGC reduces over (docs/semantics.md section 3): all but the first
     ("oi") or the last ("io"); every axis for a scalar or a squeezed vector."""
     nd = len(shape)
     if sum(d != 1 for d in shape) <= 1:

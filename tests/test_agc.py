@@ -1,6 +1,6 @@
 """Adaptive gradient clipping: fastopt.unitwise_norm, fastopt.agc and the
 fused fastopt.momentum(..., clipping=...), against a plain NumPy float64
-implementation of the NFNet formula (shared SEMANTICS.md section 3)."""
+implementation of the NFNet formula (docs/semantics.md section 3)."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st

@@ -17,7 +17,7 @@ One reference bug cannot be compared around: multi-tensor Adam casts every
 output to float32, so a float64 node's outputs carry float32 rounding
 (~1e-8 relative) and a 1e-12 comparison is impossible. There (and only
 there) fastopt is compared at 1e-12 with a plain NumPy float64 evaluation
-of SEMANTICS.md section 1, and with the reference's float32 outputs within
+of docs/semantics.md section 1, and with the reference's float32 outputs within
 one float32 rounding; test_reference_multi_tensor_adam_casts_to_float32
 demonstrates the bug.
 
@@ -111,7 +111,7 @@ def run_inplace(op, lr, t, xs, gs, states, attrs):
 
 
 def numpy_float64(op, lr, t, x, g, states, a):
-    """SEMANTICS.md section 1 in plain NumPy float64 (one tensor)."""
+    """docs/semantics.md section 1 in plain NumPy float64 (one tensor)."""
     x = x.astype(np.float64)
     g = np.broadcast_to(g.astype(np.float64), x.shape)
     gr = a["norm_coefficient"] * x + g

@@ -250,7 +250,7 @@ def test_fastopt_schedule_objects_drive_the_lr():
     for _ in range(12):
         opt.step([np.ones(3)])
         lrs.append(opt.last_lr[0])
-    # SEMANTICS.md section 4's golden values
+    # golden values of Angel's formulas (docs/semantics.md section 4)
     np.testing.assert_allclose(lrs, [0.868198, 0.55, 0.231802, 0.1, 0.965265, 0.867772,
                                      0.721862, 0.54975, 0.377638, 0.231729, 0.134235, 0.1],
                                atol=1e-6)
