@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import fastopt
-from fastopt._workloads import make_tensors, resnet50_shapes
+from fastopt._cli.workloads import make_tensors, resnet50_shapes
 
 LR, ALPHA, NC = 0.1, 0.9, 5e-5
 CLIP = [0.01] * 159 + [None, None]      # NFNet/timm: no clipping of the classifier

@@ -18,7 +18,7 @@ import pytest
 
 import fastopt
 from fastopt import _reference as ref
-from fastopt._workloads import TRAFFIC, WORKLOADS
+from fastopt._cli.workloads import TRAFFIC, WORKLOADS
 
 OPS = ["momentum", "adagrad", "adam"]
 DTYPES = ["float32", "float64"]

@@ -174,6 +174,8 @@ def _hyper(fname, **checks):
         if kind == "lr":
             out[k] = _v.check_lr(fname, v, name=k)
         elif kind == "bool":
+            # merge-note: one check_bool in _validation for this and
+            # fastopt.optim._checks.as_bool (which also takes numpy.bool_)
             if not isinstance(v, bool):
                 raise TypeError(f"{fname}: {k} must be True or False, got {type(v).__name__}")
             out[k] = v

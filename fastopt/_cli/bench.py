@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from . import _core, _reference, get_num_threads
-from . import adagrad, adam, momentum
-from ._workloads import TRAFFIC, WORKLOADS
+from .. import _core, _reference, get_num_threads  # merge-note: _core -> _ext (helper "ext")
+from .. import adagrad, adam, momentum
+from .workloads import TRAFFIC, WORKLOADS
 
 _FAST = {"momentum": momentum, "adagrad": adagrad, "adam": adam}
 _KW = {
