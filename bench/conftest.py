@@ -1,6 +1,6 @@
 """Benchmark fixtures: the C ceiling probe, compiled here on its own.
 
-The probe (bench/ceiling.c) is built by this file with the machine's C
+The probe (src_c/ceiling.c) is built by this file with the machine's C
 compiler, -O3 -fopenmp -march=native, independently of how fastopt was
 built, and loaded with ctypes. If no compiler is available the ceiling
 benchmarks are skipped (the others still run).
@@ -25,7 +25,7 @@ def _compile_probe():
         return None, f"no C compiler ({cc})"
     out_dir = tempfile.mkdtemp(prefix="fastopt-ceiling-")
     lib = os.path.join(out_dir, "ceiling.so")
-    base = [cc, "-O3", "-fPIC", "-shared", os.path.join(HERE, "ceiling.c"), "-o", lib]
+    base = [cc, "-O3", "-fPIC", "-shared", os.path.join(HERE, os.pardir, "src_c", "ceiling.c"), "-o", lib]
     for extra in (["-fopenmp", "-march=native"], ["-fopenmp"], []):
         r = subprocess.run(base + extra, capture_output=True, text=True)
         if r.returncode == 0:

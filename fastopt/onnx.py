@@ -29,7 +29,7 @@ import functools
 
 import numpy as np
 
-from . import _updates  # merge-note: fastopt._ops after helper "ext"'s rename
+from . import _ops
 from . import _validation as _v
 
 __all__ = ["momentum", "adagrad", "adam", "reference_ops"]
@@ -177,7 +177,7 @@ def momentum(R, T, *inputs, alpha, beta, mode, norm_coefficient):
     ...                  mode="standard", norm_coefficient=0.0)
     (array([0.95, 0.95]), array([0.5, 0.5]))
     """
-    return _update("momentum", _updates.momentum, R, T, inputs, "v", {"mode": mode},
+    return _update("momentum", _ops.momentum, R, T, inputs, "v", {"mode": mode},
                    alpha=alpha, beta=beta, norm_coefficient=norm_coefficient)
 
 
@@ -208,7 +208,7 @@ def adagrad(R, T, *inputs, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0)
         On bad input, e.g. a tensor count that is not a non-zero multiple
         of 3.
     """
-    return _update("adagrad", _updates.adagrad, R, T, inputs, "h",
+    return _update("adagrad", _ops.adagrad, R, T, inputs, "h",
                    decay_factor=decay_factor, epsilon=epsilon,
                    norm_coefficient=norm_coefficient)
 
@@ -243,7 +243,7 @@ def adam(R, T, *inputs, alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficient=0.
         On bad input, e.g. a tensor count that is not a non-zero multiple
         of 4.
     """
-    return _update("adam", _updates.adam, R, T, inputs, "vh", alpha=alpha, beta=beta,
+    return _update("adam", _ops.adam, R, T, inputs, "vh", alpha=alpha, beta=beta,
                    epsilon=epsilon, norm_coefficient=norm_coefficient,
                    norm_coefficient_post=norm_coefficient_post)
 

@@ -32,12 +32,7 @@ def as_bool(fname, label, value) -> bool:
 
 
 def layout(fname, label, value):
-    # merge-note: take _validation.check_layout (helper "ext" is moving the one
-    # layout checker there) once it exists; the message must keep this form.
-    if value not in ("oi", "io"):
-        raise ValueError(f"{fname}: {label} must be 'oi' (PyTorch layout) or 'io' "
-                         f"(JAX/Haiku layout), got {value!r}")
-    return value
+    return _v.check_layout(fname, value, name=label)
 
 
 def lr_or_none(fname, label, value):

@@ -1,7 +1,7 @@
 """fastopt.optim.Adagrad (ONNX Adagrad)."""
 from __future__ import annotations
 
-from .. import _updates  # merge-note: fastopt._ops after helper "ext"'s rename
+from .. import _ops
 from . import _checks as _c
 from ._base import _Optimizer
 
@@ -28,7 +28,7 @@ class Adagrad(_Optimizer):
         As in :class:`Momentum`.
     """
 
-    _KERNEL = staticmethod(_updates.adagrad)
+    _KERNEL = staticmethod(_ops.adagrad)
     _STATES = ("h",)
     _T0 = 0
     _HYPER = {

@@ -1,7 +1,7 @@
 """fastopt.optim.Adam (ONNX Adam)."""
 from __future__ import annotations
 
-from .. import _updates  # merge-note: fastopt._ops after helper "ext"'s rename
+from .. import _ops
 from . import _checks as _c
 from ._base import _Optimizer
 
@@ -30,7 +30,7 @@ class Adam(_Optimizer):
         As in :class:`Momentum`.
     """
 
-    _KERNEL = staticmethod(_updates.adam)
+    _KERNEL = staticmethod(_ops.adam)
     _STATES = ("v", "h")
     _T0 = 1
     _HYPER = {

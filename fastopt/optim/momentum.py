@@ -1,7 +1,7 @@
 """fastopt.optim.Momentum: SGD with momentum (ONNX Momentum), Nesterov, AGC."""
 from __future__ import annotations
 
-from .. import _updates  # merge-note: fastopt._ops after helper "ext"'s rename
+from .. import _ops
 from . import _checks as _c
 from ._base import _Optimizer
 
@@ -49,7 +49,7 @@ class Momentum(_Optimizer):
         Threads for the kernels (None: fastopt's current default).
     """
 
-    _KERNEL = staticmethod(_updates.momentum)
+    _KERNEL = staticmethod(_ops.momentum)
     _STATES = ("v",)
     _T0 = 0
     _HYPER = {
