@@ -4,7 +4,7 @@
 
 One panel per operation and dtype; x: the workload, y: median ns per element
 (log scale) for fastopt, the NumPy formula, torch's fused optimizer and the
-memory-bandwidth ceiling (bench/ceiling.c: the same bytes moved, no arithmetic).
+memory-bandwidth ceiling (src_c/ceiling.c: the same bytes moved, no arithmetic).
 Rerun it after updating the benchmark table; the docs build does not.
 """
 import sys
