@@ -296,7 +296,7 @@ def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
     norm_coefficient : float, default 0.0
         L2 coefficient folded into the gradient.
     norm_coefficient_post : float, default 0.0
-        Weight decay applied after the step: x *= 1 - norm_coefficient_post.
+        Weight decay applied after the step: ``x *= 1 - norm_coefficient_post``.
     n_threads : int, optional
         As in :func:`momentum`.
     grad_scale, max_grad_norm, norm_type, clip_convention, clip_value, skip_if_nonfinite

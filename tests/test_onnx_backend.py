@@ -111,7 +111,7 @@ def test_evaluator_calls_stay_on_the_c_fast_path(onnx, op, monkeypatch):
 
 @pytest.mark.parametrize("case", ["bad-mode", "bad-count", "negative-T"])
 def test_evaluator_rejects_what_the_reference_lets_through(onnx, case):
-    """SEMANTICS §1: the reference runs any unknown mode as Nesterov, slices
+    """docs/semantics.md section 2: the reference runs any unknown mode as Nesterov, slices
     a wrong input count silently and treats negative T as T = 0. With
     fastopt's ops each of these raises."""
     from onnx import TensorProto, helper

@@ -1,4 +1,4 @@
-"""fastopt against torch.optim through the mapping of SEMANTICS.md section 2.
+"""fastopt against torch.optim through the mapping of docs/mappings.md (PyTorch).
 
 200-step float64 trajectories of torch.optim.SGD and torch.optim.Adagrad are
 reproduced by fastopt's ONNX rules (max absolute difference <= 1e-12 at
@@ -72,7 +72,7 @@ SGD_SETS = {
 
 
 def sgd_to_onnx(o):
-    """SEMANTICS §2: lr/momentum/weight_decay -> R/alpha/norm_coefficient,
+    """docs/mappings.md (PyTorch): lr/momentum/weight_decay -> R/alpha/norm_coefficient,
     1 - dampening -> beta, nesterov -> mode, maximize -> pass -G."""
     return dict(alpha=o.get("momentum", 0.0), beta=1.0 - o.get("dampening", 0.0),
                 norm_coefficient=o.get("weight_decay", 0.0),

@@ -26,7 +26,7 @@ class Adam(_Optimizer):
     norm_coefficient : float, default 0.0
         L2 coefficient folded into the gradient (torch Adam ``weight_decay``).
     norm_coefficient_post : float, default 0.0
-        Decay after the step: x *= 1 - norm_coefficient_post.
+        Decay after the step: ``x *= 1 - norm_coefficient_post``.
     schedule, contiguous_state, n_threads
         As in :class:`Momentum`.
     """
