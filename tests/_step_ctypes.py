@@ -45,13 +45,14 @@ class Result(ct.Structure):
 
 
 def build(outdir):
-    """Compile fastopt.c + step.c into outdir; return the loaded library."""
+    """Compile fastopt.c + step.c + step_norm.c into outdir; return the loaded library."""
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         return None
     so = os.path.join(outdir, "libfo_step.so")
     subprocess.run([cc] + CFLAGS + ["-o", so, os.path.join(SRC, "fastopt.c"),
-                                    os.path.join(SRC, "step.c"), "-lm"], check=True)
+                                    os.path.join(SRC, "step.c"),
+                                    os.path.join(SRC, "step_norm.c"), "-lm"], check=True)
     lib = ct.CDLL(so)
     lib.fo_step.argtypes = [ct.POINTER(Tensor), ct.c_int64, ct.POINTER(Group), ct.c_int64,
                             ct.POINTER(Opts), ct.POINTER(Result), ct.c_int]
