@@ -8,8 +8,9 @@ import time
 
 import numpy as np
 
+from ..optim._checks import native as _native
 from . import _checkpoint
-from ._checks import _first_difference, _native, _parse_groups, _positive
+from ._checks import _first_difference, _parse_groups, _positive
 from ._comm import default_n_threads, mpi, mpi_type, raise_agreed
 from ._layout import Layout, agc_cut_rule
 
