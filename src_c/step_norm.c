@@ -49,9 +49,10 @@ static inline int step_run_block(const step_grad *gr, int64_t b, double scale,
  * given) into res->norm / res->finite. FO_OK or FO_ENOMEM.
  */
 static int step_pass1(const step_grad *gr, int64_t nt, int64_t nb,
-                      int64_t bytes, double scale, int norm_inf,
+                      int64_t bytes, double scale, int norm_type,
                       fo_step_result *res, int n_threads)
 {
+    int norm_inf = norm_type == FO_NORM_INF;
     double *part = (double *)malloc((size_t)(nb > 0 ? nb : 1) * sizeof(double));
     unsigned char *bad = (unsigned char *)malloc((size_t)(nb > 0 ? nb : 1));
     if (part == NULL || bad == NULL) {
@@ -112,7 +113,8 @@ static int step_pass1(const step_grad *gr, int64_t nt, int64_t nb,
         else if (part[j] > total)
             total = part[j];
     }
-    res->norm = norm_inf ? (nan ? NAN : total) : sqrt(total);
+    res->norm = norm_inf ? (nan ? NAN : total)
+                          : norm_type == FO_NORM_SUMSQ ? total : sqrt(total);
     res->finite = finite;
 #ifdef _OPENMP
 out:
@@ -130,8 +132,8 @@ int step_measure(const fo_step_opts *o, const step_grad *gr, int64_t nt,
     if (o->measure == FO_MEASURE_GIVEN) {
         *norm = res->norm = o->norm;
     } else if (o->check_finite || o->clip != FO_CLIP_NONE || o->measure) {
-        int rc = step_pass1(gr, nt, nb, bytes, o->grad_scale,
-                            o->norm_type == FO_NORM_INF, res, n_threads);
+        int rc = step_pass1(gr, nt, nb, bytes, o->grad_scale, o->norm_type,
+                            res, n_threads);
         if (rc != FO_OK)
             return rc;
         *norm = res->norm;
@@ -165,7 +167,8 @@ int fo_global_norm(const void *const *gs, const int64_t *ns,
 {
     step_result_init(res);
     if (nt < 0 || !(grad_scale > 0.0) || !isfinite(grad_scale)
-            || (norm_type != FO_NORM_2 && norm_type != FO_NORM_INF))
+            || (norm_type != FO_NORM_2 && norm_type != FO_NORM_INF
+                && norm_type != FO_NORM_SUMSQ))
         return FO_EINVAL;
     step_grad *gr = (step_grad *)malloc((size_t)(nt > 0 ? nt : 1) * sizeof(step_grad));
     if (gr == NULL)
@@ -173,8 +176,7 @@ int fo_global_norm(const void *const *gs, const int64_t *ns,
     int64_t nb, bytes;
     int rc = step_grad_list(gs, ns, dtypes, nt, gr, NULL, &nb, &bytes);
     if (rc == FO_OK)
-        rc = step_pass1(gr, nt, nb, bytes, grad_scale, norm_type == FO_NORM_INF,
-                        res, n_threads);
+        rc = step_pass1(gr, nt, nb, bytes, grad_scale, norm_type, res, n_threads);
     free(gr);
     return rc;
 }
