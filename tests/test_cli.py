@@ -1,10 +1,9 @@
 """python -m fastopt: the bench and config commands and the dispatcher."""
 import pytest
+from _subprocess import run_python
 
 from fastopt import _cli as cli
 from fastopt._cli import bench as _bench
-
-from _subprocess import run_python
 
 
 def test_bench_table(capsys):
