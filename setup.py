@@ -92,7 +92,7 @@ extensions = [
         "fastopt._core",
         # bench/ceiling.c is the bandwidth probe `python -m fastopt bench`
         # compares with (the benchmarks compile their own copy of it).
-        sources=["fastopt/_core.pyx", "src_c/fastopt.c", "bench/ceiling.c"],
+        sources=["fastopt/_core.pyx", "src_c/fastopt.c", "src_c/pool.c", "bench/ceiling.c"],
         include_dirs=["src_c", np.get_include()],
         depends=["src_c/fastopt.h", "src_c/kernels.inc"],
         define_macros=[NPY_TARGET, ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
@@ -101,7 +101,7 @@ extensions = [
     # (fastopt.c) for fo_momentum_f32/f64 and the thread helpers.
     Extension(
         "fastopt._agc",
-        sources=["fastopt/_agc.pyx", "src_c/agc.c", "src_c/fastopt.c"],
+        sources=["fastopt/_agc.pyx", "src_c/agc.c", "src_c/fastopt.c", "src_c/pool.c"],
         include_dirs=["src_c", np.get_include()],
         depends=["src_c/fastopt.h", "src_c/kernels.inc", "src_c/agc.inc"],
         define_macros=[NPY_TARGET, ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
