@@ -317,6 +317,10 @@ static void stop_workers(void)
     }
     for (int i = 0; i < P.nworkers; i++)
         pthread_join(P.w[i].tid, NULL);
+#ifndef FO_FUTEX
+    pthread_mutex_init(&wait_mu, NULL);  /* a pool thread may have held it */
+    pthread_cond_init(&wait_cv, NULL);
+#endif
     P.nworkers = 0;
     atomic_store(&P.quit, 0);
 }
@@ -337,9 +341,14 @@ static void at_exit(void)
     atomic_store(&P.busy, 0);
 }
 
-/* In the child of fork(): only the forking thread exists. */
+/* In the child of fork(): only the forking thread exists. The contention
+ * records start afresh (a new process, measured anew). */
 static void after_fork_child(void)
 {
+    for (int c = 0; c < FO_CLASSES; c++) {
+        atomic_store(&C[c].until, 0);
+        atomic_store(&C[c].backoff, 0);
+    }
     P.nworkers = 0;
     atomic_store(&P.quit, 0);
     atomic_store(&P.busy, 0);
