@@ -144,9 +144,11 @@ def _script(body):
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no os.fork")
-def test_fork_after_pool_started(tmp_path):
+def test_fork_after_pool_started(tmp_path, monkeypatch):
     """A pool made before fork() must not hang the child: the child re-makes
-    its threads on demand."""
+    its threads on demand. (OMP_DYNAMIC=false: threads even on a busy
+    machine.)"""
+    monkeypatch.setenv("OMP_DYNAMIC", "false")
     r = run_python(["-c", _script("""
         def pool_size():
             ext = getattr(fastopt, "_ext", None)
@@ -178,9 +180,10 @@ def test_fork_after_pool_started(tmp_path):
     assert "child 0" in r.stdout
 
 
-def test_exit_with_pool_running(tmp_path):
+def test_exit_with_pool_running(tmp_path, monkeypatch):
     """The interpreter exits promptly with pool threads alive, also while a
     daemon thread is mid-call."""
+    monkeypatch.setenv("OMP_DYNAMIC", "false")
     r = run_python(["-c", _script("""
         import threading
         def loop():
