@@ -24,7 +24,6 @@ matmul + n_threads=1.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -170,24 +169,10 @@ def _step(op, workload, impl):
 
 # ---- measurement ---------------------------------------------------------------------
 
-class _Stats(ctypes.Structure):
-    _fields_ = [("serial_calls", ctypes.c_int64), ("parallel_calls", ctypes.c_int64),
-                ("backoffs", ctypes.c_int64), ("last_bytes", ctypes.c_int64),
-                ("last_threads", ctypes.c_int32), ("last_joined", ctypes.c_int32)]
-
-
 def _thread_stats():
-    """The parallel driver's counters (momentum/adam), or None."""
+    """The parallel driver's counters, or None (an older fastopt)."""
     ext = getattr(fastopt, "_ext", None)
-    if ext is not None and hasattr(ext, "thread_stats"):
-        return ext.thread_stats()
-    try:                                  # before the one-extension restructure
-        lib = ctypes.CDLL(fastopt._core.__file__)
-        s = _Stats()
-        lib.fo_get_thread_stats(ctypes.byref(s))
-    except (AttributeError, OSError):
-        return None
-    return {name: getattr(s, name) for name, _ in _Stats._fields_}
+    return ext.thread_stats() if hasattr(ext, "thread_stats") else None
 
 
 def _paired(benchmark, steps, group, extra):

@@ -55,7 +55,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("fastopt.torch needs PyTorch (CPU build is enough), which is not "
                       "installed") from exc
 
-from . import _updates
+from . import _ops
 from . import _validation as _v
 
 __all__ = ["Momentum", "Adagrad", "Adam"]
@@ -174,6 +174,8 @@ def _hyper(fname, **checks):
         if kind == "lr":
             out[k] = _v.check_lr(fname, v, name=k)
         elif kind == "bool":
+            # merge-note: one check_bool in _validation for this and
+            # fastopt.optim._checks.as_bool (which also takes numpy.bool_)
             if not isinstance(v, bool):
                 raise TypeError(f"{fname}: {k} must be True or False, got {type(v).__name__}")
             out[k] = v
@@ -201,7 +203,7 @@ class Momentum(_FastoptOptimizer):
         Threads for the kernels (None: fastopt's current default).
     """
 
-    _KERNEL = staticmethod(_updates.momentum)
+    _KERNEL = staticmethod(_ops.momentum)
     _STATES = ("momentum_buffer",)
     _T0 = 0
     _SPEC = {"lr": "lr", "alpha": {}, "beta": {}, "norm_coefficient": {}, "nesterov": "bool"}
@@ -230,7 +232,7 @@ class Adagrad(_FastoptOptimizer):
     n_threads : int, optional
     """
 
-    _KERNEL = staticmethod(_updates.adagrad)
+    _KERNEL = staticmethod(_ops.adagrad)
     _STATES = ("sum",)
     _T0 = 0
     _SPEC = {"lr": "lr", "decay_factor": {"low": 0.0}, "epsilon": {"low": 0.0},
@@ -266,7 +268,7 @@ class Adam(_FastoptOptimizer):
     n_threads : int, optional
     """
 
-    _KERNEL = staticmethod(_updates.adam)
+    _KERNEL = staticmethod(_ops.adam)
     _STATES = ("exp_avg", "exp_avg_sq")
     _T0 = 1
     _SPEC = {"lr": "lr", "alpha": {"low": 0.0, "high": 1.0, "high_open": True},

@@ -1,0 +1,371 @@
+"""Optimizer checkpoints: the state dict, its complete check before anything
+is restored, and the atomic ``.npz`` file written by ``save`` and read by
+``load``.
+
+``load`` treats the file as hostile (fastopt._npz): the file size, the zip
+directory and every entry's .npy header are checked against this optimizer
+before any state data is read, no entry is decompressed beyond its expected
+size, and every number in the JSON header is bounded.
+
+Functions of the optimizer ``opt``; the optimizer's methods
+(:meth:`state_dict`, :meth:`load_state_dict`, :meth:`save`, :meth:`load`)
+call them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import struct
+import time
+import zipfile
+import zlib
+
+import numpy as np
+
+from .. import _npz
+from ._checks import native
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: an open file cannot be removed anyway
+    fcntl = None
+
+__all__ = ["CheckpointError"]
+
+# What reading a damaged .npz can raise, besides CheckpointError: zipfile
+# raises NotImplementedError for an unknown compression method and
+# RuntimeError for an "encrypted" entry (a flipped flag bit), zlib.error for
+# corrupt deflate data, struct.error / OverflowError / MemoryError for
+# corrupt sizes and headers.
+_READ_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile,
+                UnicodeError, NotImplementedError, RuntimeError, zlib.error, struct.error,
+                OverflowError, MemoryError)
+
+_FORMAT = "fastopt.optim"
+_VERSION = 1
+_META_KEY = "meta"
+_STEPS_LIMIT = 2**63            # the update count T is an int64 (ONNX)
+_META_MAX_CHARS = 1 << 20       # the JSON header (~200 characters per group)
+_ENTRY_SLACK = 16 << 10         # bytes of zip and .npy headers per entry, at most
+_STALE_AFTER = 1.0              # seconds: a younger .tmp file may be a save just starting
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded into this optimizer.
+
+    Raised for a file that is not a fastopt checkpoint (not an npz, truncated,
+    corrupt, missing or unexpected entries) and for one that does not match
+    the optimizer (another optimizer's file, other groups, other shapes or
+    dtypes). The optimizer is left unchanged.
+    """
+
+
+# --------------------------------------------------------------- state dict
+
+def state_dict(opt) -> dict:
+    """See :meth:`fastopt.optim.Momentum.state_dict`."""
+    return {
+        "format": _FORMAT,
+        "version": _VERSION,
+        "optimizer": type(opt).__name__,
+        "steps": opt._steps,
+        "param_groups": [dict({k: g[k] for k in opt._HYPER}, n_params=len(g["params"]))
+                         for g in opt.param_groups],
+        "state": {name: [np.array(a, copy=True) for a in arrays]
+                  for name, arrays in opt.state.items()},
+    }
+
+
+def _check_header(opt, f, sd) -> int:
+    """The keys, format, version and optimizer of a state dict; its steps."""
+    if not isinstance(sd, dict):
+        raise CheckpointError(f"{f}: a state dict must be a dict, got {type(sd).__name__}")
+    want = {"format", "version", "optimizer", "steps", "param_groups", "state"}
+    missing = want - set(sd)
+    if missing:
+        raise CheckpointError(f"{f}: the checkpoint has no {sorted(missing)} entry; "
+                              f"it is not a complete fastopt.optim state")
+    extra = set(sd) - want
+    if extra:
+        raise CheckpointError(f"{f}: the checkpoint has unexpected entries {sorted(extra)}")
+    if sd["format"] != _FORMAT:
+        raise CheckpointError(f"{f}: not a fastopt.optim checkpoint (format "
+                              f"{sd['format']!r})")
+    if sd["version"] != _VERSION:
+        raise CheckpointError(f"{f}: checkpoint format version {sd['version']!r}; this "
+                              f"fastopt reads version {_VERSION}")
+    name = type(opt).__name__
+    if sd["optimizer"] != name:
+        raise CheckpointError(f"{f}: the checkpoint was saved by "
+                              f"fastopt.optim.{sd['optimizer']}, not {name}")
+    steps = sd["steps"]
+    if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)) \
+            or not 0 <= steps < _STEPS_LIMIT:
+        shown = f"an integer of {int(steps).bit_length()} bits" if isinstance(
+            steps, int) and steps.bit_length() > 256 else repr(steps)
+        raise CheckpointError(f"{f}: the checkpoint's step count must be an integer "
+                              f">= 0 and < 2**63, got {shown}")
+    return int(steps)
+
+
+def _check_groups(opt, f, pgs) -> list:
+    """The saved groups' hyperparameters, checked against the optimizer's groups."""
+    if not isinstance(pgs, (list, tuple)) or len(pgs) != len(opt.param_groups):
+        n = len(pgs) if isinstance(pgs, (list, tuple)) else pgs
+        raise CheckpointError(f"{f}: the checkpoint has {n} parameter group(s), the "
+                              f"optimizer {len(opt.param_groups)}")
+    groups = []
+    for gi, (saved, group) in enumerate(zip(pgs, opt.param_groups)):
+        where = f"param_groups[{gi}]"
+        if not isinstance(saved, dict):
+            raise CheckpointError(f"{f}: the checkpoint's {where} is not a dict")
+        keys = set(opt._HYPER) | {"n_params"}
+        if set(saved) != keys:
+            raise CheckpointError(
+                f"{f}: the checkpoint's {where} has keys {sorted(saved)}, expected "
+                f"{sorted(keys)}")
+        if saved["n_params"] != len(group["params"]):
+            raise CheckpointError(
+                f"{f}: the checkpoint's {where} has {saved['n_params']} parameters, the "
+                f"optimizer's {len(group['params'])}")
+        merged = dict(group)
+        merged.update({k: saved[k] for k in opt._HYPER})
+        if merged["schedule"] is not None:
+            merged["lr"] = None
+        try:
+            groups.append(opt._check_group(f, merged, where))
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"{f}: the checkpoint's hyperparameters are invalid: "
+                                  f"{exc}") from None
+    return groups
+
+
+def _check_state(opt, f, state) -> None:
+    """The saved state arrays: one per parameter and state, same shape and dtype."""
+    name = type(opt).__name__
+    if not isinstance(state, dict) or set(state) != set(opt._STATES):
+        got = sorted(state) if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f"{f}: the checkpoint holds states {got}; "
+                              f"{name} has {list(opt._STATES)}")
+    params = opt.params
+    for sname in opt._STATES:
+        arrays = state[sname]
+        if not isinstance(arrays, (list, tuple)) or len(arrays) != len(params):
+            n = len(arrays) if isinstance(arrays, (list, tuple)) else "no list of"
+            raise CheckpointError(f"{f}: the checkpoint has {n} {sname!r} arrays for "
+                                  f"{len(params)} parameters")
+        for i, (a, p) in enumerate(zip(arrays, params)):
+            what = f"state {sname!r} of params[{i}]"
+            if not isinstance(a, np.ndarray):
+                raise CheckpointError(f"{f}: the checkpoint's {what} is not an array")
+            if a.shape != p.shape:
+                raise CheckpointError(f"{f}: the checkpoint's {what} has shape "
+                                      f"{a.shape} but params[{i}] has shape {p.shape}")
+            if native(a.dtype) != native(p.dtype):
+                raise CheckpointError(f"{f}: the checkpoint's {what} has dtype "
+                                      f"{a.dtype} but params[{i}] has {p.dtype}")
+
+
+def checked_state_dict(opt, f, sd):
+    """Validate a state dict completely; return (groups, steps, state)."""
+    steps = _check_header(opt, f, sd)
+    groups = _check_groups(opt, f, sd["param_groups"])
+    _check_state(opt, f, sd["state"])
+    return groups, steps, sd["state"]
+
+
+def restore(opt, f, sd) -> None:
+    """Check a state dict completely, then copy it into the optimizer."""
+    groups, steps, state = checked_state_dict(opt, f, sd)
+    # everything checked: commit
+    for sname in opt._STATES:
+        for dst, src in zip(opt.state[sname], state[sname]):
+            np.copyto(dst, src)
+    for group, new in zip(opt.param_groups, groups):
+        for k in opt._HYPER:
+            group[k] = new[k]
+    opt._steps = steps
+
+
+# --------------------------------------------------------------------- files
+
+def _fsync_directory(directory) -> None:
+    """Make a rename in directory durable."""
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. platforms without directory fds
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(dfd)
+
+
+def _remove_stale(directory, base) -> None:
+    """Remove ``.<base>.<12 hex digits>.tmp`` files in ``directory``: what
+    saves of the same path left when they were killed. A file a live save
+    still writes is locked (or, without fcntl, cannot be removed while open)
+    and is left alone, as is one younger than _STALE_AFTER seconds."""
+    prefix = f".{base}."
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        token = name[len(prefix):-len(".tmp")]
+        if not (name.startswith(prefix) and name.endswith(".tmp") and len(token) == 12
+                and all(c in "0123456789abcdef" for c in token)):
+            continue
+        full = os.path.join(directory, name)
+        try:
+            if now - os.stat(full).st_mtime < _STALE_AFTER:
+                continue
+            if fcntl is None:
+                os.unlink(full)
+                continue
+            fd = os.open(full, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # fails while a save holds it
+            os.unlink(full)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def save(opt, path) -> None:
+    """Write opt's state dict to path as an uncompressed .npz, atomically;
+    first remove what killed saves of the same path left behind."""
+    sd = state_dict(opt)
+    meta = {k: sd[k] for k in ("format", "version", "optimizer", "steps", "param_groups")}
+    arrays = {_META_KEY: np.array(json.dumps(meta))}
+    for sname, arrs in sd["state"].items():
+        for i, a in enumerate(arrs):
+            arrays[f"state.{sname}.{i}"] = a
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    _remove_stale(directory, os.path.basename(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        if fcntl is not None:   # held until the rename: this file is not stale
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        with os.fdopen(os.dup(fd), "wb") as fh:
+            np.savez(fh, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    finally:
+        os.close(fd)
+    _fsync_directory(directory)
+
+
+def load(opt, f, path) -> None:
+    """Restore a checkpoint file written by :func:`save` into opt."""
+    path = os.fspath(path)
+    with open(path, "rb") as fh:
+        try:
+            sd = read_npz(opt, f, fh)
+        except CheckpointError as exc:
+            raise CheckpointError(f"{exc} (file {path!r})") from None
+        except (_npz.NpzError, *_READ_ERRORS) as exc:
+            what = "" if isinstance(exc, _npz.NpzError) else f"{type(exc).__name__}: "
+            raise CheckpointError(
+                f"{f}: {path!r} is not a readable fastopt checkpoint (truncated, "
+                f"corrupt or not an .npz file): {what}{exc}") from None
+    try:
+        restore(opt, f, sd)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{exc} (file {path!r})") from None
+
+
+def _max_file_bytes(opt) -> int:
+    """The largest file :func:`save` can write for opt (a generous bound)."""
+    n_entries = 1 + len(opt._STATES) * len(opt.params)
+    data = len(opt._STATES) * sum(p.nbytes for p in opt.params)
+    return data + 4 * _META_MAX_CHARS + _ENTRY_SLACK * n_entries + (64 << 10)
+
+
+def _meta_spec(f):
+    def check(h):
+        if h.shape != () or h.dtype.kind != "U" or h.dtype.itemsize > 4 * _META_MAX_CHARS:
+            raise CheckpointError(f"{f}: the file's {_META_KEY!r} entry is not a "
+                                  f"fastopt.optim header")
+    return check
+
+
+def _state_spec(f, sname, i, p):
+    """The header check of state ``sname`` of parameter ``i`` (before its data)."""
+    what = f"state {sname!r} of params[{i}]"
+
+    def check(h):
+        if h.shape != p.shape:
+            raise CheckpointError(f"{f}: the checkpoint's {what} has shape "
+                                  f"{h.shape} but params[{i}] has shape {p.shape}")
+        if native(h.dtype) != native(p.dtype):
+            raise CheckpointError(f"{f}: the checkpoint's {what} has dtype "
+                                  f"{h.dtype} but params[{i}] has {p.dtype}")
+    return check
+
+
+def _read_meta(opt, f, r) -> dict:
+    if _META_KEY not in r.keys:
+        raise CheckpointError(f"{f}: the file has no {_META_KEY!r} entry; it is not "
+                              f"a fastopt.optim checkpoint")
+    text = str(r.read(_META_KEY, _meta_spec(f))[()])
+    try:
+        meta = _npz.loads_json(text, max_chars=_META_MAX_CHARS)
+    except _npz.NpzError as exc:
+        raise CheckpointError(f"{f}: the file's header is unreadable: {exc}") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{f}: the file's header is not a JSON object")
+    if meta.get("format") == _FORMAT and meta.get("optimizer") != type(opt).__name__:
+        # say which optimizer wrote it before complaining about its entries
+        raise CheckpointError(f"{f}: the checkpoint was saved by "
+                              f"fastopt.optim.{meta.get('optimizer')!s:.80}, not "
+                              f"{type(opt).__name__}")
+    return meta
+
+
+def read_npz(opt, f, fh) -> dict:
+    """The state dict held by an open .npz checkpoint file. Every entry's
+    header is checked against opt before any state data is read; raises
+    CheckpointError or fastopt._npz.NpzError."""
+    with _npz.NpzReader(fh, max_bytes=_max_file_bytes(opt)) as r:
+        meta = _read_meta(opt, f, r)
+        names = set(r.keys)
+        n = len(opt.params)
+        specs = {}
+        for sname in opt._STATES:
+            keys = [f"state.{sname}.{i}" for i in range(n)]
+            absent = [k for k in keys if k not in names]
+            if absent:
+                raise CheckpointError(
+                    f"{f}: the file has no {absent[0]!r} entry ({len(absent)} of the "
+                    f"{n} {sname!r} arrays missing)")
+            for i, (key, p) in enumerate(zip(keys, opt.params)):
+                specs[key] = _state_spec(f, sname, i, p)
+        extra = names - set(specs) - {_META_KEY}
+        if extra:
+            raise CheckpointError(f"{f}: the file has unexpected entries "
+                                  f"{sorted(extra)[:5]}; it was written for other "
+                                  f"parameters or by another program")
+        for key, spec in specs.items():       # every header, before any data
+            r.header(key, spec)
+        state = {sname: [r.read(f"state.{sname}.{i}", specs[f"state.{sname}.{i}"])
+                         for i in range(n)] for sname in opt._STATES}
+    sd = dict(meta)
+    sd["state"] = state
+    return sd

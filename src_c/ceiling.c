@@ -1,0 +1,43 @@
+/*
+ * Memory-bandwidth ceiling probe: the least work that moves the same bytes
+ * as an optimizer update. "3r2w" reads three arrays and writes two (Momentum
+ * and Adagrad: x, g, state); "4r3w" reads four and writes three (Adam).
+ * Plain OpenMP loops with one static split (serial below 65536 elements,
+ * where a parallel region costs more than it saves): no per-tensor work.
+ * A multi-tensor workload is probed as ONE buffer of the same total size,
+ * which is the ideal a multi-tensor optimizer can approach.
+ *
+ * The benchmarks (bench/conftest.py) compile this file on their own with
+ * -O3 -fopenmp (and -march=native: the ceiling may use every ISA the machine
+ * has); the package also builds it into fastopt._ext with its portable
+ * flags so `fastopt bench` can report the same ratio. Prototypes in fastopt.h
+ * (not included here, so the benchmarks can build this file alone).
+ */
+#include <stdint.h>
+
+#define PROBE(T, SUF)                                                          \
+void fo_probe_3r2w_##SUF(int64_t n, T *restrict x, const T *restrict g,        \
+                         T *restrict v, int n_threads)                         \
+{                                                                              \
+    _Pragma("omp parallel for num_threads(n_threads) schedule(static) if(n_threads > 1 && n >= 65536)") \
+    for (int64_t i = 0; i < n; i++) {                                          \
+        T a = v[i] + g[i];                                                     \
+        v[i] = a;                                                              \
+        x[i] = x[i] - a;                                                       \
+    }                                                                          \
+}                                                                              \
+void fo_probe_4r3w_##SUF(int64_t n, T *restrict x, const T *restrict g,        \
+                         T *restrict v, T *restrict h, int n_threads)          \
+{                                                                              \
+    _Pragma("omp parallel for num_threads(n_threads) schedule(static) if(n_threads > 1 && n >= 65536)") \
+    for (int64_t i = 0; i < n; i++) {                                          \
+        T a = v[i] + g[i];                                                     \
+        T b = h[i] + g[i];                                                     \
+        v[i] = a;                                                              \
+        h[i] = b;                                                              \
+        x[i] = x[i] - a * b;                                                   \
+    }                                                                          \
+}
+
+PROBE(float, f32)
+PROBE(double, f64)
