@@ -37,10 +37,7 @@ import pytest
 import fastopt
 from fastopt import _reference as ref
 
-try:
-    from fastopt._cli.workloads import WORKLOADS
-except ImportError:                      # before the _cli restructure
-    from fastopt._workloads import WORKLOADS
+from fastopt._cli.workloads import WORKLOADS
 
 LOADS = ["idle", "busy", "matmul"]
 OPS = ["momentum", "adam"]
