@@ -119,65 +119,6 @@ static void run_serial(int64_t ntasks, fo_task_fn fn, void *ctx)
 
 #ifndef FO_THREADED
 
-/*
- * Whether other programs hold every core right now (Linux): the number of
- * runnable tasks (/proc/loadavg, 4th field), less this thread and the pool
- * threads that are awake, averaged over samples at most FO_LOAD_SAMPLE_NS
- * apart. On such a machine a pool thread that claims a chunk is likely to
- * be preempted before it finishes it, and the caller then waits for it for
- * a scheduler slice or more: the calls stay serial instead.
- */
-#define FO_LOAD_SAMPLE_NS 20000000LL     /* 20 ms */
-static struct {
-    _Atomic int64_t at;        /* time of the last sample */
-    _Atomic int32_t milli;     /* average of others' runnable tasks, x1000 */
-    _Atomic int32_t ncpu;
-} L;
-
-static int others_runnable_x1000(void)
-{
-#ifdef __linux__
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f == NULL)
-        return -1;
-    double a1, a5, a15;
-    int run = 0, tot = 0;
-    int ok = fscanf(f, "%lf %lf %lf %d/%d", &a1, &a5, &a15, &run, &tot) == 5;
-    fclose(f);
-    if (!ok)
-        return -1;
-    int awake = 0;
-    for (int i = 0; i < P.nworkers; i++)
-        awake += !atomic_load_explicit(&P.w[i].sleeping, memory_order_relaxed);
-    run -= 1 + awake;
-    return (run > 0 ? run : 0) * 1000;
-#else
-    return -1;
-#endif
-}
-
-static int machine_busy(void)
-{
-    int64_t t = now_ns();
-    int32_t ncpu = atomic_load_explicit(&L.ncpu, memory_order_relaxed);
-    if (ncpu == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        ncpu = n > 0 ? (int32_t)n : 1;
-        atomic_store_explicit(&L.ncpu, ncpu, memory_order_relaxed);
-    }
-    int64_t at = atomic_load_explicit(&L.at, memory_order_relaxed);
-    int32_t m = atomic_load_explicit(&L.milli, memory_order_relaxed);
-    if (t - at >= FO_LOAD_SAMPLE_NS
-            && atomic_compare_exchange_strong(&L.at, &at, t)) {
-        int x = others_runnable_x1000();
-        if (x >= 0) {
-            m = at == 0 ? x : (m + x) / 2;
-            atomic_store_explicit(&L.milli, m, memory_order_relaxed);
-        }
-    }
-    return m >= 1000 * ncpu;
-}
-
 int fo_pool_threads(int64_t bytes, int n_threads)
 {
     (void)n_threads;
