@@ -101,6 +101,19 @@ cdef extern from "fastopt.h" nogil:
     void fo_probe_4r3w_f64(int64_t n, double *x, const double *g, double *v,
                            double *h, int n_threads)
 
+    # Facts about the parallel driver (pool.c), for tests and `fastopt bench`.
+    ctypedef struct fo_thread_stats:
+        int64_t serial_calls
+        int64_t parallel_calls
+        int64_t backoffs
+        int64_t last_bytes
+        int32_t last_threads
+        int32_t last_joined
+
+    void fo_get_thread_stats(fo_thread_stats *out)
+    int fo_pool_size()
+    int64_t fo_pool_spin_ns()
+
     # ---- Adaptive gradient clipping (AGC) ----
 
     # How the n_units * unit_len contiguous elements of a tensor form units.

@@ -87,10 +87,12 @@ typedef struct fo_adam_args {
 
 /*
  * Multi-tensor drivers: update every tensor of ts[0..nt) in one call.
- * n_threads <= 1, or a total below the serial threshold, runs serially
- * without entering an OpenMP region; otherwise ONE parallel region splits
- * the concatenation of all tensors into 64-byte-aligned chunks. Results are
- * bit-identical for every n_threads (the updates are elementwise).
+ * n_threads is the most threads the call may use: n_threads <= 1, a total
+ * below the serial threshold, or a size class where recent calls found the
+ * thread pool no faster (pool.c) runs serially on the calling thread;
+ * otherwise the concatenation of all tensors is split into 64-byte-aligned
+ * chunks that the caller and the pool's threads claim one at a time.
+ * Results are bit-identical for every n_threads (the updates are elementwise).
  * Return FO_OK, FO_EINVAL (bad dtype/mode/negative n) or FO_ENOMEM.
  */
 int fo_momentum(const fo_tensor *ts, int64_t nt, const fo_momentum_args *a,
@@ -168,6 +170,25 @@ void fo_probe_4r3w_f32(int64_t n, float *x, const float *g, float *v, float *h,
                        int n_threads);
 void fo_probe_4r3w_f64(int64_t n, double *x, const double *g, double *v,
                        double *h, int n_threads);
+
+/*
+ * Facts about the parallel driver (pool.c), for tests and `fastopt bench`.
+ * Counters are process-wide, summed over every calling thread; the "last"
+ * fields describe the latest driver call of any thread.
+ */
+typedef struct fo_thread_stats {
+    int64_t serial_calls;    /* driver calls that ran on the calling thread only */
+    int64_t parallel_calls;  /* driver calls that entered the thread pool */
+    int64_t backoffs;        /* pooled calls found no faster than serial: their
+                                size class then ran serially for a while */
+    int64_t last_bytes;      /* bytes of parameters of the latest call */
+    int32_t last_threads;    /* threads it was allowed (1: the serial path) */
+    int32_t last_joined;     /* threads that ran part of it (caller included) */
+} fo_thread_stats;
+
+void fo_get_thread_stats(fo_thread_stats *out);
+int fo_pool_size(void);          /* pool threads alive in this process */
+int64_t fo_pool_spin_ns(void);   /* how long an idle pool thread spins */
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@ shared library with the extension's flags and calls fo_step / fo_global_norm
 driver is wired into the extension, and kept as a second, Python-free
 route to the C afterwards."""
 import ctypes as ct
+import glob
 import math
 import os
 import shutil
@@ -45,14 +46,14 @@ class Result(ct.Structure):
 
 
 def build(outdir):
-    """Compile fastopt.c + step.c + step_norm.c into outdir; return the loaded library."""
+    """Compile the C library (every src_c/*.c, as setup.py does) into outdir;
+    return the loaded library."""
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         return None
     so = os.path.join(outdir, "libfo_step.so")
-    subprocess.run([cc] + CFLAGS + ["-o", so, os.path.join(SRC, "fastopt.c"),
-                                    os.path.join(SRC, "step.c"),
-                                    os.path.join(SRC, "step_norm.c"), "-lm"], check=True)
+    sources = sorted(glob.glob(os.path.join(SRC, "*.c")))
+    subprocess.run([cc] + CFLAGS + ["-o", so] + sources + ["-lm", "-lpthread"], check=True)
     lib = ct.CDLL(so)
     lib.fo_step.argtypes = [ct.POINTER(Tensor), ct.c_int64, ct.POINTER(Group), ct.c_int64,
                             ct.POINTER(Opts), ct.POINTER(Result), ct.c_int]
