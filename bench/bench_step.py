@@ -171,7 +171,8 @@ def run(reps: int, out=sys.stdout):
                  "numpy": numpy_step(rule, xs, gs)}
         try:
             impls["torch"] = torch_step(rule, [x.copy() for x in xs], gs)
-        except (ImportError, RuntimeError, TypeError, ValueError) as exc:  # no torch / fused CPU path
+        except (ImportError, RuntimeError, TypeError, ValueError) as exc:
+            # no torch, or no fused CPU path in it
             print(f"  torch: unavailable ({exc})", file=out)
         res = {}
         ceil, factor = ceiling_step(rule, xs)

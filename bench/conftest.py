@@ -88,7 +88,8 @@ def _compile_probe():
         return None, f"no C compiler ({cc})"
     out_dir = tempfile.mkdtemp(prefix="fastopt-ceiling-")
     lib = os.path.join(out_dir, "ceiling.so")
-    base = [cc, "-O3", "-fPIC", "-shared", os.path.join(HERE, os.pardir, "src_c", "ceiling.c"), "-o", lib]
+    base = [cc, "-O3", "-fPIC", "-shared",
+            os.path.join(HERE, os.pardir, "src_c", "ceiling.c"), "-o", lib]
     for extra in (["-fopenmp", "-march=native"], ["-fopenmp"], []):
         r = subprocess.run(base + extra, capture_output=True, text=True, check=False)
         if r.returncode == 0:

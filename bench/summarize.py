@@ -37,7 +37,8 @@ def main(path):
     print(f"| op | dtype | workload | {head} | fastopt/ceiling | torch fused/fastopt "
           f"| numpy/fastopt | fastopt call |")
     print("|" + "---|" * (len(IMPLS) + 7))
-    for key in sorted(rows, key=lambda k: (k[0], k[1], list(WORK).index(k[2]) if k[2] in WORK else 9)):
+    for key in sorted(rows, key=lambda k: (k[0], k[1],
+                                           list(WORK).index(k[2]) if k[2] in WORK else 9)):
         r, n = rows[key], elements[key]
         cells = [f"{r[i] / n * 1e9:.3f}" if i in r else "–" for i in IMPLS]
 
@@ -53,7 +54,8 @@ def main(path):
     for key in sorted(rows):
         if key[2] == "1000x1e3" and "fastopt" in rows[key] and "ceiling" in rows[key]:
             extra = (rows[key]["fastopt"] - rows[key]["ceiling"]) / 1000
-            print(f"- {key[0]} {key[1]} 1000x1e3: {extra * 1e9:.0f} ns per tensor above the ceiling")
+            print(f"- {key[0]} {key[1]} 1000x1e3: {extra * 1e9:.0f} ns per tensor above "
+                  f"the ceiling")
 
 
 def side_by_side(data):

@@ -58,7 +58,12 @@ from ._ops import adagrad, adam, agc, momentum, unitwise_norm  # noqa: E402
 from ._step import StepInfo  # noqa: E402
 from ._threads import get_num_threads, set_num_threads  # noqa: E402
 from ._torchform import (  # noqa: E402
-    adagrad_torch, adam_torch, adamw, clip_grads, global_norm, sgd_torch,
+    adagrad_torch,
+    adam_torch,
+    adamw,
+    clip_grads,
+    global_norm,
+    sgd_torch,
 )
 
 # Loaded on first attribute access (PEP 562): `import fastopt` stays cheap.

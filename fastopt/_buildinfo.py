@@ -8,7 +8,7 @@ from . import _ext
 
 def config() -> dict:
     """The build facts shown by :func:`show_config`, as a dict."""
-    import platform   # here: `import fastopt` need not load it
+    import platform  # here: `import fastopt` need not load it
 
     info = _ext.build_info()
     tuning = _ext.tuning()

@@ -164,6 +164,7 @@ cdef extern from "fastopt.h" nogil:
     # Norm types.
     int FO_NORM_2
     int FO_NORM_INF
+    int FO_NORM_SUMSQ
 
     # Hyperparameters of one group.
     ctypedef struct fo_step_group:

@@ -112,6 +112,16 @@ def _fused(f, params, grads, states, group, names, n_threads, **options):
     return run(f, xs, gs, sts[:3], (0,) * n, (group,), opts, n_threads, labels)
 
 
+_STEP_OPTIONS = ("grad_scale", "max_grad_norm", "norm_type", "clip_convention",
+                 "clip_value", "skip_if_nonfinite")
+
+
+def _fused_form(f, a, states, group, names):
+    """_fused for a torch-form function whose arguments are the dict a."""
+    return _fused(f, a["params"], a["grads"], states, group, names, a["n_threads"],
+                  **{k: a[k] for k in _STEP_OPTIONS})
+
+
 def step_options(grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,
                  skip_if_nonfinite) -> dict:
     """The step options of an ONNX rule's call as a dict, empty when none is
@@ -254,20 +264,20 @@ def _betas(f, betas):
             _v.check_real(f, "betas[1]", b2, low=0.0, high=1.0, high_open=True))
 
 
-def _adam_form(f, rule, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, *, lr,
-               step, betas, eps, weight_decay, amsgrad, maximize, n_threads, **options):
-    lr = _v.check_lr(f, lr)
-    b1, b2 = _betas(f, betas)
-    eps = _v.check_real(f, "eps", eps, low=0.0)
-    wd = _v.check_real(f, "weight_decay", weight_decay, low=0.0)
-    t = _step_count(f, step)
-    if amsgrad and max_exp_avg_sqs is None:
+def _adam_form(f, rule, a):
+    """The body of adamw and adam_torch; a holds the caller's arguments."""
+    lr = _v.check_lr(f, a["lr"])
+    b1, b2 = _betas(f, a["betas"])
+    eps = _v.check_real(f, "eps", a["eps"], low=0.0)
+    wd = _v.check_real(f, "weight_decay", a["weight_decay"], low=0.0)
+    t = _step_count(f, a["step"])
+    amsgrad = a["amsgrad"]
+    if amsgrad and a["max_exp_avg_sqs"] is None:
         raise ValueError(f"{f}: amsgrad=True needs max_exp_avg_sqs")
-    flags = (AMSGRAD if amsgrad else 0) | (MAXIMIZE if maximize else 0)
+    flags = (AMSGRAD if amsgrad else 0) | (MAXIMIZE if a["maximize"] else 0)
     group = group_tuple(rule, t=t, lr=lr, alpha=b1, beta=b2, eps=eps, decay=wd, flags=flags)
-    states = (exp_avgs, exp_avg_sqs, max_exp_avg_sqs if amsgrad else None)
-    return _fused(f, params, grads, states, group,
-                  ("exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"), n_threads, **options)
+    states = (a["exp_avgs"], a["exp_avg_sqs"], a["max_exp_avg_sqs"] if amsgrad else None)
+    return _fused_form(f, a, states, group, ("exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"))
 
 
 def adamw(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
@@ -311,13 +321,7 @@ def adamw(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
     maximize : bool, default False
         Ascend instead of descend.
     """
-    return _adam_form("fastopt.adamw", RULES["adamw_torch"], params, grads, exp_avgs,
-                      exp_avg_sqs, max_exp_avg_sqs, lr=lr, step=step, betas=betas, eps=eps,
-                      weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
-                      n_threads=n_threads, grad_scale=grad_scale,
-                      max_grad_norm=max_grad_norm, norm_type=norm_type,
-                      clip_convention=clip_convention, clip_value=clip_value,
-                      skip_if_nonfinite=skip_if_nonfinite)
+    return _adam_form("fastopt.adamw", RULES["adamw_torch"], locals())
 
 
 def adam_torch(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
@@ -334,13 +338,7 @@ def adam_torch(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
     :func:`fastopt.adam`, the ONNX operator, which adds epsilon before the
     bias correction.
     """
-    return _adam_form("fastopt.adam_torch", RULES["adam_torch"], params, grads, exp_avgs,
-                      exp_avg_sqs, max_exp_avg_sqs, lr=lr, step=step, betas=betas, eps=eps,
-                      weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
-                      n_threads=n_threads, grad_scale=grad_scale,
-                      max_grad_norm=max_grad_norm, norm_type=norm_type,
-                      clip_convention=clip_convention, clip_value=clip_value,
-                      skip_if_nonfinite=skip_if_nonfinite)
+    return _adam_form("fastopt.adam_torch", RULES["adam_torch"], locals())
 
 
 def sgd_torch(params: ArrayOrList, grads: ArrayOrList,
@@ -364,6 +362,7 @@ def sgd_torch(params: ArrayOrList, grads: ArrayOrList,
         1 on the first call (no buffer yet: torch copies the gradient), then
         2, 3, ...
     """
+    args = locals()
     f = "fastopt.sgd_torch"
     lr = _v.check_lr(f, lr)
     mom = _v.check_real(f, "momentum", momentum, low=0.0)
@@ -378,11 +377,7 @@ def sgd_torch(params: ArrayOrList, grads: ArrayOrList,
     group = group_tuple(RULES["sgd_torch"], t=t - 1, lr=lr, alpha=mom, beta=damp,
                         decay=wd, flags=flags)
     bufs = momentum_buffers if mom != 0.0 else None
-    return _fused(f, params, grads, (bufs,), group,
-                  ("momentum_buffers",), n_threads, grad_scale=grad_scale,
-                  max_grad_norm=max_grad_norm, norm_type=norm_type,
-                  clip_convention=clip_convention, clip_value=clip_value,
-                  skip_if_nonfinite=skip_if_nonfinite)
+    return _fused_form(f, args, (bufs,), group, ("momentum_buffers",))
 
 
 def adagrad_torch(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrList, *,
@@ -403,6 +398,7 @@ def adagrad_torch(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrLi
     step : int
         torch's ``state['step']`` after this step's increment (1 first).
     """
+    args = locals()
     f = "fastopt.adagrad_torch"
     lr = _v.check_lr(f, lr)
     lr_decay = _v.check_real(f, "lr_decay", lr_decay, low=0.0)
@@ -411,11 +407,7 @@ def adagrad_torch(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrLi
     t = _step_count(f, step)
     group = group_tuple(RULES["adagrad_torch"], t=t, lr=lr, eps=eps, decay=wd,
                         lr_decay=lr_decay, flags=MAXIMIZE if maximize else 0)
-    return _fused(f, params, grads, (state_sums,), group,
-                  ("state_sums",), n_threads, grad_scale=grad_scale,
-                  max_grad_norm=max_grad_norm, norm_type=norm_type,
-                  clip_convention=clip_convention, clip_value=clip_value,
-                  skip_if_nonfinite=skip_if_nonfinite)
+    return _fused_form(f, args, (state_sums,), group, ("state_sums",))
 
 
 for _fn in (adamw, adam_torch, sgd_torch, adagrad_torch):

@@ -320,6 +320,7 @@ extern "C" {
 /* Norm types. */
 #define FO_NORM_2 0
 #define FO_NORM_INF 1
+#define FO_NORM_SUMSQ 2          /* fo_global_norm only: the sum of squares, no root */
 
 /*
  * Hyperparameters of one group (tensors point at their group by index):
@@ -401,6 +402,8 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
  * Gradient lists (gs[k]: ns[k] elements of type dtypes[k]).
  * fo_global_norm: the global norm of the unscaled gradients (the norm of
  *   fo_step, bit for bit) and whether all were finite; nothing written.
+ *   With FO_NORM_SUMSQ, the sum of squares before the root: the partial
+ *   sum a distributed caller adds over ranks in rank order.
  * fo_clip_grads: in place, the gradient half of fo_step: unscale, clip by
  *   the global norm (o->clip), clip_value; with o->check_finite a
  *   non-finite list is left untouched (res->applied = 0).

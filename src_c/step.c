@@ -8,44 +8,16 @@
  * Plan of fo_step:
  *   0. check every tensor, group and option and derive every coefficient
  *      (nothing written before this succeeds);
- *   1. pass 1 (only if the step checks finiteness, clips or measures): each
- *      gradient is cut into blocks of FO_STEP_BLOCK elements; every block
- *      is reduced alone (serially, fixed lanes) into its own slot, blocks
- *      are handed to threads in any order, and the slots are added in
- *      tensor then block order afterwards: the norm does not depend on the
- *      thread count or on who ran what;
+ *   1. pass 1 (only if the step checks finiteness, clips or measures): the
+ *      fixed-order norm of step_norm.c (step_measure);
  *   2. pass 2: the update, through the core's elementwise driver
  *      (fo_run_elementwise); each piece turns g into u tile by tile in a
  *      stack buffer (g is never written) and runs the rule on the tile.
  */
-#include <float.h>
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-#include "fastopt.h"
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
-    && defined(__linux__) && !defined(FO_NO_CLONES)
-#define FO_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define FO_KERNEL
-#endif
-#if defined(__GNUC__)
-#define FO_INLINE inline __attribute__((always_inline))
-#else
-#define FO_INLINE inline
-#endif
+#include "step.h"
 
 /* Elements of the stack tile of transformed gradients (pass 2). */
 #define STEP_TILE 1024
-/* Blocks of one pass-1 work item (64 Ki elements). */
-#define STEP_ITEM_BLOCKS 16
 
 /* Gradient transform flags (step.inc step_transform). */
 #define STEP_TF_DIV 1
@@ -84,26 +56,6 @@ typedef struct {
     float f[6];
 } step_coefs;
 
-/*
- * 1/s if s is a power of two whose inverse the type (f32: float) holds
- * exactly (not 0, not inf); else 0. Multiplying by it gives the very bits
- * of dividing by s (both are the correctly rounded g * 2**-k), and a
- * multiplication is several times cheaper than a division in a vector loop.
- */
-static double step_exact_inverse(double s, int f32)
-{
-    int e;
-    if (!(s > 0.0) || !isfinite(s) || frexp(s, &e) != 0.5)
-        return 0.0;
-    double inv = 1.0 / s;
-    if (f32) {
-        float sf = (float)s, invf = (float)inv;
-        if (!isfinite(sf) || invf == 0.0f || !isfinite(invf) || (double)invf != inv)
-            return 0.0;
-    }
-    return inv;
-}
-
 typedef struct {
     const fo_step_tensor *ts;
     const fo_tensor *base;    /* the view handed to fo_run_elementwise */
@@ -117,154 +69,16 @@ typedef struct {
 #define FO_T float
 #define FO_NAME(op) op##_f32
 #define FO_SQRT sqrtf
-#define FO_FABS fabsf
-#define FO_MAXV FLT_MAX
-#define FO_UINT uint32_t
-#define FO_ABSMASK 0x7fffffffu
-#define FO_INFBITS 0x7f800000u
 #define FO_CF(c) ((c)->f)
 #define FO_FU(c) (&(c)->fu_f)
 #include "step.inc"
-#undef FO_T
-#undef FO_NAME
-#undef FO_SQRT
-#undef FO_FABS
-#undef FO_MAXV
-#undef FO_UINT
-#undef FO_ABSMASK
-#undef FO_INFBITS
-#undef FO_CF
-#undef FO_FU
 
 #define FO_T double
 #define FO_NAME(op) op##_f64
 #define FO_SQRT sqrt
-#define FO_FABS fabs
-#define FO_MAXV DBL_MAX
-#define FO_UINT uint64_t
-#define FO_ABSMASK 0x7fffffffffffffffull
-#define FO_INFBITS 0x7ff0000000000000ull
 #define FO_CF(c) ((c)->d)
 #define FO_FU(c) (&(c)->fu_d)
 #include "step.inc"
-#undef FO_T
-#undef FO_NAME
-#undef FO_SQRT
-#undef FO_FABS
-#undef FO_MAXV
-#undef FO_UINT
-#undef FO_ABSMASK
-#undef FO_INFBITS
-#undef FO_CF
-#undef FO_FU
-
-/* ---- pass 1: norm and finiteness ------------------------------------------ */
-
-typedef struct {
-    const void *g;
-    int64_t n;
-    int64_t b0;      /* index of its first block among all blocks */
-    int32_t dtype;
-    int32_t pad_;
-} step_grad;
-
-static inline int64_t step_nblocks(int64_t n)
-{
-    return (n + FO_STEP_BLOCK - 1) / FO_STEP_BLOCK;
-}
-
-static inline int step_run_block(const step_grad *gr, int64_t b, double scale,
-                                 int norm_inf, double *part)
-{
-    int64_t o = b * FO_STEP_BLOCK;
-    int64_t m = gr->n - o < FO_STEP_BLOCK ? gr->n - o : FO_STEP_BLOCK;
-    int f32 = gr->dtype == FO_F32;
-    double inv = scale != 1.0 ? step_exact_inverse(scale, f32) : 0.0;
-    int mode = scale == 1.0 ? 0 : inv != 0.0 ? 2 : 1;
-    double s = mode == 2 ? inv : scale;
-    if (f32)
-        return step_block_f32(m, (const float *)gr->g + o, (float)s, mode,
-                              norm_inf, part);
-    return step_block_f64(m, (const double *)gr->g + o, s, mode, norm_inf, part);
-}
-
-/*
- * Norm of gr[0..nt) (blocks numbered by gr[k].b0, nb in all; total bytes
- * given) into res->norm / res->finite. FO_OK or FO_ENOMEM.
- */
-static int step_pass1(const step_grad *gr, int64_t nt, int64_t nb,
-                      int64_t bytes, double scale, int norm_inf,
-                      fo_step_result *res, int n_threads)
-{
-    double *part = (double *)malloc((size_t)(nb > 0 ? nb : 1) * sizeof(double));
-    unsigned char *bad = (unsigned char *)malloc((size_t)(nb > 0 ? nb : 1));
-    if (part == NULL || bad == NULL) {
-        free(part);
-        free(bad);
-        return FO_ENOMEM;
-    }
-    int rc = FO_OK;
-#ifdef _OPENMP
-    if (n_threads > 1 && bytes >= fo_serial_bytes()) {
-        int64_t ni = 0;
-        for (int64_t k = 0; k < nt; k++)
-            ni += (step_nblocks(gr[k].n) + STEP_ITEM_BLOCKS - 1) / STEP_ITEM_BLOCKS;
-        int64_t *items = (int64_t *)malloc((size_t)(2 * ni + 1) * sizeof(int64_t));
-        if (items == NULL) {
-            rc = FO_ENOMEM;
-            goto out;
-        }
-        ni = 0;
-        for (int64_t k = 0; k < nt; k++)
-            for (int64_t b = 0; b < step_nblocks(gr[k].n); b += STEP_ITEM_BLOCKS) {
-                items[2 * ni] = k;
-                items[2 * ni + 1] = b;
-                ni++;
-            }
-        int nth = n_threads < ni ? n_threads : (int)ni;
-        #pragma omp parallel for num_threads(nth) schedule(dynamic, 1) \
-            default(none) shared(gr, items, ni, part, bad, scale, norm_inf)
-        for (int64_t it = 0; it < ni; it++) {
-            const step_grad *g = &gr[items[2 * it]];
-            int64_t b = items[2 * it + 1];
-            int64_t be = b + STEP_ITEM_BLOCKS;
-            if (be > step_nblocks(g->n))
-                be = step_nblocks(g->n);
-            for (; b < be; b++)
-                bad[g->b0 + b] = (unsigned char)step_run_block(g, b, scale, norm_inf,
-                                                               &part[g->b0 + b]);
-        }
-        free(items);
-    } else
-#endif
-    {
-        (void)bytes;
-        (void)n_threads;
-        for (int64_t k = 0; k < nt; k++)
-            for (int64_t b = 0; b < step_nblocks(gr[k].n); b++)
-                bad[gr[k].b0 + b] = (unsigned char)step_run_block(
-                    &gr[k], b, scale, norm_inf, &part[gr[k].b0 + b]);
-    }
-    double total = 0.0;
-    int finite = 1, nan = 0;
-    for (int64_t j = 0; j < nb; j++) {      /* fixed order: tensor, block */
-        finite &= !bad[j];
-        if (!norm_inf)
-            total += part[j];
-        else if (part[j] != part[j])
-            nan = 1;
-        else if (part[j] > total)
-            total = part[j];
-    }
-    res->norm = norm_inf ? (nan ? NAN : total) : sqrt(total);
-    res->finite = finite;
-#ifdef _OPENMP
-out:
-#endif
-    free(part);
-    free(bad);
-    return rc;
-}
 
 /* ---- checks and coefficients ---------------------------------------------- */
 
@@ -480,18 +294,40 @@ static void step_clip_cb(const fo_tensor *t, int64_t lo, int64_t hi,
         step_clip_piece_f64(p, (double *)t->x + lo, hi - lo);
 }
 
-static inline int64_t step_elsize(int32_t dtype)
+/*
+ * Plan the transform once the norm is known and run it over view: the
+ * update of every tensor of ts (with its group's coefficients gc), or, with
+ * ts NULL, the gradient transform alone in place (fo_clip_grads).
+ */
+static int step_apply(const fo_step_tensor *ts, const fo_tensor *view,
+                      int64_t nt, step_gcoef *gc, int64_t ng,
+                      const fo_step_opts *o, double norm,
+                      fo_step_result *res, int n_threads)
 {
-    return dtype == FO_F64 ? 8 : 4;
+    step_plan p;
+    p.ts = ts;
+    p.base = view;
+    p.gc = gc;
+    step_transform_plan(o, norm, &p);
+    for (int64_t j = 0; j < ng; j++) {
+        step_fuse(&p, &gc[j], 1, &gc[j].fu_f);
+        step_fuse(&p, &gc[j], 0, &gc[j].fu_d);
+    }
+    int rc = FO_OK;
+    if (ts != NULL)
+        rc = fo_run_elementwise(view, nt, step_piece_cb, &p, n_threads);
+    else if (p.tf != 0)
+        rc = fo_run_elementwise(view, nt, step_clip_cb, &p, n_threads);
+    if (rc == FO_OK)
+        res->applied = 1;
+    return rc;
 }
 
 int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
             int64_t ng, const fo_step_opts *o, fo_step_result *res,
             int n_threads)
 {
-    res->norm = NAN;
-    res->finite = 1;
-    res->applied = 0;
+    step_result_init(res);
     if (nt < 0 || ng < 0 || step_check_opts(o) != FO_OK)
         return FO_EINVAL;
     for (int64_t k = 0; k < nt; k++) {
@@ -512,46 +348,15 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
             goto out;
     int64_t nb = 0, bytes = 0;
     for (int64_t k = 0; k < nt; k++) {
-        gr[k].g = ts[k].g;
-        gr[k].n = ts[k].n;
-        gr[k].dtype = ts[k].dtype;
-        gr[k].b0 = nb;
-        nb += step_nblocks(ts[k].n);
-        bytes += ts[k].n * step_elsize(ts[k].dtype);
-        view[k].x = ts[k].x;
-        view[k].g = ts[k].g;
-        view[k].s1 = ts[k].s1;
-        view[k].s2 = ts[k].s2;
-        view[k].n = ts[k].n;
-        view[k].dtype = ts[k].dtype;
-        view[k].pad_ = 0;
+        step_grad_add(&gr[k], ts[k].g, ts[k].n, ts[k].dtype, &nb, &bytes);
+        step_view(&view[k], ts[k].x, ts[k].g, ts[k].s1, ts[k].s2, ts[k].n,
+                  ts[k].dtype);
     }
-    double norm = NAN;
-    if (o->measure == FO_MEASURE_GIVEN) {
-        norm = res->norm = o->norm;
-    } else if (o->check_finite || o->clip != FO_CLIP_NONE || o->measure) {
-        rc = step_pass1(gr, nt, nb, bytes, o->grad_scale,
-                        o->norm_type == FO_NORM_INF, res, n_threads);
-        if (rc != FO_OK)
-            goto out;
-        norm = res->norm;
-        if (o->check_finite && !res->finite) {
-            rc = FO_OK;              /* skipped: nothing written */
-            goto out;
-        }
-    }
-    step_plan p;
-    p.ts = ts;
-    p.base = view;
-    p.gc = gc;
-    step_transform_plan(o, norm, &p);
-    for (int64_t j = 0; j < ng; j++) {
-        step_fuse(&p, &gc[j], 1, &gc[j].fu_f);
-        step_fuse(&p, &gc[j], 0, &gc[j].fu_d);
-    }
-    rc = fo_run_elementwise(view, nt, step_piece_cb, &p, n_threads);
-    if (rc == FO_OK)
-        res->applied = 1;
+    double norm;
+    rc = step_measure(o, gr, nt, nb, bytes, res, n_threads, &norm);
+    if (rc != FO_OK || (o->check_finite && !res->finite))
+        goto out;                    /* skipped: nothing written */
+    rc = step_apply(ts, view, nt, gc, ng, o, norm, res, n_threads);
 out:
     free(gc);
     free(gr);
@@ -559,66 +364,11 @@ out:
     return rc;
 }
 
-/* ---- gradient lists ------------------------------------------------------------ */
-
-/* Check a list and fill the pass-1 view (and the elementwise view). */
-static int step_grad_list(const void *const *gs, const int64_t *ns,
-                          const int32_t *dtypes, int64_t nt, step_grad *gr,
-                          fo_tensor *view, int64_t *nb, int64_t *bytes)
-{
-    *nb = 0;
-    *bytes = 0;
-    for (int64_t k = 0; k < nt; k++) {
-        if ((dtypes[k] != FO_F32 && dtypes[k] != FO_F64) || ns[k] < 0
-                || (ns[k] > 0 && gs[k] == NULL))
-            return FO_EINVAL;
-        gr[k].g = gs[k];
-        gr[k].n = ns[k];
-        gr[k].dtype = dtypes[k];
-        gr[k].b0 = *nb;
-        *nb += step_nblocks(ns[k]);
-        *bytes += ns[k] * step_elsize(dtypes[k]);
-        if (view != NULL) {
-            view[k].x = (void *)gs[k];
-            view[k].g = gs[k];
-            view[k].s1 = view[k].s2 = NULL;
-            view[k].n = ns[k];
-            view[k].dtype = dtypes[k];
-            view[k].pad_ = 0;
-        }
-    }
-    return FO_OK;
-}
-
-int fo_global_norm(const void *const *gs, const int64_t *ns,
-                   const int32_t *dtypes, int64_t nt, double grad_scale,
-                   int32_t norm_type, fo_step_result *res, int n_threads)
-{
-    res->norm = NAN;
-    res->finite = 1;
-    res->applied = 0;
-    if (nt < 0 || !(grad_scale > 0.0) || !isfinite(grad_scale)
-            || (norm_type != FO_NORM_2 && norm_type != FO_NORM_INF))
-        return FO_EINVAL;
-    step_grad *gr = (step_grad *)malloc((size_t)(nt > 0 ? nt : 1) * sizeof(step_grad));
-    if (gr == NULL)
-        return FO_ENOMEM;
-    int64_t nb, bytes;
-    int rc = step_grad_list(gs, ns, dtypes, nt, gr, NULL, &nb, &bytes);
-    if (rc == FO_OK)
-        rc = step_pass1(gr, nt, nb, bytes, grad_scale, norm_type == FO_NORM_INF,
-                        res, n_threads);
-    free(gr);
-    return rc;
-}
-
 int fo_clip_grads(void *const *gs, const int64_t *ns, const int32_t *dtypes,
                   int64_t nt, const fo_step_opts *o, fo_step_result *res,
                   int n_threads)
 {
-    res->norm = NAN;
-    res->finite = 1;
-    res->applied = 0;
+    step_result_init(res);
     if (nt < 0 || step_check_opts(o) != FO_OK)
         return FO_EINVAL;
     step_grad *gr = (step_grad *)malloc((size_t)(nt > 0 ? nt : 1) * sizeof(step_grad));
@@ -630,25 +380,11 @@ int fo_clip_grads(void *const *gs, const int64_t *ns, const int32_t *dtypes,
     rc = step_grad_list((const void *const *)gs, ns, dtypes, nt, gr, view, &nb, &bytes);
     if (rc != FO_OK)
         goto out;
-    double norm = NAN;
-    if (o->measure == FO_MEASURE_GIVEN) {
-        norm = res->norm = o->norm;
-    } else if (o->check_finite || o->clip != FO_CLIP_NONE || o->measure) {
-        rc = step_pass1(gr, nt, nb, bytes, o->grad_scale,
-                        o->norm_type == FO_NORM_INF, res, n_threads);
-        if (rc != FO_OK || (o->check_finite && !res->finite))
-            goto out;
-        norm = res->norm;
-    }
-    step_plan p;
-    p.ts = NULL;
-    p.base = view;
-    p.gc = NULL;
-    step_transform_plan(o, norm, &p);
-    if (p.tf != 0)
-        rc = fo_run_elementwise(view, nt, step_clip_cb, &p, n_threads);
-    if (rc == FO_OK)
-        res->applied = 1;
+    double norm;
+    rc = step_measure(o, gr, nt, nb, bytes, res, n_threads, &norm);
+    if (rc != FO_OK || (o->check_finite && !res->finite))
+        goto out;
+    rc = step_apply(NULL, view, nt, NULL, 0, o, norm, res, n_threads);
 out:
     free(gr);
     free(view);

@@ -93,8 +93,8 @@ CONFIGS = {
         ([6, 7], {"alpha": 0.5, "clipping": [0.01, None]})]),
     "adagrad_groups": (fo.Adagrad, {"lr": 0.1, "decay_factor": 0.01}, [
         ([0, 2, 4, 6], {"initial_accumulator_value": 0.1}), ([1, 3, 5, 7], {"epsilon": 1e-8})]),
-    "adam_schedule": (fo.Adam, {"schedule": lambda s: 1e-3 / (1 + s), "norm_coefficient_post": 1e-4},
-                      None),
+    "adam_schedule": (fo.Adam, {"schedule": lambda s: 1e-3 / (1 + s),
+                                "norm_coefficient_post": 1e-4}, None),
 }
 
 

@@ -55,8 +55,8 @@ if __name__ == "__main__" and "--random" not in sys.argv:
 if atheris is not None:
     with atheris.instrument_imports():
         import fastopt
-        import fastopt._ops  # noqa: F401
         import fastopt._dispatch  # noqa: F401
+        import fastopt._ops  # noqa: F401
         import fastopt._validation  # noqa: F401
         for _mod in ("fastopt.schedules", "fastopt.optim"):
             try:
@@ -66,8 +66,13 @@ if atheris is not None:
 else:
     import fastopt
 
-from hardening_ref import REFS, STATES, check_agc, check_close  # noqa: E402
-from hardening_ref import check_unitwise_norm  # noqa: E402
+from hardening_ref import (  # noqa: E402
+    REFS,
+    STATES,
+    check_agc,
+    check_close,
+    check_unitwise_norm,
+)
 
 SERIAL_ELEMS = fastopt._ext.tuning()["serial_bytes"] // 4 + 257
 try:
@@ -325,8 +330,9 @@ STEPS = [0, 1, 2, 99, 100, 10**9, 2**62, 2**63, 10**30, -1, 1.0, True, None, "3"
 
 
 def schedule_targets():
-    from fastopt import schedules as S
     import inspect
+
+    from fastopt import schedules as S
     out = []
     for name in S.__all__:
         obj = getattr(S, name)

@@ -20,7 +20,8 @@ ANGEL_CASES = (
     [(S.ConstantLearningRate(eta), ref.AngelConstant(eta)) for eta in (0.0, 0.1, 3.0)]
     + [(S.StandardDecay(eta, alpha, interval), ref.AngelStandard(eta, alpha, interval))
        for eta, alpha, interval in [(1.0, 0.5, 100), (0.1, 0.001, 7), (2.5, 0.0, 1), (0.3, 3.0, 3)]]
-    + [(S.CorrectionDecay(eta, alpha, beta, interval), ref.AngelCorrection(eta, alpha, beta, interval))
+    + [(S.CorrectionDecay(eta, alpha, beta, interval),
+        ref.AngelCorrection(eta, alpha, beta, interval))
        for eta, alpha, beta, interval in [(1.0, 0.001, 0.9, 100), (0.1, 0.5, 0.0, 4),
                                           (0.01, 0.0, 0.99, 7), (2.0, 0.1, 0.999, 1)]]
     + [(S.WarmRestarts(eta_max, eta_min, alpha, interval),
@@ -37,12 +38,16 @@ FORMULA_CASES = [
     (S.inverse_time(1.0, 0.3, 7, True), lambda t: ref.inverse_time(1.0, 0.3, 7, True, t)),
     (S.inverse_time(1.0, 0.3, 7), lambda t: ref.inverse_time(1.0, 0.3, 7, False, t)),
     (S.exponential(1.0, 10, 0.5), lambda t: ref.exponential(1.0, 10, 0.5, 0, False, None, t)),
-    (S.exponential(0.1, 7, 0.9, 13, True), lambda t: ref.exponential(0.1, 7, 0.9, 13, True, None, t)),
-    (S.exponential(0.1, 5, 0.5, 3, False, 0.02), lambda t: ref.exponential(0.1, 5, 0.5, 3, False, 0.02, t)),
-    (S.exponential(0.1, 5, 1.1, 0, True, 0.5), lambda t: ref.exponential(0.1, 5, 1.1, 0, True, 0.5, t)),
+    (S.exponential(0.1, 7, 0.9, 13, True),
+     lambda t: ref.exponential(0.1, 7, 0.9, 13, True, None, t)),
+    (S.exponential(0.1, 5, 0.5, 3, False, 0.02),
+     lambda t: ref.exponential(0.1, 5, 0.5, 3, False, 0.02, t)),
+    (S.exponential(0.1, 5, 1.1, 0, True, 0.5),
+     lambda t: ref.exponential(0.1, 5, 1.1, 0, True, 0.5, t)),
     (S.piecewise_constant(1.0, {100: 0.1, 200: 0.01}),
      lambda t: ref.piecewise(1.0, {100: 0.1, 200: 0.01}, t)),
-    (S.piecewise_constant(0.5, [(30, 2.0), (3, 0.5)]), lambda t: ref.piecewise(0.5, {3: 0.5, 30: 2.0}, t)),
+    (S.piecewise_constant(0.5, [(30, 2.0), (3, 0.5)]),
+     lambda t: ref.piecewise(0.5, {3: 0.5, 30: 2.0}, t)),
     (S.piecewise_constant(0.5), lambda t: 0.5),
     (S.polynomial(1.0, 0.01, 2, 100, 5), lambda t: ref.polynomial(1.0, 0.01, 2, 100, 5, t)),
     (S.polynomial(0.0, 1.0, 0.5, 50), lambda t: ref.polynomial(0.0, 1.0, 0.5, 50, 0, t)),

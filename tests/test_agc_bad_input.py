@@ -32,7 +32,8 @@ def _bad_agc_cases():
         (*_agc_case(clipping=[0.01, 0.02, 0.03]), ValueError, r"clipping has 3 entries"),
         (*_agc_case(clipping=[0.01, -0.5]), ValueError, r"clipping\[1\] must be > 0.0"),
         (*_agc_case(clipping=[0.01, float("nan")]), ValueError, r"clipping\[1\] must be finite"),
-        (*_agc_case(clipping=[0.01, "0.1"]), TypeError, r"clipping\[1\] must be a real number, got str"),
+        (*_agc_case(clipping=[0.01, "0.1"]), TypeError,
+         r"clipping\[1\] must be a real number, got str"),
         (*_agc_case(eps=0.0), ValueError, r"eps must be > 0.0, got 0.0"),
         (*_agc_case(eps=-1e-3), ValueError, r"eps must be > 0.0"),
         (*_agc_case(eps=float("nan")), ValueError, r"eps must be finite"),
@@ -104,7 +105,8 @@ def test_fused_bad_input_raises_and_modifies_nothing(case):
 
 
 def test_unitwise_norm_bad_input():
-    with pytest.raises(TypeError, match=r"fastopt.unitwise_norm: x must be a numpy.ndarray, got list"):
+    with pytest.raises(TypeError,
+                       match=r"fastopt.unitwise_norm: x must be a numpy.ndarray, got list"):
         fastopt.unitwise_norm([1.0, 2.0])
     with pytest.raises(TypeError, match=r"x has dtype int64"):
         fastopt.unitwise_norm(np.ones(3, np.int64))

@@ -14,10 +14,10 @@ import sys
 
 import numpy as np
 import pytest
+from bad_inputs_cases import AGC_CASES, LAST, LONG, OPTIM_CASES, SCHEDULE_CASES
+from bad_inputs_cases import CASES as CORE_CASES
 
 import fastopt
-from bad_inputs_cases import CASES as CORE_CASES
-from bad_inputs_cases import AGC_CASES, LAST, LONG, OPTIM_CASES, SCHEDULE_CASES
 
 CASES = list(CORE_CASES)
 if hasattr(fastopt, "agc"):
@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - before fastopt.optim existed
 from bad_inputs_hostile import HOSTILE_CASES, normalise  # noqa: E402 (issue 16)
 
 CASES += HOSTILE_CASES
-from hardening_ref import snapshot, unchanged
+from hardening_ref import snapshot, unchanged  # noqa: E402
 
 DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "BAD_INPUTS.md")
 

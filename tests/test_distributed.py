@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import fastopt
+from fastopt.distributed._layout import ROWS, WHOLE, Layout, agc_cut_rule
 
 pytest.importorskip("mpi4py")
 MPIEXEC = (shutil.which("mpiexec", path=os.path.dirname(sys.executable))
@@ -72,15 +73,13 @@ def test_errors_are_collective(n, tmp_path):
 
 # ------------------------------------------------------- layout (no MPI needed)
 
-from fastopt.distributed._layout import ROWS, WHOLE, Layout, agc_cut_rule
-
 
 @pytest.mark.parametrize("world", [1, 2, 3, 5, 8])
 @pytest.mark.parametrize("bucket_bytes", [64, 200, 1 << 20])
 def test_layout_tiles_and_never_splits_a_unit(world, bucket_bytes):
     rng = np.random.default_rng(world * 1000 + bucket_bytes)
     specs = []
-    for i in range(30):
+    for _ in range(30):
         shape = tuple(int(d) for d in rng.integers(0, 6, size=rng.integers(0, 4)))
         clipped = bool(rng.integers(0, 2))
         layout = "oi" if rng.integers(0, 3) else "io"
@@ -135,3 +134,57 @@ def test_demo_two_ranks_matches_single_process(tmp_path):
     assert "over 2 rank(s)" in proc.stdout
     assert "rank 1 of 2: Adam state" in proc.stdout
     assert "parameters bit-identical: yes" in proc.stdout
+
+
+# ------------------------------------------------- the shard update (one rank)
+
+def _grads_like(rng, params):
+    return [rng.standard_normal(p.shape).astype(p.dtype) for p in params]
+
+
+@pytest.mark.parametrize("scale", [1.0, 3.0, 0.25])
+def test_partial_norm_is_the_sum_before_the_root(scale):
+    """The rank's partial (FO_NORM_SUMSQ) is the very sum fastopt's global
+    norm takes the root of; the inf partial is the inf norm."""
+    from fastopt import _ext
+    rng = np.random.default_rng(7)
+    gs = (rng.standard_normal(10_000).astype(np.float32), rng.standard_normal((70, 3)),
+          np.zeros(0, np.float32))
+    part, finite = _ext.global_norm(gs, scale, 2, 2)
+    assert finite and np.sqrt(part) == _ext.global_norm(gs, scale, 0, 2)[0]
+    assert _ext.global_norm(gs, scale, 1, 2)[0] == fastopt.global_norm(
+        list(gs), grad_scale=scale, norm_type=np.inf)
+
+
+@pytest.mark.parametrize("kw", [{}, {"grad_scale": 4.0}, {"max_grad_norm": 0.01},
+                                {"max_grad_norm": 1e9, "grad_scale": 2.0},
+                                {"skip_if_nonfinite": True}])
+def test_sharded_step_is_one_update_call(monkeypatch, kw):
+    """A step updates the rank's shard, every group, in one fastopt step
+    call (plus one read-only norm pass when it checks or clips)."""
+    from mpi4py import MPI
+
+    import fastopt.optim as fo
+    from fastopt import _ext
+    from fastopt.distributed import ShardedOptimizer
+    from fastopt.optim import _fused
+    rng = np.random.default_rng(3)
+    params = [rng.standard_normal((30, 20)).astype(np.float32), rng.standard_normal(50),
+              rng.standard_normal(7).astype(np.float32)]
+    groups = [{"params": params[:2]}, {"params": params[2:], "lr": 0.1}]
+    opt = ShardedOptimizer(fo.Adam, groups, lr=1e-3, comm=MPI.COMM_SELF)
+    single = fo.Adam([{"params": [p.copy() for p in params[:2]]},
+                      {"params": [params[2].copy()], "lr": 0.1}], lr=1e-3)
+    calls = []
+    for mod, name in ((_fused, "run"), (_ext, "global_norm")):
+        fn = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _fn=fn, _n=name, **k:
+                            calls.append(_n) or _fn(*a, **k))
+    g = _grads_like(rng, params)
+    assert opt.step([x.copy() for x in g], **kw)
+    checks = bool(kw.get("max_grad_norm") or kw.get("skip_if_nonfinite"))
+    assert calls == ["global_norm"] * checks + ["run"]
+    single.step(g, **kw)
+    for a, b in zip(opt.params, single.params):
+        np.testing.assert_array_equal(a, b)
+

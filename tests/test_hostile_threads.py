@@ -191,9 +191,9 @@ def test_last_reference_dropped_during_a_call(how, layout):
             x = np.repeat(x, 2)[::2]          # the copying path
         xs, gs, vs = [x], [g], [v]
         seen = {}
-        weakref.finalize(x, lambda: seen.setdefault("thread", threading.get_ident()))
+        weakref.finalize(x, lambda seen=seen: seen.setdefault("thread", threading.get_ident()))
         del x
-        w = Worker(lambda: fastopt.momentum(xs, gs, vs, **KW), 1)
+        w = Worker(lambda xs=xs, gs=gs, vs=vs: fastopt.momentum(xs, gs, vs, **KW), 1)
         w.start()
         w.started.wait()
         new = np.zeros(N, np.float32)

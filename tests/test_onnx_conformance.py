@@ -17,8 +17,9 @@ One reference bug cannot be compared around: multi-tensor Adam casts every
 output to float32, so a float64 node's outputs carry float32 rounding
 (~1e-8 relative) and a 1e-12 comparison is impossible. There (and only
 there) fastopt is compared at 1e-12 with a plain NumPy float64 evaluation
-of docs/semantics.md section 1 (fastopt._reference.onnx), and with the reference's float32 outputs within
-one float32 rounding; test_reference_multi_tensor_adam_casts_to_float32
+of docs/semantics.md section 1 (fastopt._reference.onnx), and with the
+reference's float32 outputs within one float32 rounding;
+test_reference_multi_tensor_adam_casts_to_float32
 demonstrates the bug.
 
 The seven official backend cases (onnx.backend.test.case.node) run in
@@ -34,7 +35,7 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 from onnx.reference import ReferenceEvaluator  # noqa: E402
-from onnx_conformance_cases import (
+from onnx_conformance_cases import (  # noqa: E402
     ATTR_SETS,
     F32,
     F64,

@@ -31,7 +31,7 @@ def _official_cases():
     for name, (module, cls, export) in wanted.items():
         seen = []
 
-        def record(node, inputs, outputs, name, **kwargs):
+        def record(node, inputs, outputs, name, seen=seen, **kwargs):
             seen.append((node, list(inputs), list(outputs), name, kwargs))
 
         saved = module.expect

@@ -11,7 +11,7 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 from onnx.reference import ReferenceEvaluator  # noqa: E402
-from onnx_conformance_cases import (
+from onnx_conformance_cases import (  # noqa: E402
     ATTR_SETS,
     DOMAIN,
     F32,

@@ -149,7 +149,7 @@ def test_list_emptied_by_another_thread_during_the_call():
         xs, gs, vs = [np.zeros(n, np.float32)], [np.ones(n, np.float32)], [np.zeros(n, np.float32)]
         started = threading.Event()
 
-        def clear():
+        def clear(started=started, xs=xs, vs=vs, gs=gs):
             started.wait()
             xs.clear()
             vs.clear()

@@ -54,8 +54,10 @@ def layouts(rng, dtype, nstates):
         arr((17,)).astype(np.dtype(dtype).newbyteorder(">")), \
         [np.abs(arr((17,))).astype(np.dtype(dtype).newbyteorder(">")) for _ in range(nstates)]
     yield "broadcast-g-row", arr((4, 5)), arr((5,)), [np.abs(arr((4, 5))) for _ in range(nstates)]
-    yield "broadcast-g-scalar", arr((3, 2, 2)), arr(()), [np.abs(arr((3, 2, 2))) for _ in range(nstates)]
-    yield "broadcast-g-keepdims", arr((3, 4)), arr((3, 1)), [np.abs(arr((3, 4))) for _ in range(nstates)]
+    yield ("broadcast-g-scalar", arr((3, 2, 2)), arr(()),
+           [np.abs(arr((3, 2, 2))) for _ in range(nstates)])
+    yield ("broadcast-g-keepdims", arr((3, 4)), arr((3, 1)),
+           [np.abs(arr((3, 4))) for _ in range(nstates)])
     yield "read-only-g", arr((12,)), np.frombuffer(arr((12,)).tobytes(), dtype), \
         [np.abs(arr((12,))) for _ in range(nstates)]
 

@@ -28,7 +28,7 @@ from layouts import place
 import fastopt
 from fastopt._reference import optim as ref_optim
 
-O = pytest.importorskip("fastopt.optim")
+OPTIM = pytest.importorskip("fastopt.optim")
 
 OPTS = ref_optim.RULES
 SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -108,7 +108,7 @@ def make_opt(case, placed):
     else:
         params = [dict(case["group_over"][0], params=arrays[:case["cut"]]),
                   dict(case["group_over"][1], params=arrays[case["cut"]:])]
-    return getattr(O, case["name"])(params, **case["defaults"],
+    return getattr(OPTIM, case["name"])(params, **case["defaults"],
                                     contiguous_state=case["contiguous"],
                                     n_threads=case["n_threads"])
 

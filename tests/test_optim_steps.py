@@ -61,7 +61,7 @@ def test_contiguous_state_is_one_aligned_arena_per_dtype():
     params = make_params()
     opt = optim.Adam(params, lr=0.1, contiguous_state=True)
     assert set(opt.arenas) == {np.dtype(np.float32), np.dtype(np.float64)}
-    for name, arrays in opt.state.items():
+    for arrays in opt.state.values():
         for a, p in zip(arrays, params):
             assert a.shape == p.shape and a.dtype == p.dtype
             assert np.shares_memory(a, opt.arenas[a.dtype])

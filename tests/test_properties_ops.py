@@ -76,7 +76,6 @@ def big_cases(draw, op):
     serial = fastopt._ext.tuning()["serial_bytes"]
     n = draw(st.integers(1, 5))
     seed = draw(st.integers(0, 2**32 - 1))
-    rng = np.random.default_rng(seed)
     tensors = []
     for _ in range(n):
         dtype = np.dtype(draw(st.sampled_from([np.float32, np.float64])))
@@ -94,7 +93,7 @@ def build_big(case):
     rng = np.random.default_rng(case["seed"])
     out = []
     for dtype, size, offset in case["tensors"]:
-        def arr(nonneg=False):
+        def arr(nonneg=False, size=size, offset=offset, dtype=dtype):
             a = rng.standard_normal(size + offset) * 10.0
             if nonneg:
                 a = np.abs(a)

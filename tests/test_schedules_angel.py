@@ -104,8 +104,10 @@ def test_warm_restarts_boundaries_and_defaults():
 
 
 def test_standard_and_correction_boundaries():
-    assert [k for k in range(30) if S.StandardDecay(1, interval=10).is_interval_boundary(k)] == [9, 19, 29]
-    assert [k for k in range(9) if S.CorrectionDecay(1, interval=3).is_interval_boundary(k)] == [2, 5, 8]
+    std = S.StandardDecay(1, interval=10)
+    assert [k for k in range(30) if std.is_interval_boundary(k)] == [9, 19, 29]
+    cor = S.CorrectionDecay(1, interval=3)
+    assert [k for k in range(9) if cor.is_interval_boundary(k)] == [2, 5, 8]
     assert not any(S.ConstantLearningRate(1).is_interval_boundary(k) for k in range(10))
 
 
@@ -113,7 +115,8 @@ def test_standard_and_correction_boundaries():
 def test_angel_factory_names_case_insensitive():
     for name, cls in [("StandardDecay", S.StandardDecay), ("standarddecay", S.StandardDecay),
                       ("CORRECTIONDECAY", S.CorrectionDecay), ("WarmRestarts", S.WarmRestarts),
-                      (" warmrestarts ", S.WarmRestarts), ("ConstantLearningRate", S.ConstantLearningRate),
+                      (" warmrestarts ", S.WarmRestarts),
+                      ("ConstantLearningRate", S.ConstantLearningRate),
                       ("constantlearningrate", S.ConstantLearningRate)]:
         assert type(S.angel({"ml.opt.decay.class.name": name}, 0.1)) is cls
 
@@ -121,16 +124,20 @@ def test_angel_factory_names_case_insensitive():
 def test_angel_factory_defaults_follow_angel():
     assert S.angel({}, 0.1) == S.StandardDecay(0.1, 0.5, 100)  # Angel's fallback alpha 0.5
     assert S.angel({"ml.opt.decay.alpha": "0.01"}, 0.1) == S.StandardDecay(0.1, 0.01)
-    assert S.angel({"ml.opt.decay.alpha": 0.01, "ml.learn.decay": "0.2"}, 0.1) == S.StandardDecay(0.1, 0.2)
-    assert S.angel({"ml.opt.decay.class.name": "WarmRestarts"}, 1.0) == S.WarmRestarts(1.0, 0.1, 0.001, 100)
+    assert (S.angel({"ml.opt.decay.alpha": 0.01, "ml.learn.decay": "0.2"}, 0.1)
+            == S.StandardDecay(0.1, 0.2))
+    assert (S.angel({"ml.opt.decay.class.name": "WarmRestarts"}, 1.0)
+            == S.WarmRestarts(1.0, 0.1, 0.001, 100))
     correction = S.angel({"ml.opt.decay.class.name": "CorrectionDecay"}, 1.0)
     assert correction == S.CorrectionDecay(1.0, 0.001, 0.001)  # Angel's beta default 0.001
-    assert S.angel({"ml.opt.decay.class.name": "ConstantLearningRate"}, 0.3) == S.ConstantLearningRate(0.3)
+    assert (S.angel({"ml.opt.decay.class.name": "ConstantLearningRate"}, 0.3)
+            == S.ConstantLearningRate(0.3))
 
 
 def test_angel_factory_reads_strings_and_numbers():
     conf = {"ml.opt.decay.class.name": "correctiondecay", "ml.opt.decay.alpha": " 0.002 ",
-            "ml.opt.decay.beta": "0.9", "ml.opt.decay.intervals": "7", "ml.opt.decay.on.batch": "TRUE",
+            "ml.opt.decay.beta": "0.9", "ml.opt.decay.intervals": "7",
+            "ml.opt.decay.on.batch": "TRUE",
             "ml.learn.rate": "0.5"}
     assert S.angel(conf, 0.5) == S.CorrectionDecay(0.5, 0.002, 0.9, 7)
     numbers = {"ml.opt.decay.class.name": "WarmRestarts", "ml.opt.decay.alpha": 0.01,

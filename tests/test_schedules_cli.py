@@ -37,10 +37,12 @@ def parse_output(out):
         (["Cosine-Decay", "--param", "init_value=1", "--param", "decay_steps=8", "--steps", "10"],
          S.cosine_decay(1, 8)),
         (["sgdr", "--param",
-          'cosine_kwargs=[{"init_value": 0, "peak_value": 1, "warmup_steps": 2, "decay_steps": 6}] * 2'],
+          'cosine_kwargs=[{"init_value": 0, "peak_value": 1, "warmup_steps": 2, '
+          '"decay_steps": 6}] * 2'],
          None),
         (["sgdr", "--param",
-          'cosine_kwargs=[{"init_value": 0, "peak_value": 1, "warmup_steps": 2, "decay_steps": 6}]'],
+          'cosine_kwargs=[{"init_value": 0, "peak_value": 1, "warmup_steps": 2, '
+          '"decay_steps": 6}]'],
          S.sgdr([dict(init_value=0, peak_value=1, warmup_steps=2, decay_steps=6)])),
     ],
 )
@@ -82,8 +84,8 @@ def test_cli_errors(capsys, argv, match):
 def test_cli_help_and_default_argv(capsys, monkeypatch):
     assert S.main(["--help"]) == 0  # argparse's SystemExit becomes the return code
     assert "NAME" in capsys.readouterr().out
-    monkeypatch.setattr(sys, "argv", ["python -m fastopt", "schedule", "constant", "--param", "value=2",
-                                      "--steps", "2"])
+    monkeypatch.setattr(sys, "argv", ["python -m fastopt", "schedule", "constant",
+                                      "--param", "value=2", "--steps", "2"])
     assert S.main() == 0
     assert parse_output(capsys.readouterr().out)[1] == [(0, 2.0), (1, 2.0)]
 
@@ -135,6 +137,6 @@ def test_cli_plot_with_fake_matplotlib(capsys, monkeypatch, tmp_path):
 def test_cli_plot_with_matplotlib(capsys, tmp_path):
     pytest.importorskip("matplotlib")
     out_file = tmp_path / "curve.png"
-    assert S.main(["cosine_decay", "--param", "init_value=1", "--param", "decay_steps=50", "--steps", "60",
-                   "--plot", str(out_file)]) == 0
+    assert S.main(["cosine_decay", "--param", "init_value=1", "--param", "decay_steps=50",
+                   "--steps", "60", "--plot", str(out_file)]) == 0
     assert out_file.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -48,7 +48,8 @@ def test_eq_details():
     assert S.StandardDecay(1, 0.5) != S.StandardDecay(1, 0.25)
     assert S.Constant(1.0) != S.ConstantLearningRate(1.0)
     assert len({S.Constant(1), S.Constant(1.0), S.constant(2)}) == 2
-    assert S.piecewise_constant(1, {2: 0.5, 1: 0.1}) == S.piecewise_constant(1, [(1, 0.1), (2, 0.5)])
+    assert (S.piecewise_constant(1, {2: 0.5, 1: 0.1})
+            == S.piecewise_constant(1, [(1, 0.1), (2, 0.5)]))
     assert repr(S.StandardDecay(1, 0.5)) == "StandardDecay(eta=1.0, alpha=0.5, interval=100)"
     assert S.exponential is S.Exponential and S.join_schedules is S.JoinSchedules
 
@@ -139,8 +140,8 @@ def test_bad_parameters(make, match, error):
                          [(-1, ValueError), (2.0, TypeError), (1.5, TypeError), (True, TypeError),
                           (np.bool_(True), TypeError), ("3", TypeError), (None, TypeError),
                           (np.float64(2.0), TypeError)])
-@pytest.mark.parametrize("schedule", [S.StandardDecay(1.0), S.WarmRestarts(1.0), S.cosine_decay(1.0, 10)],
-                         ids=repr)
+@pytest.mark.parametrize("schedule", [S.StandardDecay(1.0), S.WarmRestarts(1.0),
+                                      S.cosine_decay(1.0, 10)], ids=repr)
 def test_bad_step(schedule, step, error):
     with pytest.raises(error, match="step"):
         schedule(step)

@@ -44,12 +44,14 @@ GROUPS = {
     "sgd_torch": {"lr": 0.1, "alpha": 0.9, "beta": 0.1, "decay": 0.01, "t": 2},
     "sgd_torch_first_nesterov": {"rule": "sgd_torch", "lr": 0.1, "alpha": 0.9, "beta": 0.0,
                                      "decay": 0.0, "t": 0, "nesterov": True, "maximize": True},
-    "sgd_torch_plain": {"rule": "sgd_torch", "lr": 0.1, "alpha": 0.0, "beta": 0.0, "decay": 0.0, "t": 5},
+    "sgd_torch_plain": {"rule": "sgd_torch", "lr": 0.1, "alpha": 0.0, "beta": 0.0, "decay": 0.0,
+                        "t": 5},
     "adagrad_torch": {"lr": 0.1, "eps": 1e-10, "decay": 0.01, "lr_decay": 0.01, "t": 3,
                           "maximize": True},
     "adam_torch": {"lr": 0.01, "alpha": 0.9, "beta": 0.999, "eps": 1e-8, "decay": 0.01, "t": 3},
     "adam_torch_ams_max": {"rule": "adam_torch", "lr": 0.01, "alpha": 0.3, "beta": 0.99,
-                               "eps": 1e-8, "decay": 0.0, "t": 1, "amsgrad": True, "maximize": True},
+                               "eps": 1e-8, "decay": 0.0, "t": 1, "amsgrad": True,
+                               "maximize": True},
     "adamw_torch": {"lr": 0.01, "alpha": 0.9, "beta": 0.999, "eps": 1e-8, "decay": 0.1, "t": 7},
     "adamw_torch_ams": {"rule": "adamw_torch", "lr": 0.01, "alpha": 0.8, "beta": 0.9,
                             "eps": 1e-8, "decay": 0.05, "t": 2, "amsgrad": True},
@@ -141,7 +143,7 @@ def test_all_rules_in_one_call_threads(lib):
     case = _case(rng, names, SIZES + BIG * 3, scale=3.0)
     out = [_run_both(lib, case, n_threads=n, grad_scale=4.0, max_norm=10.0,
                      check_finite=True) for n in THREADS]
-    for res, xc, sc in out[1:]:
+    for res, xc, _sc in out[1:]:
         assert res.norm == out[0][0].norm
         for a, b in zip(xc, out[0][1]):
             _same(a, b)

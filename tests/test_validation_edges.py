@@ -8,10 +8,10 @@ import sys
 
 import numpy as np
 import pytest
+from _subprocess import run_python
 
 import fastopt
 from fastopt import _dispatch, _ext, _ops
-from _subprocess import run_python
 
 
 def f32(*shape, fill=1.0):

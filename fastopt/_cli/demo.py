@@ -73,8 +73,8 @@ def run_updates(*, quick: bool = False) -> None:
     ]
     for name, make_opt, numpy_step in ops:
         opt = make_opt()
-        t_fast = _time_per_call(lambda: opt.step(gs), reps)
-        t_np = _time_per_call(lambda: numpy_step(1), np_reps)
+        t_fast = _time_per_call(lambda opt=opt: opt.step(gs), reps)
+        t_np = _time_per_call(lambda step=numpy_step: step(1), np_reps)
         _say(f"{name:10s}{t_fast * 1e3:11.2f} ms{t_np * 1e3:13.2f} ms{t_np / t_fast:9.1f}x"
              f"{t_fast / n * 1e9:19.3f}")
     _say(f"(median time per update; fastopt over {reps} updates, NumPy over {np_reps})")

@@ -99,7 +99,8 @@ def check_agc(fast_g, x, g, clipping, eps: float, layout: str, what: str = "agc"
     dtype = g.dtype.newbyteorder("=")
     g_native = g.astype(dtype)
     if clipping is None:
-        assert fast_g.astype(dtype).tobytes() == g_native.tobytes(), f"{what}: excluded tensor changed"
+        assert fast_g.astype(dtype).tobytes() == g_native.tobytes(), \
+            f"{what}: excluded tensor changed"
         return
     pn = np.maximum(unit_norms(x, layout), eps)
     mx = clipping * pn

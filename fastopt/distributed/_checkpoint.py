@@ -37,6 +37,7 @@ import zlib
 import numpy as np
 
 from fastopt.optim import CheckpointError
+from fastopt.optim.checkpoint import _fsync_directory
 
 from ._comm import mpi_type, raise_agreed
 
@@ -44,19 +45,6 @@ FORMAT = "fastopt.distributed"
 VERSION = 1
 BLOCK = 1 << 22
 _MAX_META = 1 << 26
-
-
-def _fsync_dir(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
 
 
 def _hyper_keys(opt):
@@ -177,7 +165,7 @@ def _publish(opt, path, tmp, name, infos):
         json.dump(meta, fh)
         fh.flush()
         os.fsync(fh.fileno())
-    _fsync_dir(tmp)
+    _fsync_directory(tmp)
     os.rename(tmp, os.path.join(path, name))
     latest_tmp = os.path.join(path, f".LATEST.{secrets.token_hex(4)}.tmp")
     with open(latest_tmp, "w") as fh:
@@ -185,7 +173,7 @@ def _publish(opt, path, tmp, name, infos):
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(latest_tmp, os.path.join(path, "LATEST"))
-    _fsync_dir(path)
+    _fsync_directory(path)
     for entry in os.listdir(path):   # older versions and debris of crashed saves
         if entry != name and (entry.startswith("ckpt-") or
                               (entry.startswith(".ckpt-") and entry.endswith(".tmp"))):

@@ -6,11 +6,7 @@ import math
 
 import numpy as np
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _native(dt) -> np.dtype:
-    return np.dtype(dt).newbyteorder("=")
+from ..optim._groups import _group_params
 
 
 def _positive(f, label, value, *, allow_none=True):
@@ -33,19 +29,8 @@ def _parse_groups(f, params):
     raw = [dict(p) for p in params] if as_groups else [{"params": list(params)}]
     n, seen = 0, set()
     for gi, g in enumerate(raw):
-        ps = g.get("params")
-        if isinstance(ps, np.ndarray):
-            ps = [ps]
-        if not isinstance(ps, (list, tuple)):
-            raise TypeError(f"{f}: param_groups[{gi}]['params'] must be a list of arrays")
-        g["params"] = list(ps)
+        g["params"] = _group_params(f, g, f"param_groups[{gi}]", n)
         for p in g["params"]:
-            if not isinstance(p, np.ndarray):
-                raise TypeError(f"{f}: params[{n}] must be a numpy.ndarray, got "
-                                f"{type(p).__name__}")
-            if _native(p.dtype) not in _FLOATS:
-                raise TypeError(f"{f}: params[{n}] has dtype {p.dtype}; fastopt updates "
-                                f"float32 or float64 arrays")
             if id(p) in seen:
                 raise ValueError(f"{f}: params[{n}] appears twice; a parameter may appear "
                                  f"only once")

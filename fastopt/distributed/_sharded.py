@@ -8,12 +8,15 @@ import time
 
 import numpy as np
 
+from .. import _ext
+from ..optim._checks import native as _native
 from . import _checkpoint
-from ._checks import _first_difference, _native, _parse_groups, _positive
+from ._checks import _first_difference, _parse_groups, _positive
 from ._comm import default_n_threads, mpi, mpi_type, raise_agreed
 from ._layout import Layout, agc_cut_rule
 
 _F = "fastopt.distributed.ShardedOptimizer"
+_FO_NORM_INF, _FO_NORM_SUMSQ = 1, 2    # src_c/fastopt.h's FO_NORM_INF, FO_NORM_SUMSQ
 DEFAULT_BUCKET_BYTES = 8 << 20
 _MISSING = object()
 
@@ -461,39 +464,27 @@ class ShardedOptimizer:
 
     # ------------------------------------------------------------------ update
 
-    def _partial_sumsq(self, arrays, norm_type) -> float:
-        """This rank's part of the global norm: the sum of squares (or the
-        max |g|) of its averaged gradient pieces, accumulated in double.
-
-        Hook: a NumPy evaluation until fastopt.optim has its own global-norm
-        clipping (issue 13); then this becomes one call of fastopt's C norm.
-        """
-        if norm_type == math.inf:
-            return max((float(np.max(np.abs(a))) for a in arrays if a.size), default=0.0)
-        total = 0.0
-        for a in arrays:
-            flat = a.reshape(-1)
-            for k in range(0, flat.size, 1 << 16):
-                b = flat[k:k + (1 << 16)].astype(np.float64)
-                total += float(np.dot(b, b))
-        return total
+    def _partial(self, live, scale, norm_type):
+        """This rank's part of the global norm of u = g / scale and whether
+        every u is finite, in one read-only pass of fastopt's C reduction
+        (fo_global_norm: the blocks and fixed order of fastopt.optim's own
+        norm): the sum of squares in double (or the max |u|)."""
+        kind = _FO_NORM_INF if norm_type == math.inf else _FO_NORM_SUMSQ
+        nth = self.inner.n_threads if self.inner is not None else 1
+        out = _ext.global_norm(tuple(live), 1.0 if scale is None else scale, kind, nth)
+        if out is None:          # not taken as they are: contiguous copies are
+            out = _ext.global_norm(tuple(np.ascontiguousarray(g) for g in live),
+                                   1.0 if scale is None else scale, kind, nth)
+        return out
 
     def _update(self, f, has, scale, skip, mgn, norm_type, lrs):
         grads = [g if has[i] else None for g, i in zip(self._inner_grads, self._inner_owner)]
         live = [g for g in grads if g is not None]
-        with np.errstate(all="ignore"):
-            if scale is not None and scale != 1.0:
-                for g in live:
-                    np.divide(g, g.dtype.type(scale), out=g)
-            stats = np.zeros(2)
-            if skip:
-                s = [np.add.reduce(g, axis=None) for g in live]
-                finite = all(np.isfinite(x) for x in s) or all(np.isfinite(g).all() for g in live)
-                stats[0] = 0.0 if finite else 1.0
-            if mgn is not None:
-                stats[1] = self._partial_sumsq(live, norm_type)
+        coef = 1.0
         if skip or mgn is not None:
+            part, finite = self._partial(live, scale, norm_type)
             every = np.zeros(2 * self.world)
+            stats = np.array([0.0 if finite else 1.0, part])
             if self.world > 1:
                 self.comm.Allgather(stats, every)
             else:
@@ -501,20 +492,17 @@ class ShardedOptimizer:
             if skip and every[0::2].any():
                 return False
             if mgn is not None:
-                parts = every[1::2]
-                if norm_type == math.inf:
-                    norm = float(np.max(parts))
-                else:
-                    acc = 0.0
-                    for x in parts:          # rank order
-                        acc += float(x)
-                    norm = math.sqrt(acc)
+                norm = self._combine(every[1::2], norm_type)
                 self.last_grad_norm = norm
                 coef = mgn / (norm + 1e-6)
-                if coef < 1.0:
-                    with np.errstate(all="ignore"):
-                        for g in live:
-                            np.multiply(g, g.dtype.type(coef), out=g)
+        unscale = scale is not None and scale != 1.0
+        if coef < 1.0:           # (g / scale) * coef in g's dtype, as fo_step's transform
+            with np.errstate(all="ignore"):
+                for g in live:
+                    if unscale:
+                        np.divide(g, g.dtype.type(scale), out=g)
+                    np.multiply(g, g.dtype.type(coef), out=g)
+            unscale = False
         err = None
         if self.inner is not None:
             for gi, lr in enumerate(lrs):
@@ -525,7 +513,9 @@ class ShardedOptimizer:
                 k += len(ig["params"])
             t0 = time.perf_counter()
             try:
-                self.inner.step(per)
+                # one fastopt C call over the shard (all groups); the
+                # unscale, if still to do, is fused into it
+                self.inner.step(per, grad_scale=scale if unscale else None)
             except Exception as exc:  # noqa: BLE001 - raised on every rank below
                 err = RuntimeError(f"{f}: the shard update failed after the gradients were "
                                    f"reduced ({type(exc).__name__}: {exc}); the ranks' states "
@@ -535,6 +525,16 @@ class ShardedOptimizer:
         self._steps += 1
         self.last_lr = list(lrs)
         return True
+
+    @staticmethod
+    def _combine(parts, norm_type) -> float:
+        """The global norm from the ranks' partials, added in rank order."""
+        if norm_type == math.inf:
+            return float(np.max(parts))
+        acc = 0.0
+        for x in parts:
+            acc += float(x)
+        return math.sqrt(acc)
 
     # ------------------------------------------------------------- checkpoints
 

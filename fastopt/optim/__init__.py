@@ -31,7 +31,7 @@ Layout: ``_base.py`` (the shared optimizer: groups, state, step),
 ``momentum.py`` / ``adagrad.py`` / ``adam.py`` (one rule each),
 ``checkpoint.py`` (state dicts, save/load, CheckpointError), ``_checks.py``
 (hyperparameter checkers), ``_groups.py`` (groups and state allocation),
-``_grads.py`` (a step's gradients: split, checked, scaled).
+``_grads.py`` (a step's gradients: split, checked).
 """
 from __future__ import annotations
 

@@ -52,7 +52,6 @@ class _Optimizer:
         self._owners = _grads.memory_owners(self)
         self._steps = 0
         self.last_lr: list = [None] * len(self.param_groups)
-        self._scratch: dict = {}
         self._cache: dict = {}
         self._KEYS = tuple(self._HYPER) + ("schedule",)
         self._step_name = f + ".step"

@@ -1,5 +1,5 @@
 """The gradients of one step: split per group, checked with the optimizer's
-numbering, kept apart from the memory the step writes, scaled.
+numbering, kept apart from the memory the step writes.
 
 Functions of the optimizer ``opt`` (its groups, states and scratch buffers).
 """
@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validation as _v
-from ._checks import native
 
 
 def split(opt, f, grads):
@@ -38,8 +37,6 @@ def split(opt, f, grads):
 def check_grads(opt, f, per):
     """The checks the kernels make on each gradient (type, dtype, shape),
     with the optimizer's numbering, before anything is written."""
-    # merge-note: the shared dispatch (issue 11) takes the caller's labels
-    # ("grads", "params"); these checks can then come from _validation.
     k = 0
     for group, gg in zip(opt.param_groups, per):
         for i, (p, g) in enumerate(zip(group["params"], gg)):
@@ -48,18 +45,7 @@ def check_grads(opt, f, per):
             if type(g) is not np.ndarray and not isinstance(g, np.ndarray):
                 raise TypeError(f"{f}: grads[{k + i}] must be a numpy.ndarray or None, "
                                 f"got {type(g).__name__}")
-            if g.dtype != p.dtype and native(g.dtype) != native(p.dtype):
-                raise TypeError(f"{f}: grads[{k + i}] has dtype {g.dtype} but "
-                                f"params[{k + i}] has {p.dtype}; the gradient must "
-                                f"match its parameter")
-            if g.shape != p.shape:
-                try:
-                    shape = np.broadcast_shapes(g.shape, p.shape)
-                except ValueError:
-                    shape = None
-                if shape != p.shape:
-                    raise ValueError(f"{f}: grads[{k + i}] with shape {g.shape} cannot "
-                                     f"be broadcast to params[{k + i}]'s shape {p.shape}")
+            _v._check_role(f, f"grads[{k + i}]", f"params[{k + i}]", g, p, "g", False)
         k += len(gg)
 
 
@@ -137,24 +123,3 @@ def check_overlaps(opt, f, per):
         per = [[np.array(g) if g is not None and id(g) in alias else g for g in gg]
                for gg in per]
     return per
-
-
-def scaled(opt, per, scale):
-    """Gradients divided by scale in their own dtype, into reused buffers."""
-    out = []
-    k = 0
-    for gg in per:
-        row = []
-        for i, g in enumerate(gg):
-            if g is None:
-                row.append(None)
-                continue
-            buf = opt._scratch.get(k + i)
-            if buf is None or buf.shape != g.shape or buf.dtype != native(g.dtype):
-                buf = np.empty(g.shape, native(g.dtype))
-                opt._scratch[k + i] = buf
-            np.divide(g, buf.dtype.type(scale), out=buf)
-            row.append(buf)
-        out.append(row)
-        k += len(gg)
-    return out

@@ -156,15 +156,10 @@ def _check_state(opt, f, state) -> None:
             raise CheckpointError(f"{f}: the checkpoint has {n} {sname!r} arrays for "
                                   f"{len(params)} parameters")
         for i, (a, p) in enumerate(zip(arrays, params)):
-            what = f"state {sname!r} of params[{i}]"
             if not isinstance(a, np.ndarray):
-                raise CheckpointError(f"{f}: the checkpoint's {what} is not an array")
-            if a.shape != p.shape:
-                raise CheckpointError(f"{f}: the checkpoint's {what} has shape "
-                                      f"{a.shape} but params[{i}] has shape {p.shape}")
-            if native(a.dtype) != native(p.dtype):
-                raise CheckpointError(f"{f}: the checkpoint's {what} has dtype "
-                                      f"{a.dtype} but params[{i}] has {p.dtype}")
+                raise CheckpointError(f"{f}: the checkpoint's state {sname!r} of "
+                                      f"params[{i}] is not an array")
+            _state_spec(f, sname, i, p)(a)
 
 
 def checked_state_dict(opt, f, sd):

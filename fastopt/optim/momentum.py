@@ -1,8 +1,7 @@
 """fastopt.optim.Momentum: SGD with momentum (ONNX Momentum), Nesterov, AGC."""
 from __future__ import annotations
 
-from .. import _ops
-from .. import _step
+from .. import _ops, _step
 from . import _checks as _c
 from ._base import _Optimizer
 

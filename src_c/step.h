@@ -1,0 +1,114 @@
+/*
+ * Private to the step files (step.c: checks, coefficients and the update
+ * pass; step_norm.c: the norm pass): what both halves share. Not part of
+ * the C API (that is fastopt.h).
+ */
+#ifndef FO_STEP_H
+#define FO_STEP_H
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "fastopt.h"
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
+    && defined(__linux__) && !defined(FO_NO_CLONES)
+#define FO_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define FO_KERNEL
+#endif
+#if defined(__GNUC__)
+#define FO_INLINE inline __attribute__((always_inline))
+#else
+#define FO_INLINE inline
+#endif
+
+/* One gradient as the norm pass sees it. */
+typedef struct {
+    const void *g;
+    int64_t n;
+    int64_t b0;      /* index of its first block among all blocks */
+    int32_t dtype;
+    int32_t pad_;
+} step_grad;
+
+static inline int64_t step_nblocks(int64_t n)
+{
+    return (n + FO_STEP_BLOCK - 1) / FO_STEP_BLOCK;
+}
+
+/* Append gradient (g, n, dtype) as gr: its first block is *nb; count its
+ * blocks into *nb and its bytes into *bytes. */
+static inline void step_grad_add(step_grad *gr, const void *g, int64_t n,
+                                 int32_t dtype, int64_t *nb, int64_t *bytes)
+{
+    gr->g = g;
+    gr->n = n;
+    gr->dtype = dtype;
+    gr->pad_ = 0;
+    gr->b0 = *nb;
+    *nb += step_nblocks(n);
+    *bytes += n * (dtype == FO_F64 ? 8 : 4);
+}
+
+/* The elementwise driver's view of a tensor. */
+static inline void step_view(fo_tensor *v, void *x, const void *g, void *s1,
+                             void *s2, int64_t n, int32_t dtype)
+{
+    v->x = x;
+    v->g = g;
+    v->s1 = s1;
+    v->s2 = s2;
+    v->n = n;
+    v->dtype = dtype;
+    v->pad_ = 0;
+}
+
+static inline void step_result_init(fo_step_result *res)
+{
+    res->norm = NAN;
+    res->finite = 1;
+    res->applied = 0;
+}
+
+/*
+ * 1/s if s is a power of two whose inverse the type (f32: float) holds
+ * exactly (not 0, not inf); else 0. Multiplying by it gives the very bits
+ * of dividing by s (both are the correctly rounded g * 2**-k), and a
+ * multiplication is several times cheaper than a division in a vector loop.
+ */
+static inline double step_exact_inverse(double s, int f32)
+{
+    int e;
+    if (!(s > 0.0) || !isfinite(s) || frexp(s, &e) != 0.5)
+        return 0.0;
+    double inv = 1.0 / s;
+    if (f32) {
+        float sf = (float)s, invf = (float)inv;
+        if (!isfinite(sf) || invf == 0.0f || !isfinite(invf) || (double)invf != inv)
+            return 0.0;
+    }
+    return inv;
+}
+
+/* step_norm.c: check a gradient list and fill gr (and view, if not NULL,
+ * with x = g and no states); FO_OK or FO_EINVAL. */
+int step_grad_list(const void *const *gs, const int64_t *ns,
+                   const int32_t *dtypes, int64_t nt, step_grad *gr,
+                   fo_tensor *view, int64_t *nb, int64_t *bytes);
+
+/* step_norm.c: the norm pass as the options ask (none, given, measured):
+ * *norm and res->norm / res->finite. FO_OK or FO_ENOMEM. The caller skips
+ * the update when o->check_finite and !res->finite. */
+int step_measure(const fo_step_opts *o, const step_grad *gr, int64_t nt,
+                 int64_t nb, int64_t bytes, fo_step_result *res,
+                 int n_threads, double *norm);
+
+#endif

@@ -1,0 +1,182 @@
+/*
+ * The norm pass of the whole step (pass 1 of fo_step, fo_global_norm):
+ * each gradient is cut into blocks of FO_STEP_BLOCK elements; every block
+ * is reduced alone (serially, fixed lanes) into its own slot, blocks are
+ * handed to threads in any order, and the slots are added in tensor then
+ * block order afterwards: the norm does not depend on the thread count or
+ * on who ran what. The finiteness check rides along.
+ */
+#include "step.h"
+
+/* Blocks of one work item (64 Ki elements). */
+#define STEP_ITEM_BLOCKS 16
+
+#define FO_T float
+#define FO_NAME(op) op##_f32
+#define FO_FABS fabsf
+#define FO_MAXV FLT_MAX
+#define FO_UINT uint32_t
+#define FO_ABSMASK 0x7fffffffu
+#define FO_INFBITS 0x7f800000u
+#include "step_norm.inc"
+
+#define FO_T double
+#define FO_NAME(op) op##_f64
+#define FO_FABS fabs
+#define FO_MAXV DBL_MAX
+#define FO_UINT uint64_t
+#define FO_ABSMASK 0x7fffffffffffffffull
+#define FO_INFBITS 0x7ff0000000000000ull
+#include "step_norm.inc"
+
+static inline int step_run_block(const step_grad *gr, int64_t b, double scale,
+                                 int norm_inf, double *part)
+{
+    int64_t o = b * FO_STEP_BLOCK;
+    int64_t m = gr->n - o < FO_STEP_BLOCK ? gr->n - o : FO_STEP_BLOCK;
+    int f32 = gr->dtype == FO_F32;
+    double inv = scale != 1.0 ? step_exact_inverse(scale, f32) : 0.0;
+    int mode = scale == 1.0 ? 0 : inv != 0.0 ? 2 : 1;
+    double s = mode == 2 ? inv : scale;
+    if (f32)
+        return step_block_f32(m, (const float *)gr->g + o, (float)s, mode,
+                              norm_inf, part);
+    return step_block_f64(m, (const double *)gr->g + o, s, mode, norm_inf, part);
+}
+
+/*
+ * Norm of gr[0..nt) (blocks numbered by gr[k].b0, nb in all; total bytes
+ * given) into res->norm / res->finite. FO_OK or FO_ENOMEM.
+ */
+static int step_pass1(const step_grad *gr, int64_t nt, int64_t nb,
+                      int64_t bytes, double scale, int norm_type,
+                      fo_step_result *res, int n_threads)
+{
+    int norm_inf = norm_type == FO_NORM_INF;
+    double *part = (double *)malloc((size_t)(nb > 0 ? nb : 1) * sizeof(double));
+    unsigned char *bad = (unsigned char *)malloc((size_t)(nb > 0 ? nb : 1));
+    if (part == NULL || bad == NULL) {
+        free(part);
+        free(bad);
+        return FO_ENOMEM;
+    }
+    int rc = FO_OK;
+#ifdef _OPENMP
+    if (n_threads > 1 && bytes >= fo_serial_bytes()) {
+        int64_t ni = 0;
+        for (int64_t k = 0; k < nt; k++)
+            ni += (step_nblocks(gr[k].n) + STEP_ITEM_BLOCKS - 1) / STEP_ITEM_BLOCKS;
+        int64_t *items = (int64_t *)malloc((size_t)(2 * ni + 1) * sizeof(int64_t));
+        if (items == NULL) {
+            rc = FO_ENOMEM;
+            goto out;
+        }
+        ni = 0;
+        for (int64_t k = 0; k < nt; k++)
+            for (int64_t b = 0; b < step_nblocks(gr[k].n); b += STEP_ITEM_BLOCKS) {
+                items[2 * ni] = k;
+                items[2 * ni + 1] = b;
+                ni++;
+            }
+        int nth = n_threads < ni ? n_threads : (int)ni;
+        #pragma omp parallel for num_threads(nth) schedule(dynamic, 1) \
+            default(none) shared(gr, items, ni, part, bad, scale, norm_inf)
+        for (int64_t it = 0; it < ni; it++) {
+            const step_grad *g = &gr[items[2 * it]];
+            int64_t b = items[2 * it + 1];
+            int64_t be = b + STEP_ITEM_BLOCKS;
+            if (be > step_nblocks(g->n))
+                be = step_nblocks(g->n);
+            for (; b < be; b++)
+                bad[g->b0 + b] = (unsigned char)step_run_block(g, b, scale, norm_inf,
+                                                               &part[g->b0 + b]);
+        }
+        free(items);
+    } else
+#endif
+    {
+        (void)bytes;
+        (void)n_threads;
+        for (int64_t k = 0; k < nt; k++)
+            for (int64_t b = 0; b < step_nblocks(gr[k].n); b++)
+                bad[gr[k].b0 + b] = (unsigned char)step_run_block(
+                    &gr[k], b, scale, norm_inf, &part[gr[k].b0 + b]);
+    }
+    double total = 0.0;
+    int finite = 1, nan = 0;
+    for (int64_t j = 0; j < nb; j++) {      /* fixed order: tensor, block */
+        finite &= !bad[j];
+        if (!norm_inf)
+            total += part[j];
+        else if (part[j] != part[j])
+            nan = 1;
+        else if (part[j] > total)
+            total = part[j];
+    }
+    res->norm = norm_inf ? (nan ? NAN : total)
+                          : norm_type == FO_NORM_SUMSQ ? total : sqrt(total);
+    res->finite = finite;
+#ifdef _OPENMP
+out:
+#endif
+    free(part);
+    free(bad);
+    return rc;
+}
+
+int step_measure(const fo_step_opts *o, const step_grad *gr, int64_t nt,
+                 int64_t nb, int64_t bytes, fo_step_result *res,
+                 int n_threads, double *norm)
+{
+    *norm = NAN;
+    if (o->measure == FO_MEASURE_GIVEN) {
+        *norm = res->norm = o->norm;
+    } else if (o->check_finite || o->clip != FO_CLIP_NONE || o->measure) {
+        int rc = step_pass1(gr, nt, nb, bytes, o->grad_scale, o->norm_type,
+                            res, n_threads);
+        if (rc != FO_OK)
+            return rc;
+        *norm = res->norm;
+    }
+    return FO_OK;
+}
+
+/* ---- gradient lists ------------------------------------------------------------ */
+
+/* Check a list and fill the pass-1 view (and the elementwise view). */
+int step_grad_list(const void *const *gs, const int64_t *ns,
+                   const int32_t *dtypes, int64_t nt, step_grad *gr,
+                   fo_tensor *view, int64_t *nb, int64_t *bytes)
+{
+    *nb = 0;
+    *bytes = 0;
+    for (int64_t k = 0; k < nt; k++) {
+        if ((dtypes[k] != FO_F32 && dtypes[k] != FO_F64) || ns[k] < 0
+                || (ns[k] > 0 && gs[k] == NULL))
+            return FO_EINVAL;
+        step_grad_add(&gr[k], gs[k], ns[k], dtypes[k], nb, bytes);
+        if (view != NULL)
+            step_view(&view[k], (void *)gs[k], gs[k], NULL, NULL, ns[k], dtypes[k]);
+    }
+    return FO_OK;
+}
+
+int fo_global_norm(const void *const *gs, const int64_t *ns,
+                   const int32_t *dtypes, int64_t nt, double grad_scale,
+                   int32_t norm_type, fo_step_result *res, int n_threads)
+{
+    step_result_init(res);
+    if (nt < 0 || !(grad_scale > 0.0) || !isfinite(grad_scale)
+            || (norm_type != FO_NORM_2 && norm_type != FO_NORM_INF
+                && norm_type != FO_NORM_SUMSQ))
+        return FO_EINVAL;
+    step_grad *gr = (step_grad *)malloc((size_t)(nt > 0 ? nt : 1) * sizeof(step_grad));
+    if (gr == NULL)
+        return FO_ENOMEM;
+    int64_t nb, bytes;
+    int rc = step_grad_list(gs, ns, dtypes, nt, gr, NULL, &nb, &bytes);
+    if (rc == FO_OK)
+        rc = step_pass1(gr, nt, nb, bytes, grad_scale, norm_type, res, n_threads);
+    free(gr);
+    return rc;
+}
