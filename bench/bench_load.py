@@ -36,7 +36,6 @@ import pytest
 
 import fastopt
 from fastopt import _reference as ref
-
 from fastopt._cli.workloads import WORKLOADS
 
 LOADS = ["idle", "busy", "matmul"]

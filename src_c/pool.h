@@ -39,4 +39,11 @@ int fo_pool_threads(int64_t bytes, int n_threads);
 void fo_pool_run(int nth, int64_t ntasks, fo_task_fn fn, void *ctx,
                  int64_t bytes);
 
+/*
+ * Nonzero while other programs' runnable tasks fill every core (Linux,
+ * /proc/loadavg, sampled at most every 20 ms; machine_load.c). `awake` is
+ * how many of the caller's own pool threads are running (not counted).
+ */
+int fo_machine_busy(int awake);
+
 #endif /* FASTOPT_POOL_H */

@@ -1,0 +1,85 @@
+/*
+ * Whether other programs hold every core right now (Linux): the number of
+ * runnable tasks (/proc/loadavg, 4th field), less the calling thread and
+ * the pool threads that are awake, averaged over samples at most
+ * FO_LOAD_SAMPLE_NS apart. On such a machine a pool thread that claims a
+ * chunk is likely to be preempted before it finishes it, and the caller then
+ * waits for it for a scheduler slice or more; pool.c keeps such calls serial.
+ * Elsewhere (no /proc/loadavg) the answer is always "no".
+ */
+#include <stdint.h>
+
+#include "pool.h"
+
+#ifdef _OPENMP
+#include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FO_LOAD_SAMPLE_NS 20000000LL     /* 20 ms */
+
+static struct {
+    _Atomic int64_t at;        /* time of the last sample (ns) */
+    _Atomic int32_t milli;     /* average of others' runnable tasks, x1000 */
+    _Atomic int32_t ncpu;
+} L;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int others_runnable_x1000(int awake)
+{
+#ifdef __linux__
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f == NULL)
+        return -1;
+    double a1, a5, a15;
+    int run = 0, tot = 0;
+    int ok = fscanf(f, "%lf %lf %lf %d/%d", &a1, &a5, &a15, &run, &tot) == 5;
+    fclose(f);
+    if (!ok)
+        return -1;
+    run -= 1 + awake;
+    return (run > 0 ? run : 0) * 1000;
+#else
+    (void)awake;
+    return -1;
+#endif
+}
+
+int fo_machine_busy(int awake)
+{
+    int64_t t = mono_ns();
+    int32_t ncpu = atomic_load_explicit(&L.ncpu, memory_order_relaxed);
+    if (ncpu == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        ncpu = n > 0 ? (int32_t)n : 1;
+        atomic_store_explicit(&L.ncpu, ncpu, memory_order_relaxed);
+    }
+    int64_t at = atomic_load_explicit(&L.at, memory_order_relaxed);
+    int32_t m = atomic_load_explicit(&L.milli, memory_order_relaxed);
+    if (t - at >= FO_LOAD_SAMPLE_NS
+            && atomic_compare_exchange_strong(&L.at, &at, t)) {
+        int x = others_runnable_x1000(awake);
+        if (x >= 0) {
+            m = at == 0 ? x : (m + x) / 2;
+            atomic_store_explicit(&L.milli, m, memory_order_relaxed);
+        }
+    }
+    return m >= 1000 * ncpu;
+}
+
+#else
+
+int fo_machine_busy(int awake)
+{
+    (void)awake;
+    return 0;
+}
+
+#endif
