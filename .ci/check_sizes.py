@@ -4,9 +4,10 @@
     python .ci/check_sizes.py            # from the repository root; exit 1 on a breach
 
 A kernel table may be longer: mark its first line with ``size-exempt:`` and a
-reason in a comment. Python functions are measured with ``ast``; Cython and C
-by indentation and braces; a Python docstring does not count (a def/cdef line to the next line at its indent, a
-C function from its opening line to its closing brace at column 0).
+reason in a comment. Python functions are measured with ``ast`` (a docstring
+does not count: it is documentation, not logic); Cython and C by indentation
+and braces (a def/cdef line to the next line at its indent, a C function from
+its opening line to its closing brace at column 0).
 """
 from __future__ import annotations
 
