@@ -93,8 +93,10 @@ debug = os.environ.get("FASTOPT_DEBUG") == "1"
 # compiled once, with the flags above, into the one extension fastopt._ext
 # (fastopt/_ext.pyx folds the fast paths of every op; fastopt/_cfastopt.pxd
 # declares src_c/fastopt.h).
-C_SOURCES = ["src_c/fastopt.c", "src_c/agc.c", "src_c/ceiling.c"]
-C_DEPENDS = ["src_c/fastopt.h", "src_c/kernels.inc", "src_c/agc.inc",
+C_SOURCES = ["src_c/fastopt.c", "src_c/pool.c", "src_c/agc.c", "src_c/step.c",
+             "src_c/ceiling.c"]
+C_DEPENDS = ["src_c/fastopt.h", "src_c/pool.h", "src_c/kernels.inc", "src_c/agc.inc",
+             "src_c/step.inc",
              "fastopt/_cfastopt.pxd"] + sorted(
                  os.path.join("fastopt", f) for f in os.listdir("fastopt")
                  if f.endswith(".pxi"))

@@ -10,6 +10,12 @@ exactly as specified, over one tensor or many tensors in one C call:
 plus adaptive gradient clipping (NFNet): :func:`agc`, :func:`unitwise_norm`,
 and fused AGC-SGD through ``momentum(..., clipping=...)``.
 
+The whole training step in one C call (issue 13): the torch-form rules
+:func:`sgd_torch`, :func:`adagrad_torch`, :func:`adam_torch` and :func:`adamw`
+(torch.optim's math) with loss-scale unscaling, a non-finite check and
+clipping by the global norm fused in (``grad_scale=``, ``skip_if_nonfinite=``,
+``max_grad_norm=``); :func:`global_norm` and :func:`clip_grads` on their own.
+
 Thread control: :func:`set_num_threads`, :func:`get_num_threads`;
 build facts: :func:`show_config`. The submodules ``optim``, ``schedules``,
 ``onnx`` and ``torch`` load on first use.
@@ -49,7 +55,11 @@ except ImportError as _exc:  # pragma: no cover - depends on the install
 
 from ._buildinfo import config, show_config  # noqa: E402
 from ._ops import adagrad, adam, agc, momentum, unitwise_norm  # noqa: E402
+from ._step import StepInfo  # noqa: E402
 from ._threads import get_num_threads, set_num_threads  # noqa: E402
+from ._torchform import (  # noqa: E402
+    adagrad_torch, adam_torch, adamw, clip_grads, global_norm, sgd_torch,
+)
 
 # Loaded on first attribute access (PEP 562): `import fastopt` stays cheap.
 _LAZY = ("onnx", "optim", "schedules", "torch")
@@ -69,6 +79,8 @@ def __dir__():
 
 __all__ = [
     "momentum", "adagrad", "adam", "agc", "unitwise_norm", "onnx", "optim", "schedules",
+    "adamw", "adam_torch", "sgd_torch", "adagrad_torch", "global_norm", "clip_grads",
+    "StepInfo",
     "set_num_threads", "get_num_threads", "show_config", "config",
     "__version__",
 ]

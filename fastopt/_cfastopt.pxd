@@ -101,6 +101,19 @@ cdef extern from "fastopt.h" nogil:
     void fo_probe_4r3w_f64(int64_t n, double *x, const double *g, double *v,
                            double *h, int n_threads)
 
+    # Facts about the parallel driver (pool.c), for tests and `fastopt bench`.
+    ctypedef struct fo_thread_stats:
+        int64_t serial_calls
+        int64_t parallel_calls
+        int64_t backoffs
+        int64_t last_bytes
+        int32_t last_threads
+        int32_t last_joined
+
+    void fo_get_thread_stats(fo_thread_stats *out)
+    int fo_pool_size()
+    int64_t fo_pool_spin_ns()
+
     # ---- Adaptive gradient clipping (AGC) ----
 
     # How the n_units * unit_len contiguous elements of a tensor form units.
@@ -124,3 +137,86 @@ cdef extern from "fastopt.h" nogil:
 
     int fo_agc_unit_sumsq(const void *x, int32_t dtype, int64_t n_units,
                           int64_t unit_len, int32_t kind, double *out)
+
+    # ---- Issue 13: the whole optimizer step (step.c) ----
+
+    int FO_STEP_BLOCK
+    int FO_STEP_LANES
+
+    # Update rules.
+    int FO_RULE_MOMENTUM
+    int FO_RULE_ADAGRAD
+    int FO_RULE_ADAM
+    int FO_RULE_SGD_TORCH
+    int FO_RULE_ADAGRAD_TORCH
+    int FO_RULE_ADAM_TORCH
+    int FO_RULE_ADAMW_TORCH
+
+    # Group flags.
+    int FO_STEP_NESTEROV
+    int FO_STEP_AMSGRAD
+    int FO_STEP_MAXIMIZE
+
+    # Clipping by the global norm.
+    int FO_CLIP_NONE
+    int FO_CLIP_TORCH
+    int FO_CLIP_OPTAX
+    # Norm types.
+    int FO_NORM_2
+    int FO_NORM_INF
+
+    # Hyperparameters of one group.
+    ctypedef struct fo_step_group:
+        int32_t rule
+        int32_t flags
+        int64_t t
+        double lr, alpha, beta, eps, decay, decay_post, lr_decay
+
+    # One tensor of a step.
+    ctypedef struct fo_step_tensor:
+        void *x
+        const void *g
+        void *s1
+        void *s2
+        void *s3
+        int64_t n
+        int32_t dtype
+        int32_t group
+
+    # Step-wide options.
+    int FO_MEASURE_NEEDED
+    int FO_MEASURE_ALWAYS
+    int FO_MEASURE_GIVEN
+    ctypedef struct fo_step_opts:
+        double grad_scale
+        double max_norm
+        double clip_value
+        int32_t clip
+        int32_t norm_type
+        int32_t check_finite
+        int32_t measure
+        double norm
+
+    # What a step found.
+    ctypedef struct fo_step_result:
+        double norm
+        int32_t finite
+        int32_t applied
+
+    int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
+                int64_t ng, const fo_step_opts *o, fo_step_result *res,
+                int n_threads)
+
+    # Gradient lists.
+    int fo_global_norm(const void *const *gs, const int64_t *ns,
+                       const int32_t *dtypes, int64_t nt, double grad_scale,
+                       int32_t norm_type, fo_step_result *res, int n_threads)
+    int fo_clip_grads(void *const *gs, const int64_t *ns, const int32_t *dtypes,
+                      int64_t nt, const fo_step_opts *o, fo_step_result *res,
+                      int n_threads)
+
+    # The core's elementwise parallel driver, shared with step.c.
+    int fo_run_elementwise(const fo_tensor *ts, int64_t nt,
+                           void (*fn)(const fo_tensor *, int64_t, int64_t,
+                                      const void *) noexcept nogil,
+                           const void *ctx, int n_threads)

@@ -37,8 +37,8 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
-from libc.math cimport isfinite
-from libc.stdint cimport int64_t
+from libc.math cimport NAN, isfinite
+from libc.stdint cimport int32_t, int64_t
 
 cimport numpy as cnp
 
@@ -46,10 +46,13 @@ from fastopt._cfastopt cimport (
     FO_AGC_COLS, FO_AGC_ROWS, FO_ENOMEM, FO_F32, FO_F64, FO_NESTEROV, FO_OK,
     FO_STANDARD, fo_adagrad, fo_adagrad_args, fo_adam, fo_adam_args, fo_agc,
     fo_agc_momentum, fo_agc_tensor, fo_agc_unit_sumsq, fo_chunk_bytes,
-    fo_find_overlap, fo_have_openmp, fo_isa_active, fo_isa_paths,
+    fo_find_overlap, fo_get_thread_stats, fo_have_openmp, fo_isa_active,
+    fo_isa_paths, fo_pool_size, fo_pool_spin_ns, fo_thread_stats,
     fo_max_threads, fo_momentum, fo_momentum_args, fo_num_procs,
     fo_probe_3r2w_f32, fo_probe_3r2w_f64, fo_probe_4r3w_f32,
-    fo_probe_4r3w_f64, fo_serial_bytes, fo_tensor)
+    fo_probe_4r3w_f64, fo_serial_bytes, fo_tensor,
+    FO_EINVAL, FO_MEASURE_ALWAYS, FO_MEASURE_GIVEN, FO_MEASURE_NEEDED, fo_clip_grads, fo_global_norm, fo_step, fo_step_group, fo_step_opts,
+    fo_step_result, fo_step_tensor)
 
 import numpy as np
 
@@ -215,6 +218,7 @@ cdef Op OP_AGC_MOMENTUM = _op(3, "WRW", sizeof(fo_agc_tensor), _emit_agc,
 
 
 include "_gather.pxi"
+include "_step.pxi"
 
 
 # ------------------------------------------------------------ entry points

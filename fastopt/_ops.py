@@ -24,9 +24,11 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from . import _ext
+from . import _ext, _step
+from . import _torchform as _tf
 from . import _validation as _v
 from ._dispatch import Op, run
+from ._step import StepInfo
 
 ArrayOrList = Union[np.ndarray, Sequence[np.ndarray]]
 Clipping = Union[float, Sequence[Optional[float]]]
@@ -95,7 +97,10 @@ AGC = Op("fastopt.agc", _ext.agc, ("x", "g"), _agc_scalars, clips_g=True)
 def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
              alpha: float = 0.9, beta: float = 1.0, norm_coefficient: float = 0.0,
              mode: str = "standard", n_threads: Optional[int] = None,
-             clipping=None, clip_eps: float = 1e-3, layout: str = "oi") -> None:
+             clipping=None, clip_eps: float = 1e-3, layout: str = "oi",
+             grad_scale=None, max_grad_norm=None, norm_type=2.0,
+             clip_convention: str = "torch", clip_value=None,
+             skip_if_nonfinite: bool = False) -> StepInfo | None:
     """ONNX Momentum (standard or Nesterov), in place.
 
     For each tensor, with ``g_r = norm_coefficient * x + g`` and
@@ -143,6 +148,11 @@ def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
         AGC's floor of the parameter norm (``eps`` of :func:`fastopt.agc`).
     layout : {"oi", "io"}, default "oi"
         AGC's unit layout (see :func:`fastopt.unitwise_norm`).
+    grad_scale, max_grad_norm, norm_type, clip_convention, clip_value, skip_if_nonfinite
+        The whole step's options, as in :func:`fastopt.adamw` (unscale,
+        non-finite skip, clip by the global norm or by value, fused into the
+        update; the gradients are not written). When any is given the call
+        returns a :class:`~fastopt.StepInfo`, else None.
 
     Raises
     ------
@@ -165,6 +175,19 @@ def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
     >>> x
     array([0.95, 0.95, 0.95], dtype=float32)
     """
+    step_options = _tf.step_options(grad_scale, max_grad_norm, norm_type, clip_convention,
+                                    clip_value, skip_if_nonfinite)
+    if step_options:
+        c = _momentum_scalars(MOMENTUM.fname, (x,), (lr, t, alpha, beta, norm_coefficient,
+                                                      mode, n_threads))
+        group = _step.group_tuple(_step.RULES["momentum"], t=c[1], lr=c[0], alpha=c[2],
+                                  beta=c[3], decay=c[4],
+                                  flags=_step.NESTEROV if c[5] == "nesterov" else 0)
+        if clipping is not None:
+            return _tf.agc_fused(MOMENTUM.fname, x, g, v, group, clipping, clip_eps,
+                                 layout, n_threads, step_options)
+        return _tf.onnx_fused(MOMENTUM.fname, x, g, (v,), ("v",), group, n_threads,
+                              step_options)
     if clipping is None:
         run(MOMENTUM, (x, g, v), (lr, t, alpha, beta, norm_coefficient, mode, n_threads))
     else:
@@ -174,7 +197,10 @@ def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
 
 def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
             decay_factor: float = 0.0, epsilon: float = 1e-6,
-            norm_coefficient: float = 0.0, n_threads: Optional[int] = None) -> None:
+            norm_coefficient: float = 0.0, n_threads: Optional[int] = None,
+            grad_scale=None, max_grad_norm=None, norm_type=2.0,
+            clip_convention: str = "torch", clip_value=None,
+            skip_if_nonfinite: bool = False) -> StepInfo | None:
     """ONNX Adagrad, in place.
 
     For each tensor, with ``g_r = norm_coefficient * x + g``::
@@ -203,6 +229,11 @@ def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
         L2 coefficient (torch ``weight_decay``).
     n_threads : int, optional
         As in :func:`momentum`.
+    grad_scale, max_grad_norm, norm_type, clip_convention, clip_value, skip_if_nonfinite
+        The whole step's options, as in :func:`fastopt.adamw` (unscale,
+        non-finite skip, clip by the global norm or by value, fused into the
+        update; the gradients are not written). When any is given the call
+        returns a :class:`~fastopt.StepInfo`, else None.
 
     Raises
     ------
@@ -217,13 +248,24 @@ def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
     >>> x, h
     (array([0.5, 1.5]), array([ 9., 16.]))
     """
+    step_options = _tf.step_options(grad_scale, max_grad_norm, norm_type, clip_convention,
+                                    clip_value, skip_if_nonfinite)
+    if step_options:
+        c = _adagrad_scalars(ADAGRAD.fname, (x,), (lr, t, decay_factor, epsilon,
+                                                   norm_coefficient, n_threads))
+        group = _step.group_tuple(_step.RULES["adagrad"], t=c[1], lr=c[0], lr_decay=c[2],
+                                  eps=c[3], decay=c[4])
+        return _tf.onnx_fused(ADAGRAD.fname, x, g, (h,), ("h",), group, n_threads,
+                              step_options)
     run(ADAGRAD, (x, g, h), (lr, t, decay_factor, epsilon, norm_coefficient, n_threads))
 
 
 def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
          t: int, alpha: float = 0.9, beta: float = 0.999, epsilon: float = 1e-6,
          norm_coefficient: float = 0.0, norm_coefficient_post: float = 0.0,
-         n_threads: Optional[int] = None) -> None:
+         n_threads: Optional[int] = None, grad_scale=None, max_grad_norm=None, norm_type=2.0,
+         clip_convention: str = "torch", clip_value=None,
+         skip_if_nonfinite: bool = False) -> StepInfo | None:
     """ONNX Adam, in place.
 
     For each tensor, with ``g_r = norm_coefficient * x + g``::
@@ -257,6 +299,11 @@ def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
         Weight decay applied after the step: ``x *= 1 - norm_coefficient_post``.
     n_threads : int, optional
         As in :func:`momentum`.
+    grad_scale, max_grad_norm, norm_type, clip_convention, clip_value, skip_if_nonfinite
+        The whole step's options, as in :func:`fastopt.adamw` (unscale,
+        non-finite skip, clip by the global norm or by value, fused into the
+        update; the gradients are not written). When any is given the call
+        returns a :class:`~fastopt.StepInfo`, else None.
 
     Raises
     ------
@@ -271,6 +318,15 @@ def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
     >>> x.round(6)
     array([-0.1,  0.1])
     """
+    step_options = _tf.step_options(grad_scale, max_grad_norm, norm_type, clip_convention,
+                                    clip_value, skip_if_nonfinite)
+    if step_options:
+        c = _adam_scalars(ADAM.fname, (x,), (lr, t, alpha, beta, epsilon, norm_coefficient,
+                                             norm_coefficient_post, n_threads))
+        group = _step.group_tuple(_step.RULES["adam"], t=c[1], lr=c[0], alpha=c[2],
+                                  beta=c[3], eps=c[4], decay=c[5], decay_post=c[6])
+        return _tf.onnx_fused(ADAM.fname, x, g, (v, h), ("v", "h"), group, n_threads,
+                              step_options)
     run(ADAM, (x, g, v, h), (lr, t, alpha, beta, epsilon, norm_coefficient,
                              norm_coefficient_post, n_threads))
 

@@ -23,3 +23,21 @@ def num_procs():
 def tuning():
     """The C driver's tuning constants, in bytes of parameters."""
     return {"serial_bytes": fo_serial_bytes(), "chunk_bytes": fo_chunk_bytes()}
+
+
+def thread_stats():
+    """Facts about the parallel driver (src_c/pool.c), process-wide.
+
+    serial_calls / parallel_calls: driver calls run on the calling thread
+    alone / with the thread pool; backoffs: pooled calls found no faster than
+    serial (their size class then ran serially for a while); last_bytes,
+    last_threads, last_joined: the latest call's size, the threads it was
+    allowed (1: the serial path) and the threads that ran part of it;
+    pool_size: pool threads alive; spin_ns: how long an idle one spins.
+    """
+    cdef fo_thread_stats s
+    fo_get_thread_stats(&s)
+    return {"serial_calls": s.serial_calls, "parallel_calls": s.parallel_calls,
+            "backoffs": s.backoffs, "last_bytes": s.last_bytes,
+            "last_threads": s.last_threads, "last_joined": s.last_joined,
+            "pool_size": fo_pool_size(), "spin_ns": fo_pool_spin_ns()}

@@ -417,17 +417,17 @@ def _normalise(lists, n, single, states, copy_g) -> Prepared:
     per = 2 + len(states)
     for i in range(n):
         xi, gi = lists["x"][i], lists["g"][i]
-        outs = [xi] + [lists[r][i] for r in states]
-        order = "C" if xi.flags.c_contiguous else "F" if xi.flags.f_contiguous else None
+        # x's own memory order when x can go to C as it is (so AGC's unit
+        # norms are reduced in the order fastopt.agc uses for the same x),
+        # else C; only the arrays not already in that form are copied.
+        order = _fast_layout(xi) or "C"
         flag = "c_contiguous" if order == "C" else "f_contiguous"
-        fast_outs = order is not None and all(
-            a.dtype.isnative and a.flags.aligned and getattr(a.flags, flag) for a in outs)
-        if not fast_outs:
-            order, flag = "C", "c_contiguous"
-            copies = [np.array(a, dtype=a.dtype.newbyteorder("="), order="C") for a in outs]
-            prep.writeback.extend(zip(outs, copies))
-            outs = copies
-        for r, a in zip(["x"] + states, outs):
+        for r in ["x"] + states:
+            a = lists[r][i]
+            if not (a.dtype.isnative and a.flags.aligned and getattr(a.flags, flag)):
+                copy = np.array(a, dtype=a.dtype.newbyteorder("="), order=order)
+                prep.writeback.append((a, copy))
+                a = copy
             prep.roles[r].append(a)
         g_ok = (i * per + 1 not in copy_g and gi.shape == xi.shape and gi.dtype.isnative
                 and gi.flags.aligned and getattr(gi.flags, flag))

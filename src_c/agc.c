@@ -3,8 +3,9 @@
  * standalone (fo_agc) and fused into the Momentum pass (fo_agc_momentum).
  * See the AGC section of fastopt.h for the API and agc.inc for the numerics.
  *
- * Work plan of one call (one OpenMP region, or none below the serial
- * threshold), tensors taken in groups of consecutive tensors (agc_group):
+ * Work plan of one call (jobs of the thread pool, pool.c, or the calling
+ * thread alone below the serial threshold), tensors taken in groups of
+ * consecutive tensors (agc_group):
  *   phase 1  one-pass items: runs of short rows (norms of a row computed
  *            while the row before it is clipped/updated) and plain-momentum
  *            chunks of excluded tensors; then pass 1 (block sums) of the
@@ -23,11 +24,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "fastopt.h"
+#include "pool.h"
 
 /* ---- constants ------------------------------------------------------------ */
 
@@ -330,6 +328,28 @@ static int64_t agc_build(const agc_plan *p, int64_t nt, int64_t chunk,
     return ng;
 }
 
+/* Items [i0, i1) of the plan as one pool job. */
+typedef struct {
+    const agc_plan *plan;
+    agc_item *items;
+    int64_t base;
+} agc_job;
+
+static void agc_task(void *vj, int64_t i)
+{
+    const agc_job *j = (const agc_job *)vj;
+    agc_run_item(j->plan, &j->items[j->base + i]);
+}
+
+static void agc_segment(int nth, agc_job *j, int64_t i0, int64_t i1,
+                        int64_t bytes)
+{
+    if (i1 <= i0)
+        return;
+    j->base = i0;
+    fo_pool_run(nth, i1 - i0, agc_task, j, bytes);
+}
+
 static int agc_drive(const fo_agc_tensor *ts, int64_t nt, double eps,
                      const agc_mom *mom, int n_threads)
 {
@@ -346,15 +366,7 @@ static int agc_drive(const fo_agc_tensor *ts, int64_t nt, double eps,
         total += t->n_units * t->unit_len * agc_elsize(t);
     }
 
-    int nth = 1;
-#ifdef _OPENMP
-    if (n_threads > 1 && total >= fo_serial_bytes())
-        nth = n_threads;
-    if (nth > total / (64 * 1024))    /* at most one thread per 64 KiB */
-        nth = (int)(total / (64 * 1024)) > 1 ? (int)(total / (64 * 1024)) : 1;
-#else
-    (void)n_threads;
-#endif
+    int nth = fo_pool_threads(total, n_threads);
 
     agc_ws *ws = (agc_ws *)calloc((size_t)(nt > 0 ? nt : 1), sizeof(agc_ws));
     if (ws == NULL)
@@ -421,38 +433,21 @@ static int agc_drive(const fo_agc_tensor *ts, int64_t nt, double eps,
         return FO_ENOMEM;
     }
 
-#ifdef _OPENMP
-    if (nth > 1) {
-        const agc_plan *pp = &plan;
-        #pragma omp parallel num_threads(nth) default(none) \
-            shared(pp, items, groups, ng)
-        {
-            for (int64_t q = 0; q < ng; q++) {
-                const agc_item *l1 = items + groups[q].start;
-                const agc_item *l2 = l1 + groups[q].n1, *l3 = l2 + groups[q].n2;
-                int64_t n1 = groups[q].n1, n2 = groups[q].n2, n3 = groups[q].n3;
-                #pragma omp for schedule(dynamic, 1)
-                for (int64_t i = 0; i < n1; i++)
-                    agc_run_item(pp, &l1[i]);
-                if (n2 > 0) {
-                    #pragma omp for schedule(dynamic, 1)
-                    for (int64_t i = 0; i < n2; i++)
-                        agc_run_item(pp, &l2[i]);
-                    /* the next group does not depend on this one's pass 2 */
-                    #pragma omp for schedule(dynamic, 1) nowait
-                    for (int64_t i = 0; i < n3; i++)
-                        agc_run_item(pp, &l3[i]);
-                }
-            }
-        }
-    } else
-#endif
-    {
-        int64_t total = groups[ng - 1].start + groups[ng - 1].n1
-                        + groups[ng - 1].n2 + groups[ng - 1].n3;
-        for (int64_t i = 0; i < total; i++)
-            agc_run_item(&plan, &items[i]);
+    /* Phases separated by a wait for every claimed item: pass 1 before the
+     * factors, the factors before pass 2. Pass 2 of a group and phase 1 of
+     * the next one are independent, so they form one job. */
+    agc_job job = {&plan, items};
+    int64_t seg = 0;
+    for (int64_t q = 0; q < ng; q++) {
+        if (groups[q].n2 == 0)
+            continue;
+        int64_t s1 = groups[q].start + groups[q].n1, s2 = s1 + groups[q].n2;
+        agc_segment(nth, &job, seg, s1, total);
+        agc_segment(nth, &job, s1, s2, -1);     /* a few items: no record */
+        seg = s2;
     }
+    agc_segment(nth, &job, seg, groups[ng - 1].start + groups[ng - 1].n1
+                + groups[ng - 1].n2 + groups[ng - 1].n3, total);
 
     free(groups);
     free(items);

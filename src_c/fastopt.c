@@ -12,6 +12,7 @@
 #endif
 
 #include "fastopt.h"
+#include "pool.h"
 
 /* ---- kernel instantiation (one body, two types) ------------------------ */
 
@@ -67,22 +68,22 @@ const char *fo_isa_active(void)
 
 /*
  * Below FO_SERIAL_BYTES of parameters in one call the update runs on the
- * calling thread without entering an OpenMP region (a region costs ~1 us
- * even when it does nothing). Above it, the concatenated tensors are split
- * into chunks of about FO_CHUNK_BYTES (at least one per thread) handed out
- * dynamically, so a thread slowed by a noisy neighbour does not hold the
- * others up. Both were chosen by measurement: see bench/RESULTS.md.
+ * calling thread alone: handing work to another thread costs a few
+ * microseconds (more if it sleeps), which a smaller call does not win back.
+ * Above it, the concatenated tensors are split into chunks of at most
+ * FO_CHUNK_BYTES (at least FO_CHUNKS_PER_THREAD per thread), claimed one at
+ * a time by the caller and the pool's threads (pool.c), so a thread slowed
+ * or descheduled by a noisy neighbour leaves its share to the others. Both
+ * were chosen by measurement: see docs/threads.md and bench/RESULTS.md.
  */
 #ifndef FO_SERIAL_BYTES
 #define FO_SERIAL_BYTES ((int64_t)256 * 1024)
 #endif
 #ifndef FO_CHUNK_BYTES
-#define FO_CHUNK_BYTES ((int64_t)1024 * 1024)
+#define FO_CHUNK_BYTES ((int64_t)256 * 1024)
 #endif
+#define FO_CHUNKS_PER_THREAD 4
 #define FO_ALIGN 64
-/* Never more threads than 64 KiB pieces of work: extra threads cost a
- * thread start and a barrier each and have nothing to do. */
-#define FO_MIN_THREAD_BYTES ((int64_t)64 * 1024)
 
 int64_t fo_serial_bytes(void) { return FO_SERIAL_BYTES; }
 int64_t fo_chunk_bytes(void) { return FO_CHUNK_BYTES; }
@@ -96,6 +97,8 @@ int fo_have_openmp(void)
 #endif
 }
 
+/* The thread-count default: OpenMP's (OMP_NUM_THREADS, omp_set_num_threads,
+ * hence threadpoolctl), although the threads are fastopt's own (pool.c). */
 int fo_max_threads(void)
 {
 #ifdef _OPENMP
@@ -166,6 +169,24 @@ static void run_range(const fo_tensor *ts, const int64_t *pre, int64_t nt,
     }
 }
 
+/* One call split into nchunks near-equal byte ranges (a pool task each). */
+typedef struct {
+    const fo_tensor *ts;
+    const int64_t *pre;
+    int64_t nt, q, r;
+    fo_piece_fn fn;
+    const void *coef;
+} run_job;
+
+static void run_chunk(void *vj, int64_t c)
+{
+    const run_job *j = (const run_job *)vj;
+    int64_t p0 = c * j->q + (c < j->r ? c : j->r);
+    int64_t p1 = (c + 1) * j->q + (c + 1 < j->r ? c + 1 : j->r);
+    run_range(j->ts, j->pre, j->nt, align_boundary(j->ts, j->pre, j->nt, p0),
+              align_boundary(j->ts, j->pre, j->nt, p1), j->fn, j->coef);
+}
+
 static int run(const fo_tensor *ts, int64_t nt, fo_piece_fn fn,
                const void *coef, int n_threads)
 {
@@ -175,34 +196,22 @@ static int run(const fo_tensor *ts, int64_t nt, fo_piece_fn fn,
             return FO_EINVAL;
         total += ts[k].n * elsize(&ts[k]);
     }
-#ifdef _OPENMP
-    if (n_threads > 1 && total >= FO_SERIAL_BYTES) {
+    int nth = fo_pool_threads(total, n_threads);
+    if (nth > 1) {
         int64_t *pre = (int64_t *)malloc((size_t)(nt + 1) * sizeof(int64_t));
         if (pre == NULL)
             return FO_ENOMEM;
         pre[0] = 0;
         for (int64_t k = 0; k < nt; k++)
             pre[k + 1] = pre[k] + ts[k].n * elsize(&ts[k]);
-        if (n_threads > total / FO_MIN_THREAD_BYTES)
-            n_threads = (int)(total / FO_MIN_THREAD_BYTES);
         int64_t nchunks = (total + FO_CHUNK_BYTES - 1) / FO_CHUNK_BYTES;
-        if (nchunks < n_threads)
-            nchunks = n_threads;
-        int64_t q = total / nchunks, r = total % nchunks;
-        #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) \
-            default(none) shared(ts, pre, nt, fn, coef, nchunks, q, r)
-        for (int64_t c = 0; c < nchunks; c++) {
-            int64_t p0 = c * q + (c < r ? c : r);
-            int64_t p1 = (c + 1) * q + (c + 1 < r ? c + 1 : r);
-            run_range(ts, pre, nt, align_boundary(ts, pre, nt, p0),
-                      align_boundary(ts, pre, nt, p1), fn, coef);
-        }
+        if (nchunks < (int64_t)FO_CHUNKS_PER_THREAD * nth)
+            nchunks = (int64_t)FO_CHUNKS_PER_THREAD * nth;
+        run_job j = {ts, pre, nt, total / nchunks, total % nchunks, fn, coef};
+        fo_pool_run(nth, nchunks, run_chunk, &j, total);
         free(pre);
         return FO_OK;
     }
-#else
-    (void)n_threads;
-#endif
     for (int64_t k = 0; k < nt; k++)
         if (ts[k].n > 0)
             fn(&ts[k], 0, ts[k].n, coef);
@@ -434,4 +443,14 @@ int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
         if (is_out[i] && en > end_out) { end_out = en; who_out = i; }
     }
     return 0;
+}
+
+/* ---- the elementwise driver, shared with step.c (issue 13) -------------- */
+
+int fo_run_elementwise(const fo_tensor *ts, int64_t nt,
+                       void (*fn)(const fo_tensor *, int64_t, int64_t,
+                                  const void *),
+                       const void *ctx, int n_threads)
+{
+    return run(ts, nt, fn, ctx, n_threads);
 }

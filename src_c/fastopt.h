@@ -87,10 +87,12 @@ typedef struct fo_adam_args {
 
 /*
  * Multi-tensor drivers: update every tensor of ts[0..nt) in one call.
- * n_threads <= 1, or a total below the serial threshold, runs serially
- * without entering an OpenMP region; otherwise ONE parallel region splits
- * the concatenation of all tensors into 64-byte-aligned chunks. Results are
- * bit-identical for every n_threads (the updates are elementwise).
+ * n_threads is the most threads the call may use: n_threads <= 1, a total
+ * below the serial threshold, or a size class where recent calls found the
+ * thread pool no faster (pool.c) runs serially on the calling thread;
+ * otherwise the concatenation of all tensors is split into 64-byte-aligned
+ * chunks that the caller and the pool's threads claim one at a time.
+ * Results are bit-identical for every n_threads (the updates are elementwise).
  * Return FO_OK, FO_EINVAL (bad dtype/mode/negative n) or FO_ENOMEM.
  */
 int fo_momentum(const fo_tensor *ts, int64_t nt, const fo_momentum_args *a,
@@ -169,6 +171,25 @@ void fo_probe_4r3w_f32(int64_t n, float *x, const float *g, float *v, float *h,
 void fo_probe_4r3w_f64(int64_t n, double *x, const double *g, double *v,
                        double *h, int n_threads);
 
+/*
+ * Facts about the parallel driver (pool.c), for tests and `fastopt bench`.
+ * Counters are process-wide, summed over every calling thread; the "last"
+ * fields describe the latest driver call of any thread.
+ */
+typedef struct fo_thread_stats {
+    int64_t serial_calls;    /* driver calls that ran on the calling thread only */
+    int64_t parallel_calls;  /* driver calls that entered the thread pool */
+    int64_t backoffs;        /* pooled calls found no faster than serial: their
+                                size class then ran serially for a while */
+    int64_t last_bytes;      /* bytes of parameters of the latest call */
+    int32_t last_threads;    /* threads it was allowed (1: the serial path) */
+    int32_t last_joined;     /* threads that ran part of it (caller included) */
+} fo_thread_stats;
+
+void fo_get_thread_stats(fo_thread_stats *out);
+int fo_pool_size(void);          /* pool threads alive in this process */
+int64_t fo_pool_spin_ns(void);   /* how long an idle pool thread spins */
+
 #ifdef __cplusplus
 }
 #endif
@@ -244,3 +265,167 @@ int fo_agc_unit_sumsq(const void *x, int32_t dtype, int64_t n_units,
 #endif
 
 #endif /* FASTOPT_AGC_H */
+
+/* ======================================================================== */
+/*
+ * Issue 13: the whole optimizer step in one call (step.c / step.inc).
+ *
+ * Order inside one step, every gradient of the step taken together:
+ *   u = g / grad_scale                 (in g's type; g itself is only read)
+ *   non-finite check                   (optionally skip: nothing written)
+ *   norm = global norm of every u      (2: sum of squares in double; inf)
+ *   clip by the global norm            torch: u *= min(1, max_norm/(norm+1e-6))
+ *                                      optax: u = (u / norm) * max_norm
+ *                                             where !(norm < max_norm)
+ *   u = clamp(u, -clip_value, clip_value)
+ *   u = -u                             (maximize)
+ *   the tensor's rule with u as its gradient.
+ * Coefficients are derived in double once per group and rounded to float
+ * for float32 tensors. The norm is reduced in a fixed order that does not
+ * depend on n_threads: each gradient is cut into blocks of FO_STEP_BLOCK
+ * elements, a block is summed in FO_STEP_LANES double lanes (element i into
+ * lane i % FO_STEP_LANES, in order) closed by a halving tree, and the block
+ * sums are added in tensor order, then block order. At most two passes over
+ * memory: pass 1 reads the gradients (norm, finiteness) when the step needs
+ * it; pass 2 is the update, which applies unscale and clip on the fly.
+ */
+#ifndef FASTOPT_STEP_H
+#define FASTOPT_STEP_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FO_STEP_BLOCK 4096
+#define FO_STEP_LANES 32   /* 16 or 32 */
+
+/* Update rules. */
+#define FO_RULE_MOMENTUM 0       /* ONNX Momentum      s1 = V */
+#define FO_RULE_ADAGRAD 1        /* ONNX Adagrad       s1 = H */
+#define FO_RULE_ADAM 2           /* ONNX Adam          s1 = V, s2 = H */
+#define FO_RULE_SGD_TORCH 3      /* torch SGD          s1 = momentum buffer */
+#define FO_RULE_ADAGRAD_TORCH 4  /* torch Adagrad      s1 = sum */
+#define FO_RULE_ADAM_TORCH 5     /* torch Adam         s1 = exp_avg, s2 = exp_avg_sq, */
+#define FO_RULE_ADAMW_TORCH 6    /* torch AdamW           s3 = max_exp_avg_sq (amsgrad) */
+
+/* Group flags. */
+#define FO_STEP_NESTEROV 1       /* Momentum, SGD */
+#define FO_STEP_AMSGRAD 2        /* Adam(W) torch: s3 required */
+#define FO_STEP_MAXIMIZE 4       /* every rule: the rule sees -u */
+
+/* Clipping by the global norm. */
+#define FO_CLIP_NONE 0
+#define FO_CLIP_TORCH 1
+#define FO_CLIP_OPTAX 2
+/* Norm types. */
+#define FO_NORM_2 0
+#define FO_NORM_INF 1
+
+/*
+ * Hyperparameters of one group (tensors point at their group by index):
+ *   rule           alpha      beta        eps   decay         decay_post  lr_decay      t
+ *   MOMENTUM       alpha      beta        -     norm_coef.    -           -             T (>= 0)
+ *   ADAGRAD        -          -           eps   norm_coef.    -           decay_factor  T (>= 0)
+ *   ADAM           alpha      beta        eps   norm_coef.    norm_c_post -             T (>= 0)
+ *   SGD_TORCH      momentum   dampening   -     weight_decay  -           -             steps before
+ *                                                                                       (0: buffer = g)
+ *   ADAGRAD_TORCH  -          -           eps   weight_decay  -           lr_decay      step (>= 1)
+ *   ADAM(W)_TORCH  beta1      beta2       eps   weight_decay  -           -             step (>= 1)
+ * SGD_TORCH with momentum 0 keeps no state (s1 may be NULL). The torch
+ * rules follow torch.optim's single-tensor code operation by operation.
+ */
+typedef struct fo_step_group {
+    int32_t rule;
+    int32_t flags;
+    int64_t t;
+    double lr, alpha, beta, eps, decay, decay_post, lr_decay;
+} fo_step_group;
+
+/* One tensor of a step: x updated in place, g only read, states s1..s3 as
+ * the rule needs (NULL otherwise), n elements of type dtype each. */
+typedef struct fo_step_tensor {
+    void *x;
+    const void *g;
+    void *s1;
+    void *s2;
+    void *s3;
+    int64_t n;
+    int32_t dtype;   /* FO_F32 or FO_F64 */
+    int32_t group;   /* index into the groups */
+} fo_step_tensor;
+
+/* Step-wide options. grad_scale 1 unscales nothing; clip_value 0 means no
+ * value clipping (else > 0); max_norm > 0 when clip != FO_CLIP_NONE.
+ * measure: FO_MEASURE_NEEDED runs pass 1 only to check or clip,
+ * FO_MEASURE_ALWAYS always (to report the norm), FO_MEASURE_GIVEN takes
+ * `norm` as the global norm (measured by fo_global_norm on the same
+ * gradients, e.g. to decide whether to step) and skips pass 1; then
+ * check_finite must be 0. */
+#define FO_MEASURE_NEEDED 0
+#define FO_MEASURE_ALWAYS 1
+#define FO_MEASURE_GIVEN 2
+typedef struct fo_step_opts {
+    double grad_scale;
+    double max_norm;
+    double clip_value;
+    int32_t clip;          /* FO_CLIP_* */
+    int32_t norm_type;     /* FO_NORM_2 or FO_NORM_INF */
+    int32_t check_finite;  /* skip the step if some u is not finite */
+    int32_t measure;       /* FO_MEASURE_* */
+    double norm;           /* with FO_MEASURE_GIVEN */
+} fo_step_opts;
+
+/* What a step found: the norm (NaN if not measured), whether every u was
+ * finite (1 if not checked/measured) and whether the update was applied. */
+typedef struct fo_step_result {
+    double norm;
+    int32_t finite;
+    int32_t applied;
+} fo_step_result;
+
+/*
+ * The whole step over ts[0..nt), groups gs[0..ng). Everything is checked
+ * before anything is written: FO_EINVAL for a bad dtype, negative n, group
+ * index, rule, flag, t, a missing state, grad_scale <= 0 or not finite,
+ * max_norm <= 0 or NaN (when clipping), clip_value < 0 or NaN, unknown
+ * clip or norm type. A skipped step (check_finite and some u not finite)
+ * returns FO_OK with res->applied = 0 and writes nothing. One parallel
+ * region per pass (none below the serial threshold); every result is
+ * bit-identical for every n_threads.
+ */
+int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
+            int64_t ng, const fo_step_opts *o, fo_step_result *res,
+            int n_threads);
+
+/*
+ * Gradient lists (gs[k]: ns[k] elements of type dtypes[k]).
+ * fo_global_norm: the global norm of the unscaled gradients (the norm of
+ *   fo_step, bit for bit) and whether all were finite; nothing written.
+ * fo_clip_grads: in place, the gradient half of fo_step: unscale, clip by
+ *   the global norm (o->clip), clip_value; with o->check_finite a
+ *   non-finite list is left untouched (res->applied = 0).
+ * Both return FO_OK, FO_EINVAL or FO_ENOMEM.
+ */
+int fo_global_norm(const void *const *gs, const int64_t *ns,
+                   const int32_t *dtypes, int64_t nt, double grad_scale,
+                   int32_t norm_type, fo_step_result *res, int n_threads);
+int fo_clip_grads(void *const *gs, const int64_t *ns, const int32_t *dtypes,
+                  int64_t nt, const fo_step_opts *o, fo_step_result *res,
+                  int n_threads);
+
+/*
+ * The core's elementwise parallel driver (fastopt.c), shared with step.c:
+ * calls fn(&ts[k], lo, hi, ctx) on pieces covering every tensor once, in
+ * one parallel region (none below the serial threshold). Only ts[k].x,
+ * .n and .dtype are used to cut the pieces.
+ */
+int fo_run_elementwise(const fo_tensor *ts, int64_t nt,
+                       void (*fn)(const fo_tensor *, int64_t, int64_t,
+                                  const void *),
+                       const void *ctx, int n_threads);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FASTOPT_STEP_H */

@@ -1,10 +1,10 @@
 """python -m fastopt: the bench and config commands and the dispatcher."""
+import numpy as np
 import pytest
+from _subprocess import run_python
 
 from fastopt import _cli as cli
 from fastopt._cli import bench as _bench
-
-from _subprocess import run_python
 
 
 def test_bench_table(capsys):
@@ -14,9 +14,19 @@ def test_bench_table(capsys):
     rows = [line for line in out.splitlines() if line.startswith(("momentum", "adam"))]
     assert len(rows) == 8                      # 2 ops x 2 dtypes x 2 workloads
     for row in rows:
-        fields = row.split()
-        assert float(fields[4]) > 0            # ns/element
-        assert fields[6].endswith("x") and fields[7].endswith("x")
+        fields = row.split()                   # op dtype workload p50 p99 ns/el ...
+        assert fields[3].endswith(("us", "ms")) and fields[4].endswith(("us", "ms"))
+        assert float(fields[5]) > 0            # ns/element
+        assert fields[7].endswith("x") and fields[8].endswith("x")
+    assert "p50/p99:" in out
+
+
+def test_bench_busy_note():
+    assert _bench._busy_note([0.3, 0.5], 1.2, 2) is None
+    note = _bench._busy_note([0.5, 9.7], 1.1, 2)
+    assert note.startswith("note: the machine was busy") and "load average 9.7 on 2" in note
+    note = _bench._busy_note([0.1], 12.0, 8)
+    assert "p99 up to 12.0x p50" in note and "load average" not in note
 
 
 def test_bench_rejects_unknown_names(capsys):
@@ -25,12 +35,51 @@ def test_bench_rejects_unknown_names(capsys):
     assert "unknown op or workload: sgd" in capsys.readouterr().err
 
 
-def test_bench_plot(tmp_path):
+def _fake_measure(calls):
+    def measure(op, dtype, shapes, budget=0.4, numpy=True):
+        calls.append((op, np.dtype(dtype).name, tuple(shapes)))
+        return {"elements": 1000, "fastopt": 1e-6, "fastopt_p99": 2e-6,
+                "numpy": 5e-6, "probe": 8e-7}
+    return measure
+
+
+def test_bench_plot(tmp_path, monkeypatch):
+    """Every op x dtype is drawn (small multiples), the probe labelled as the
+    memory-bandwidth ceiling."""
     pytest.importorskip("matplotlib")
+    calls, labels = [], []
+    monkeypatch.setattr(_bench, "measure", _fake_measure(calls))
+    real = _bench._plot
+
+    def spy(plt, *a, **kw):
+        orig = plt.Axes.plot
+
+        def plot(self, *pa, **pkw):
+            labels.append(pkw.get("label"))
+            return orig(self, *pa, **pkw)
+        monkeypatch.setattr(plt.Axes, "plot", plot)
+        return real(plt, *a, **kw)
+    monkeypatch.setattr(_bench, "_plot", spy)
     out = tmp_path / "t.png"
-    assert _bench.main(["--ops", "adagrad", "--workloads", "1x1e3", "--budget", "0.01",
-                        "--plot", str(out), "--plot-sizes", "1000,20000"]) == 0
+    assert _bench.main(["--ops", "momentum,adagrad,adam", "--workloads", "1x1e3",
+                        "--budget", "0.01", "--plot", str(out),
+                        "--plot-sizes", "1000,20000"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    drawn = {(op, dt) for op, dt, shapes in calls if shapes == ((20000,),)}
+    assert drawn == {(op, dt) for op in ("momentum", "adagrad", "adam")
+                     for dt in ("float32", "float64")}
+    assert labels.count("memory-bandwidth ceiling") == 6
+    assert "probe" not in labels
+
+
+def test_bench_plot_needs_matplotlib_before_measuring(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(_bench, "measure", _fake_measure(calls))
+    monkeypatch.setattr(_bench, "_pyplot", lambda: None)
+    assert _bench.main(["--ops", "momentum", "--workloads", "1x1e3",
+                        "--plot", "x.png"]) == 2
+    assert calls == []
+    assert "--plot needs matplotlib" in capsys.readouterr().err
 
 
 def test_dispatcher(capsys):

@@ -14,6 +14,7 @@ either order of events where the order is not forced.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import threading
 import time
@@ -61,19 +62,28 @@ class Worker(threading.Thread):
         self.fn, self.calls = fn, calls
         self.ok, self.errors = 0, []
         self.started = threading.Event()
-        self.inside = False
 
     def run(self):
         for _ in range(self.calls):
             self.started.set()
-            self.inside = True
             try:
                 self.fn()
                 self.ok += 1
             except (TypeError, ValueError) as exc:
                 self.errors.append(exc)
-            finally:
-                self.inside = False
+
+
+_PKG = os.path.dirname(fastopt.__file__) + os.sep
+
+
+def in_call(worker) -> bool:
+    """Whether the worker is inside a fastopt call right now, read from its
+    innermost Python frame (the C work has no frame of its own: the frame
+    that called it stays on top). Exact while this thread holds the GIL,
+    unlike a flag the worker sets around the call, which a GIL hand-off on a
+    loaded machine can leave stale for a moment after the call returned."""
+    frame = sys._current_frames().get(worker.ident)
+    return frame is not None and frame.f_code.co_filename.startswith(_PKG)
 
 
 def hammer(worker, action, undo=None):
@@ -85,7 +95,7 @@ def hammer(worker, action, undo=None):
     worker.started.wait()
     tries = done_inside = 0
     while worker.is_alive():
-        inside = worker.inside       # the GIL is held from here to the action
+        inside = in_call(worker)     # the GIL is held from here to the action
         try:
             action()
             done_inside += inside
@@ -104,7 +114,7 @@ def test_resize_with_refcheck_is_refused_during_calls():
     x, g, v = arrays()
     x0, g0, v0 = x.copy(), g.copy(), v.copy()
     w = Worker(lambda: fastopt.momentum(x, g, v, **KW), 4)
-    tries, resized = hammer(w, lambda: w.inside and x.resize(N // 2))
+    tries, resized = hammer(w, lambda: in_call(w) and x.resize(N // 2))
     assert tries > 0 and resized == 0          # referenced by the call: never resized
     assert w.errors == [] and w.ok == 4 and x.shape == (N,)
     rx, rv = replay(x0, g0, v0, 4)
@@ -116,7 +126,7 @@ def test_resize_of_a_listed_array_whose_name_was_dropped():
     xs, gs, vs = ([a] for a in arrays())
     keep = [a.copy() for a in (xs[0], gs[0], vs[0])]
     w = Worker(lambda: fastopt.momentum(xs, gs, vs, **KW), 6)
-    tries, resized = hammer(w, lambda: w.inside and xs[0].resize(2 * N, refcheck=True))
+    tries, resized = hammer(w, lambda: in_call(w) and xs[0].resize(2 * N, refcheck=True))
     assert tries > 0 and resized == 0 and w.ok == 6
     np.testing.assert_array_equal(xs[0], replay(*keep, 6)[0])
 

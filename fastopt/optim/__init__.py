@@ -1,8 +1,11 @@
-"""Stateful optimizers over fastopt's kernels: Momentum, Adagrad, Adam.
+"""Stateful optimizers over fastopt's kernels: Momentum, Adagrad, Adam (ONNX
+forms), AdamW and AdamTorch (torch.optim's AdamW and Adam).
 
 An optimizer owns the state tensors (V, H) of a list of NumPy parameters and
-the update count T, and turns ``step(grads)`` into one fastopt C call per
-parameter group::
+the update count T, and turns ``step(grads)`` into ONE fastopt C call over
+every parameter group (unscale, non-finite skip and global-norm clipping
+fused in: ``step(grads, grad_scale=..., skip_if_nonfinite=...,
+max_grad_norm=...)``; the norm measured is ``opt.last_grad_norm``)::
 
     import fastopt.optim
     opt = fastopt.optim.Adam(params, lr=1e-3)
@@ -34,7 +37,8 @@ from __future__ import annotations
 
 from .adagrad import Adagrad
 from .adam import Adam
+from .adamw import AdamTorch, AdamW
 from .checkpoint import CheckpointError
 from .momentum import Momentum
 
-__all__ = ["Momentum", "Adagrad", "Adam", "CheckpointError"]
+__all__ = ["Momentum", "Adagrad", "Adam", "AdamW", "AdamTorch", "CheckpointError"]

@@ -1,22 +1,24 @@
 """The optimizer base class: parameter groups, state, one step.
 
-``_Optimizer`` holds what Momentum, Adagrad and Adam share: it checks the
-parameter groups and hyperparameters (:mod:`._groups`, :mod:`._checks`),
-owns the state arrays, and turns ``step(grads)`` into one fastopt kernel
-call per group after checking every gradient (:mod:`._grads`). Checkpoints
-are in :mod:`.checkpoint`. A subclass names its kernel, its states, its
-first T and its hyperparameter checkers, and maps a checked group to the
-kernel's keyword arguments.
+``_Optimizer`` holds what every optimizer shares: it checks the parameter
+groups and hyperparameters (:mod:`._groups`, :mod:`._checks`), owns the
+state arrays, and turns ``step(grads)`` into ONE C call over every group
+(:mod:`._fused`: per-group hyperparameters in the work list, unscale /
+non-finite skip / global-norm clip fused in, everything checked before
+anything is written); only a group with AGC clipping (Momentum) still runs
+one kernel call per group. Checkpoints are in :mod:`.checkpoint`. A
+subclass names its kernel, its states, its first T and its hyperparameter
+checkers, maps a checked group to the kernel's keyword arguments
+(``_kwargs``) and those to the fused step's group (``_group_tuple``).
 """
 from __future__ import annotations
 
 from typing import Callable, Optional
 
-import numpy as np
-
+from .. import _step
 from .. import _validation as _v
-from . import _grads, checkpoint
-from ._checks import all_finite, as_bool, positive
+from . import _fused, _grads, checkpoint
+from ._checks import as_bool
 from ._checks import schedule as _schedule
 from ._groups import allocate, make_groups
 
@@ -54,6 +56,11 @@ class _Optimizer:
         self._cache: dict = {}
         self._KEYS = tuple(self._HYPER) + ("schedule",)
         self._step_name = f + ".step"
+        self._flat = None          # the work list (see _fused.flat)
+        self._plan_all = None      # the prepared step with every gradient given
+        self._opts_cache = None
+        self.last_grad_norm: float = float("nan")
+        self.last_step_info = None
 
     # ------------------------------------------------------------- setup
 
@@ -165,36 +172,6 @@ class _Optimizer:
         kw["t"] = self._steps + self._T0
         return kw
 
-    def _prepare(self, f, grads, grad_scale, skip_if_nonfinite):
-        """(per-group gradients, whether fully checked), or None to skip the step."""
-        for gi, (group, ps) in enumerate(zip(self.param_groups, self._param_tuples)):
-            if group["params"] is not ps:
-                raise ValueError(f"{f}: param_groups[{gi}]['params'] was replaced; the "
-                                 f"parameters are fixed when the optimizer is built")
-        per = _grads.split(self, f, grads)
-        checked = False
-        if grad_scale is not None:
-            scale = positive(f, "grad_scale", grad_scale)
-            _grads.check_grads(self, f, per)  # the scaled copies cannot overlap anything
-            checked = True
-            if scale != 1.0:
-                with np.errstate(all="ignore"):  # as the C kernels: inf/nan, no warning
-                    per = _grads.scaled(self, per, scale)
-        if skip_if_nonfinite:
-            if not checked:
-                _grads.check_grads(self, f, per)  # only read here
-            with np.errstate(over="ignore", invalid="ignore"):
-                finite = all(all_finite(g) for gg in per for g in gg if g is not None)
-            if not finite:
-                return None
-        if not checked and sum(any(g is not None for g in gg) for gg in per) > 1:
-            # several kernel calls: one must not fail after another has written,
-            # nor read a gradient that an earlier one has written
-            _grads.check_grads(self, f, per)
-            per = _grads.check_overlaps(self, f, per)
-            checked = True
-        return per, checked
-
     def _calls(self, f, per):
         """(kernel calls as (xs, gs, states, kwargs), the lr of every group)."""
         calls = []
@@ -218,8 +195,19 @@ class _Optimizer:
             calls.append((xs, gs, sts, kw))
         return calls, lrs
 
-    def step(self, grads, *, grad_scale=None, skip_if_nonfinite: bool = False) -> bool:
+    def _group_tuple(self, kw) -> tuple | None:
+        """The fused step's group (fastopt._step.group_tuple) for one group's
+        kernel arguments, or None if the group cannot be fused."""
+        return None
+
+    def step(self, grads, *, grad_scale=None, skip_if_nonfinite: bool = False,
+             max_grad_norm=None, norm_type=2.0, clip_convention: str = "torch") -> bool:
         """Apply one update to every parameter that has a gradient.
+
+        The whole step is one C call over every parameter group: unscale,
+        non-finite check, global norm and clip, then each group's update
+        with its own hyperparameters; everything is checked before anything
+        is written.
 
         Parameters
         ----------
@@ -229,30 +217,87 @@ class _Optimizer:
             parameter's dtype, broadcastable to its shape, and is only read;
             ``None`` leaves that parameter and its state untouched this step.
         grad_scale : float, optional
-            Divide every gradient by this (> 0) before the update, in the
-            gradient's dtype (undoing a loss scale). The gradients passed in
-            are not modified.
+            Divide every gradient by this (> 0) first, in the gradient's
+            dtype (undoing a loss scale). The gradients passed in are not
+            modified.
         skip_if_nonfinite : bool, default False
-            First check that every (scaled) gradient is finite; if any value
-            is NaN or +-Inf, skip the step: no parameter or state changes,
-            the step count does not advance and the schedule is not called.
+            If any (unscaled) gradient value is NaN or +-Inf, skip the step:
+            no parameter or state changes, the step count does not advance
+            and the schedule is not called.
+        max_grad_norm : float, optional
+            Clip by the global norm of every gradient of the step (all
+            groups) to at most this (> 0; inf measures without clipping).
+        norm_type : float, default 2.0
+            2.0 or math.inf: the norm measured and clipped.
+        clip_convention : {"torch", "optax"}, default "torch"
+            torch's ``clip_grad_norm_`` (multiply by ``min(1, max_grad_norm
+            / (norm + 1e-6))``) or optax's ``clip_by_global_norm``.
 
         Returns
         -------
         bool
-            True if the step was applied, False if it was skipped.
+            True if the step was applied, False if it was skipped. The
+            global norm it measured (before clipping) is
+            :attr:`last_grad_norm` (NaN when the step neither checks nor
+            clips: pass ``max_grad_norm=math.inf`` to measure only);
+            :attr:`last_step_info` holds the :class:`fastopt.StepInfo`.
 
         Raises
         ------
         TypeError, ValueError
-            On bad gradients or hyperparameters (including a bad value from a
-            schedule); nothing is modified then.
+            On bad gradients, options or hyperparameters (including a bad
+            value from a schedule, a parameter made read-only); nothing is
+            modified then and the step count does not advance.
         """
         f = self._step_name
-        prepared = self._prepare(f, grads, grad_scale, skip_if_nonfinite)
-        if prepared is None:
+        o = _fused.options(self, f, grad_scale, skip_if_nonfinite, max_grad_norm,
+                           norm_type, clip_convention)
+        for gi, (group, ps) in enumerate(zip(self.param_groups, self._param_tuples)):
+            if group["params"] is not ps:
+                raise ValueError(f"{f}: param_groups[{gi}]['params'] was replaced; the "
+                                 f"parameters are fixed when the optimizer is built")
+        per = _grads.split(self, f, grads)
+        given = float("nan")
+        if o.check_finite and any(g["schedule"] is not None for g in self.param_groups):
+            pre = _fused.precheck(self, per, o)   # skip before the schedule is consulted
+            if pre is not None:
+                if not pre[1]:
+                    self.last_grad_norm = pre[0]
+                    self.last_step_info = _step.StepInfo(False, pre[0], False)
+                    return False
+                given, o = pre[0], o._replace(check_finite=False)
+        kws = [self._group_kwargs(f, group, gi)
+               for gi, group in enumerate(self.param_groups)]
+        groups = [self._group_tuple(kw) for kw in kws]
+        if None in groups:                   # a group that cannot be fused (AGC)
+            return self._step_groups(f, per, o)
+        info = _fused.run(self, f, per, groups, o, given)
+        self.last_grad_norm = info.norm
+        self.last_step_info = info
+        if not info.applied:
             return False
-        per, checked = prepared
+        self._steps += 1
+        self.last_lr = [kw["lr"] for kw in kws]
+        return True
+
+    def _step_groups(self, f, per, o) -> bool:
+        """A step with one kernel call per group (AGC has no fused form): the
+        gradient half of the step first, on scratch copies."""
+        if o != _step.Options():
+            info, per = _fused.pre_clip(self, f, per, o)
+            self.last_grad_norm = info.norm
+            self.last_step_info = info
+            if not info.applied:
+                return False
+            checked = True
+        else:
+            checked = False
+            if sum(any(g is not None for g in gg) for gg in per) > 1:
+                # several kernel calls: one must not fail after another has
+                # written, nor read a gradient an earlier one has written
+                _grads.check_grads(self, f, per)
+                per = _grads.check_overlaps(self, f, per)
+                checked = True
         calls, lrs = self._calls(f, per)
         kernel = type(self)._KERNEL
         for xs, gs, sts, kw in calls:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import _ops
+from .. import _step
 from . import _checks as _c
 from ._base import _Optimizer
 
@@ -56,3 +57,8 @@ class Adagrad(_Optimizer):
                     epsilon=float(group["epsilon"]),
                     norm_coefficient=float(group["norm_coefficient"]),
                     n_threads=self.n_threads)
+
+    def _group_tuple(self, kw):
+        return _step.group_tuple(_step.RULES["adagrad"], t=kw["t"], lr=kw["lr"],
+                                 lr_decay=kw["decay_factor"], eps=kw["epsilon"],
+                                 decay=kw["norm_coefficient"])

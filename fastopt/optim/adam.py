@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import _ops
+from .. import _step
 from . import _checks as _c
 from ._base import _Optimizer
 
@@ -57,3 +58,9 @@ class Adam(_Optimizer):
                     norm_coefficient=float(group["norm_coefficient"]),
                     norm_coefficient_post=float(group["norm_coefficient_post"]),
                     n_threads=self.n_threads)
+
+    def _group_tuple(self, kw):
+        return _step.group_tuple(_step.RULES["adam"], t=kw["t"], lr=kw["lr"],
+                                 alpha=kw["alpha"], beta=kw["beta"], eps=kw["epsilon"],
+                                 decay=kw["norm_coefficient"],
+                                 decay_post=kw["norm_coefficient_post"])

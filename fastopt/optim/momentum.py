@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import _ops
+from .. import _step
 from . import _checks as _c
 from ._base import _Optimizer
 
@@ -91,6 +92,14 @@ class Momentum(_Optimizer):
             kw.update(clipping=c, clip_eps=float(group["clip_eps"]),
                       layout=group["clip_layout"])
         return kw
+
+    def _group_tuple(self, kw):
+        if "clipping" in kw:          # AGC: one kernel call per group
+            return None
+        return _step.group_tuple(_step.RULES["momentum"], t=kw["t"], lr=kw["lr"],
+                                 alpha=kw["alpha"], beta=kw["beta"],
+                                 decay=kw["norm_coefficient"],
+                                 flags=_step.NESTEROV if kw["mode"] == "nesterov" else 0)
 
     def _select(self, kw, sel):
         c = kw.get("clipping")

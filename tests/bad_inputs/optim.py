@@ -2,6 +2,8 @@
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from bad_inputs.builders import F32, F64, Case, arr, ro
@@ -96,6 +98,21 @@ OPTIM_CASES = [
     Case("optim.Momentum.step", "grad_scale = 0",
          opt_call("Momentum", "step", lambda: [arr(), arr((2, 3), F64)], grad_scale=0.0),
          ValueError, OP + "Momentum.step: grad_scale must be > 0.0, got 0.0"),
+    Case("optim.Momentum.step", "grad_scale = nan",
+         opt_call("Momentum", "step", lambda: [arr(), arr((2, 3), F64)], grad_scale=math.nan),
+         ValueError, OP + "Momentum.step: grad_scale must be finite, got nan"),
+    Case("optim.Momentum.step", "max_grad_norm = 0",
+         opt_call("Momentum", "step", lambda: [arr(), arr((2, 3), F64)], max_grad_norm=0.0),
+         ValueError, OP + "Momentum.step: max_grad_norm must be > 0 (inf: no clipping), "
+                          "got 0.0"),
+    Case("optim.AdamW.step", "max_grad_norm = nan",
+         opt_call("AdamW", "step", lambda: [arr(), arr((2, 3), F64)], max_grad_norm=math.nan),
+         ValueError, OP + "AdamW.step: max_grad_norm must be > 0 (inf: no clipping), "
+                          "got nan"),
+    Case("optim.AdamW.step", "norm_type = 1",
+         opt_call("AdamW", "step", lambda: [arr(), arr((2, 3), F64)], max_grad_norm=1.0,
+                  norm_type=1),
+         ValueError, OP + "AdamW.step: norm_type must be 2.0 or math.inf, got 1"),
     Case("optim.Momentum.load_state_dict", "another optimizer's state",
          opt_call("Momentum", "load_state_dict", other_state_dict), CheckpointError,
          OP + "Momentum.load_state_dict: the checkpoint was saved by fastopt.optim.Adam, "

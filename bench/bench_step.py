@@ -1,0 +1,238 @@
+"""The whole optimizer step (issue 13), ResNet-50 shapes, float32.
+
+One step = unscale (loss scale 1024) + non-finite check + clip by the global
+norm at 1.0 + the update (SGD momentum 0.9 with weight decay 1e-4, or AdamW).
+Implementations, timed in one run so the ratios mean something:
+
+    fastopt.optim   the optimizer object's step(grads, grad_scale=...,
+                    skip_if_nonfinite=True, max_grad_norm=1.0): one C call
+    fastopt.fn      the functional fastopt.sgd_torch / fastopt.adamw with the
+                    same options (one C call, no optimizer object)
+    torch           torch's sequence: _amp_foreach_non_finite_check_and_unscale_,
+                    clip_grad_norm_(foreach=True), SGD/AdamW(fused=True).step()
+    numpy           the formula in NumPy, in place, tensor by tensor
+    plain kernel    the bare update on the same tensors (fastopt.momentum /
+                    fastopt.adamw without unscale, check or clip)
+    ceiling         fastopt's C bandwidth probe moving the bytes of the update,
+                    scaled by (update bytes + one read of g) / update bytes
+
+Then the fixed overhead of opt.step on 1000 tensors of 1e3 elements.
+
+    python bench/bench_step.py                # prints p50 / p99 in ms and ratios
+    python bench/bench_step.py --reps 5       # quicker
+    python bench/bench_step.py --threads 1    # one thread (fastopt and torch)
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import fastopt
+import fastopt.optim as fo_optim
+from fastopt._cli.workloads import resnet50_shapes
+
+SCALE = 1024.0
+MAX_NORM = 1.0
+SGD = {"lr": 0.01, "momentum": 0.9, "weight_decay": 1e-4}
+ADAMW = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
+
+
+def _tensors(shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+    gs = [rng.standard_normal(s, dtype=np.float32) * np.float32(SCALE * 1e-2) for s in shapes]
+    return xs, gs
+
+
+def _time(fn, reps):
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    ts.sort()
+    return statistics.median(ts), ts[min(len(ts) - 1, math.ceil(0.99 * len(ts)) - 1)]
+
+
+# ---- implementations ---------------------------------------------------------------
+
+def fastopt_optim(rule, xs, gs):
+    if rule == "sgd":
+        opt = fo_optim.Momentum(xs, lr=SGD["lr"], alpha=SGD["momentum"],
+                                norm_coefficient=SGD["weight_decay"])
+    else:
+        opt = fo_optim.AdamW(xs, **ADAMW)
+    return lambda: opt.step(gs, grad_scale=SCALE, skip_if_nonfinite=True,
+                            max_grad_norm=MAX_NORM)
+
+
+def fastopt_fn(rule, xs, gs, plain=False):
+    opts = {} if plain else {"grad_scale": SCALE, "skip_if_nonfinite": True,
+                                 "max_grad_norm": MAX_NORM}
+    if rule == "sgd":
+        bufs = [np.zeros_like(x) for x in xs]
+        if plain:
+            return lambda: fastopt.momentum(xs, gs, bufs, lr=SGD["lr"], t=1,
+                                            alpha=SGD["momentum"],
+                                            norm_coefficient=SGD["weight_decay"])
+        return lambda: fastopt.sgd_torch(xs, gs, bufs, step=2, **SGD, **opts)
+    ms = [np.zeros_like(x) for x in xs]
+    vs = [np.zeros_like(x) for x in xs]
+    return lambda: fastopt.adamw(xs, gs, ms, vs, step=3, **ADAMW, **opts)
+
+
+def numpy_step(rule, xs, gs):
+    bufs = [np.zeros_like(x) for x in xs]
+    ms = [np.zeros_like(x) for x in xs]
+    vs = [np.zeros_like(x) for x in xs]
+    lr, b1, b2 = ADAMW["lr"], *ADAMW["betas"]
+
+    def step():
+        us = [g / np.float32(SCALE) for g in gs]
+        if not all(np.isfinite(u).all() for u in us):
+            return False
+        norm = math.sqrt(sum(float(np.dot(u.ravel(), u.ravel())) for u in us))
+        coef = min(1.0, MAX_NORM / (norm + 1e-6))
+        for x, u, b, m, v in zip(xs, us, bufs, ms, vs):
+            u *= np.float32(coef)
+            if rule == "sgd":
+                u += np.float32(SGD["weight_decay"]) * x
+                b *= np.float32(SGD["momentum"])
+                b += u
+                x -= np.float32(SGD["lr"]) * b
+            else:
+                x *= np.float32(1 - lr * ADAMW["weight_decay"])
+                m += np.float32(1 - b1) * (u - m)
+                v *= np.float32(b2)
+                v += np.float32(1 - b2) * u * u
+                x -= np.float32(lr / (1 - b1 ** 3)) * m / (
+                    np.sqrt(v) / np.float32(math.sqrt(1 - b2 ** 3)) + np.float32(1e-8))
+        return True
+    return step
+
+
+def torch_step(rule, xs, gs):
+    import torch
+    params = [torch.from_numpy(x) for x in xs]
+    grads = [torch.from_numpy(g) for g in gs]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    if rule == "sgd":
+        opt = torch.optim.SGD(params, fused=True, **SGD)
+    else:
+        opt = torch.optim.AdamW(params, fused=True, **ADAMW)
+    found = torch.zeros(1)
+    inv = torch.full((1,), 1.0 / SCALE)
+
+    def step():
+        for p, g in zip(params, grads):       # fresh scaled grads, as backward gives
+            p.grad.copy_(g)
+        found.zero_()
+        torch._amp_foreach_non_finite_check_and_unscale_([p.grad for p in params],
+                                                         found, inv)
+        if found.item():
+            return False
+        torch.nn.utils.clip_grad_norm_(params, MAX_NORM, foreach=True)
+        opt.step()
+        return True
+    step.copy_only = lambda: [p.grad.copy_(g) for p, g in zip(params, grads)]
+    return step
+
+
+def ceiling_step(rule, xs):
+    """fastopt's bandwidth probe over the update's arrays (3 read, 2 written
+    for SGD; 4 and 3 for AdamW); its time is scaled by the one extra read of
+    the gradients a whole step needs (24/20 and 32/28 bytes per element)."""
+    n = sum(x.size for x in xs)
+    bufs = [np.ones(n, np.float32) for _ in range(3 if rule == "sgd" else 4)]
+    nth = fastopt.get_num_threads()
+    return (lambda: fastopt._ext.probe(bufs, nth)), (24 / 20 if rule == "sgd" else 32 / 28)
+
+
+# ---- the run -------------------------------------------------------------------------
+
+def run(reps: int, out=sys.stdout):
+    shapes = resnet50_shapes()
+    n = sum(math.prod(s) for s in shapes)
+    print(f"ResNet-50: {len(shapes)} tensors, {n:,} float32 values; "
+          f"threads {fastopt.get_num_threads()}; p50 / p99 of {reps} steps (ms)", file=out)
+    rows = []
+    for rule in ("sgd", "adamw"):
+        xs, gs = _tensors(shapes)
+        impls = {"fastopt.optim": fastopt_optim(rule, xs, gs),
+                 "fastopt.fn": fastopt_fn(rule, xs, gs),
+                 "plain kernel": fastopt_fn(rule, xs, gs, plain=True),
+                 "numpy": numpy_step(rule, xs, gs)}
+        try:
+            impls["torch"] = torch_step(rule, [x.copy() for x in xs], gs)
+        except (ImportError, RuntimeError, TypeError, ValueError) as exc:  # no torch / fused CPU path
+            print(f"  torch: unavailable ({exc})", file=out)
+        res = {}
+        ceil, factor = ceiling_step(rule, xs)
+        with np.errstate(all="ignore"):
+            for name, fn in impls.items():
+                res[name] = _time(fn, reps)
+            c50, c99 = _time(ceil, reps)
+            res["ceiling"] = (c50 * factor, c99 * factor)
+            if "torch" in impls:   # torch's time includes copying the grads back
+                copy = _time(impls["torch"].copy_only, reps)[0]
+                res["torch"] = (res["torch"][0] - copy, res["torch"][1] - copy)
+        base = res["plain kernel"][0]
+        for name, (p50, p99) in res.items():
+            rows.append((rule, name, p50, p99, p50 / base))
+            print(f"  {rule:6s} {name:14s} {p50 * 1e3:8.2f} {p99 * 1e3:8.2f}   "
+                  f"{p50 / base:5.2f}x plain  {p50 / res['ceiling'][0]:5.2f}x ceiling  "
+                  f"{p50 / res['fastopt.optim'][0]:5.2f}x fastopt.optim", file=out)
+    # fixed overhead: 1000 tensors of 1e3 values
+    xs, gs = _tensors([(1000,)] * 1000)
+    opt = fo_optim.AdamW(xs, **ADAMW)
+    t_full = _time(lambda: opt.step(gs, grad_scale=SCALE, skip_if_nonfinite=True,
+                                    max_grad_norm=MAX_NORM), reps * 4)[0]
+    ms = [np.zeros_like(x) for x in xs]
+    vs = [np.zeros_like(x) for x in xs]
+    t_fn = _time(lambda: fastopt.adamw(xs, gs, ms, vs, step=3, **ADAMW), reps * 4)[0]
+    small = [np.ones(1, np.float32) for _ in range(1000)]
+    opt1 = fo_optim.AdamW(small, **ADAMW)
+    g1 = [np.ones(1, np.float32) for _ in range(1000)]
+    t_fix = _time(lambda: opt1.step(g1, grad_scale=SCALE, skip_if_nonfinite=True,
+                                    max_grad_norm=MAX_NORM), reps * 4)[0]
+    print(f"  1000 x 1e3 AdamW: opt.step {t_full * 1e6:.0f} us, plain fastopt.adamw "
+          f"{t_fn * 1e6:.0f} us; 1000 x 1 (fixed cost): opt.step {t_fix * 1e6:.0f} us "
+          f"= {t_fix * 1e9 / 1000:.0f} ns per tensor", file=out)
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="fastopt's and torch's thread count (default: fastopt's)")
+    args = ap.parse_args(argv)
+    if args.threads is None:
+        run(args.reps)
+        return
+    try:
+        import torch
+        torch.set_num_threads(args.threads)
+    except ImportError:
+        pass
+    with fastopt.set_num_threads(args.threads):
+        run(args.reps)
+
+
+def test_bench_step_smoke():
+    """pytest bench/ --benchmark-disable runs this: the script works."""
+    import io
+    buf = io.StringIO()
+    run(1, out=buf)
+    assert "fastopt.optim" in buf.getvalue()
+
+
+if __name__ == "__main__":
+    main()

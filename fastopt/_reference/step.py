@@ -1,0 +1,290 @@
+"""Plain NumPy evaluation of the whole optimizer step (issue 13).
+
+The order inside one step (``docs/semantics.md``)::
+
+    u = g / grad_scale                  unscale, in the gradient's dtype
+    finite = all(isfinite(u))           skip the whole step if asked and not
+    norm  = global norm of every u      2 or inf, accumulated in double
+    u = u * coef  (torch)               clip by the global norm, or
+    u = (u / norm) * max_norm (optax)
+    u = clip(u, -clip_value, clip_value)
+    u = -u                              maximize
+    the update rule with u as the gradient (weight decay inside the rule)
+
+Every function evaluates in the dtype of its arrays (float64 is the exact
+formula; float32 is the same expression in float32 with the scalar
+coefficients derived in double and rounded once), in the very order the C
+step driver (src_c/step.c) uses, so the two agree bit for bit. The global
+norm, too, is summed in the driver's fixed order (:func:`global_norm`).
+Nothing here modifies its arguments.
+
+The rules that are not ONNX follow torch 2.13's single-tensor code
+(``torch.optim.SGD``, ``Adagrad``, ``Adam``, ``AdamW`` with the CPU default
+``foreach=False``) operation by operation; torch evaluates some of these
+operations with a fused multiply-add in its vector loops, so fastopt agrees
+with torch to an ulp or so, not bit for bit.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .ops import adagrad as _onnx_adagrad
+from .ops import adam as _onnx_adam
+from .ops import momentum as _onnx_momentum
+
+#: Elements of a block of the norm reduction (each block is summed alone).
+BLOCK = 4096
+#: Independent double accumulators inside a block (element i -> lane i % LANES).
+LANES = 32
+#: torch's clip_grad_norm_ adds this to the norm before dividing.
+TORCH_CLIP_EPS = 1e-6
+
+def _quiet(fn):
+    """Evaluate with NumPy's floating-point warnings off: NaN and Inf are
+    values the step handles, not errors."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+RULES = ("momentum", "adagrad", "adam", "sgd_torch", "adagrad_torch",
+         "adam_torch", "adamw_torch")
+
+
+def _c(a):
+    """The scalar type of array a (rounding of a double coefficient)."""
+    return a.dtype.type
+
+
+@_quiet
+def unscale(g, grad_scale=1.0):
+    """``g / grad_scale`` in g's dtype (a scale of 1 divides by nothing)."""
+    g = np.asarray(g)
+    return g.copy() if grad_scale == 1.0 else g / _c(g)(grad_scale)
+
+
+@_quiet
+def _block_sumsq(u):
+    """Sum of squares of one block, in double, in the driver's lane order."""
+    a = np.zeros(-(-u.size // LANES) * LANES)
+    a[:u.size] = u
+    a = a.reshape(-1, LANES)
+    lanes = np.add.reduce(a * a, axis=0)          # row after row, in order
+    w = LANES // 2
+    while w >= 1:                                 # the halving tree
+        lanes[:w] += lanes[w:2 * w]
+        w //= 2
+    return float(lanes[0])
+
+
+@_quiet
+def global_norm(grads, *, grad_scale=1.0, norm_type=2.0):
+    """Global norm of the unscaled gradients, exactly as the C driver sums it.
+
+    Returns ``(norm, finite)``: ``norm`` is a Python float (2-norm: the square
+    root of the sum of squares in double over blocks of :data:`BLOCK`
+    elements of each gradient, in tensor then block order; inf-norm: the
+    largest magnitude, NaN if any value is NaN), ``finite`` says whether every
+    unscaled value is finite.
+    """
+    total = 0.0
+    finite = True
+    nan = False
+    for g in grads:
+        u = unscale(np.ravel(g, order="K"), grad_scale)   # memory order
+        finite = finite and bool(np.all(np.isfinite(u)))
+        if norm_type == 2.0:
+            ud = u.astype(np.float64)
+            for b in range(0, u.size, BLOCK):
+                total += _block_sumsq(ud[b:b + BLOCK])
+        elif u.size:
+            nan = nan or bool(np.isnan(u).any())
+            total = max(total, float(np.max(np.abs(u.astype(np.float64)))))
+    if norm_type == 2.0:
+        return math.sqrt(total), finite
+    if norm_type != math.inf:
+        raise ValueError("norm_type must be 2.0 or inf")
+    return (math.nan if nan else total), finite
+
+
+def clip_coefficient(norm, max_norm):
+    """torch's clip_grad_norm_ factor: min(1, max_norm / (norm + 1e-6)),
+    NaN when the norm is NaN."""
+    c = max_norm / (norm + TORCH_CLIP_EPS)
+    return min(c, 1.0)
+
+
+@_quiet
+def transform(g, *, grad_scale=1.0, norm=None, max_norm=None,
+              convention="torch", clip_value=None, maximize=False):
+    """The gradient the update rule sees (g itself is not modified)."""
+    u = unscale(g, grad_scale)
+    c = _c(u)
+    if max_norm is not None:
+        if convention == "torch":
+            coef = clip_coefficient(norm, max_norm)
+            if coef != 1.0:
+                u = u * c(coef)
+        elif not norm < max_norm:                 # optax: NaN norms clip too
+            u = (u / c(norm)) * c(max_norm)
+    if clip_value is not None:
+        u = np.clip(u, c(-clip_value), c(clip_value))
+    return -u if maximize else u
+
+
+# ---- torch-form rules ------------------------------------------------------
+
+@_quiet
+def sgd_torch(x, g, buf, *, lr, momentum=0.0, dampening=0.0, weight_decay=0.0,
+              nesterov=False, first=True):
+    """torch.optim.SGD, one step (g already negated if maximize).
+
+    ``first`` means no momentum buffer yet (torch then copies the gradient).
+    Returns (x_new, buf_new); buf is returned unchanged without momentum.
+    """
+    x = np.array(x)
+    c = _c(x)
+    g = np.asarray(g, dtype=x.dtype)
+    if weight_decay != 0.0:
+        g = g + c(weight_decay) * x
+    if momentum != 0.0:
+        if first:
+            buf = g.copy()
+        else:
+            buf = np.asarray(buf, dtype=x.dtype) * c(momentum) + c(1.0 - dampening) * g
+        g = g + c(momentum) * buf if nesterov else buf
+    return x + c(-lr) * g, (None if buf is None else np.array(buf))
+
+
+@_quiet
+def adagrad_torch(x, g, h, *, lr, step, lr_decay=0.0, weight_decay=0.0,
+                  eps=1e-10):
+    """torch.optim.Adagrad, one step; ``step`` is torch's 1-based count
+    after its increment. Returns (x_new, h_new)."""
+    x = np.array(x)
+    c = _c(x)
+    g = np.asarray(g, dtype=x.dtype)
+    if weight_decay != 0.0:
+        g = g + c(weight_decay) * x
+    clr = lr / (1.0 + (step - 1) * lr_decay)
+    h = np.asarray(h, dtype=x.dtype) + g * g
+    std = np.sqrt(h) + c(eps)
+    return x + (c(-clr) * g) / std, h
+
+
+@_quiet
+def adam_torch(x, g, m, v, vmax=None, *, lr, step, beta1=0.9, beta2=0.999,
+               eps=1e-8, weight_decay=0.0, amsgrad=False, decoupled=False):
+    """torch.optim.Adam (decoupled=False) or AdamW (decoupled=True), one step.
+
+    ``step`` is torch's 1-based count after its increment. Returns
+    (x_new, m_new, v_new, vmax_new); vmax_new is None without amsgrad.
+    """
+    x = np.array(x)
+    c = _c(x)
+    g = np.asarray(g, dtype=x.dtype)
+    if weight_decay != 0.0:
+        if decoupled:
+            x = x * c(1.0 - lr * weight_decay)
+        else:
+            g = g + c(weight_decay) * x
+    m = np.asarray(m, dtype=x.dtype)
+    w = 1.0 - beta1                       # torch's lerp_(grad, 1 - beta1)
+    if abs(w) < 0.5:
+        m = m + c(w) * (g - m)
+    else:
+        m = g - (g - m) * (c(1.0) - c(w))
+    v = np.asarray(v, dtype=x.dtype) * c(beta2) + (c(1.0 - beta2) * g) * g
+    if amsgrad:
+        vmax = np.asarray(vmax, dtype=x.dtype)
+        vmax = np.where(vmax > v, vmax, v)
+        d = vmax
+    else:
+        vmax, d = None, v
+    bc2_sqrt = (1.0 - beta2 ** step) ** 0.5
+    step_size = lr / (1.0 - beta1 ** step)
+    denom = np.sqrt(d) / c(bc2_sqrt) + c(eps)
+    return x + (c(-step_size) * m) / denom, m, v, vmax
+
+
+# ---- the whole step ----------------------------------------------------------
+
+@_quiet
+def rule_update(rule, x, u, states, hp):
+    """Apply one rule to one tensor with the transformed gradient u.
+
+    ``states`` is a tuple (s1, s2, s3); ``hp`` a dict of the group's
+    hyperparameters with the C struct's names (lr, alpha, beta, eps, decay,
+    decay_post, lr_decay, t, nesterov, amsgrad). Returns (x_new, states_new).
+    """
+    s1, s2, s3 = (tuple(states) + (None, None, None))[:3]
+    dt = x.dtype
+    if rule == "momentum":
+        xn, vn = _onnx_momentum(x, u, s1, lr=hp["lr"], t=hp["t"], alpha=hp["alpha"],
+                                beta=hp["beta"], norm_coefficient=hp["decay"],
+                                mode="nesterov" if hp.get("nesterov") else "standard",
+                                dtype=dt)
+        return xn, (vn, s2, s3)
+    if rule == "adagrad":
+        xn, hn = _onnx_adagrad(x, u, s1, lr=hp["lr"], t=hp["t"],
+                               decay_factor=hp["lr_decay"], epsilon=hp["eps"],
+                               norm_coefficient=hp["decay"], dtype=dt)
+        return xn, (hn, s2, s3)
+    if rule == "adam":
+        xn, vn, hn = _onnx_adam(x, u, s1, s2, lr=hp["lr"], t=hp["t"], alpha=hp["alpha"],
+                                beta=hp["beta"], epsilon=hp["eps"],
+                                norm_coefficient=hp["decay"],
+                                norm_coefficient_post=hp["decay_post"], dtype=dt)
+        return xn, (vn, hn, s3)
+    if rule == "sgd_torch":
+        xn, b = sgd_torch(x, u, s1, lr=hp["lr"], momentum=hp["alpha"],
+                          dampening=hp["beta"], weight_decay=hp["decay"],
+                          nesterov=bool(hp.get("nesterov")), first=hp["t"] == 0)
+        return xn, (b, s2, s3)
+    if rule == "adagrad_torch":
+        xn, hn = adagrad_torch(x, u, s1, lr=hp["lr"], step=hp["t"],
+                               lr_decay=hp["lr_decay"], weight_decay=hp["decay"],
+                               eps=hp["eps"])
+        return xn, (hn, s2, s3)
+    if rule in ("adam_torch", "adamw_torch"):
+        xn, m, v, vm = adam_torch(x, u, s1, s2, s3, lr=hp["lr"], step=hp["t"],
+                                  beta1=hp["alpha"], beta2=hp["beta"], eps=hp["eps"],
+                                  weight_decay=hp["decay"],
+                                  amsgrad=bool(hp.get("amsgrad")),
+                                  decoupled=rule == "adamw_torch")
+        return xn, (m, v, vm if vm is not None else s3)
+    raise ValueError(f"unknown rule {rule!r}")
+
+
+@_quiet
+def step(xs, gs, states, groups, index, *, grad_scale=1.0, check_finite=False,
+         max_norm=None, norm_type=2.0, convention="torch", clip_value=None):
+    """The whole step over every tensor, as fo_step computes it.
+
+    xs, gs: lists of arrays; states[k]: tuple (s1, s2, s3) of tensor k;
+    groups: list of dicts (``rule`` plus the hyperparameters of
+    :func:`rule_update`, ``maximize``); index[k]: tensor k's group.
+    Returns (applied, norm, xs_new, states_new); when the step is skipped
+    (check_finite and some unscaled gradient is not finite), xs_new and
+    states_new are copies of the inputs.
+    """
+    norm, finite = global_norm(gs, grad_scale=grad_scale, norm_type=norm_type)
+    if check_finite and not finite:
+        return (False, norm, [np.array(x) for x in xs],
+                [tuple(None if s is None else np.array(s) for s in st) for st in states])
+    xs_new, st_new = [], []
+    for x, g, st, k in zip(xs, gs, states, index):
+        hp = groups[k]
+        u = transform(np.asarray(g, dtype=np.asarray(x).dtype), grad_scale=grad_scale,
+                      norm=norm, max_norm=max_norm, convention=convention,
+                      clip_value=clip_value, maximize=bool(hp.get("maximize")))
+        xn, sn = rule_update(hp["rule"], np.asarray(x), u, st, hp)
+        xs_new.append(xn)
+        st_new.append(sn)
+    return True, norm, xs_new, st_new

@@ -1,0 +1,128 @@
+"""A ctypes harness for the C step driver (src_c/step.c): builds src_c into a
+shared library with the extension's flags and calls fo_step / fo_global_norm
+/ fo_clip_grads on NumPy arrays. Used by tests/test_step_c.py until the
+driver is wired into the extension, and kept as a second, Python-free
+route to the C afterwards."""
+import ctypes as ct
+import math
+import os
+import shutil
+import subprocess
+
+import numpy as np
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src_c")
+CFLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
+
+RULES = {"momentum": 0, "adagrad": 1, "adam": 2, "sgd_torch": 3,
+         "adagrad_torch": 4, "adam_torch": 5, "adamw_torch": 6}
+NESTEROV, AMSGRAD, MAXIMIZE = 1, 2, 4
+CLIPS = {None: 0, "torch": 1, "optax": 2}
+
+
+class Group(ct.Structure):
+    _fields_ = [("rule", ct.c_int32), ("flags", ct.c_int32), ("t", ct.c_int64),
+                ("lr", ct.c_double), ("alpha", ct.c_double), ("beta", ct.c_double),
+                ("eps", ct.c_double), ("decay", ct.c_double),
+                ("decay_post", ct.c_double), ("lr_decay", ct.c_double)]
+
+
+class Tensor(ct.Structure):
+    _fields_ = [("x", ct.c_void_p), ("g", ct.c_void_p), ("s1", ct.c_void_p),
+                ("s2", ct.c_void_p), ("s3", ct.c_void_p), ("n", ct.c_int64),
+                ("dtype", ct.c_int32), ("group", ct.c_int32)]
+
+
+class Opts(ct.Structure):
+    _fields_ = [("grad_scale", ct.c_double), ("max_norm", ct.c_double),
+                ("clip_value", ct.c_double), ("clip", ct.c_int32),
+                ("norm_type", ct.c_int32), ("check_finite", ct.c_int32),
+                ("measure", ct.c_int32), ("norm", ct.c_double)]
+
+
+class Result(ct.Structure):
+    _fields_ = [("norm", ct.c_double), ("finite", ct.c_int32), ("applied", ct.c_int32)]
+
+
+def build(outdir):
+    """Compile fastopt.c + step.c into outdir; return the loaded library."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        return None
+    so = os.path.join(outdir, "libfo_step.so")
+    subprocess.run([cc] + CFLAGS + ["-o", so, os.path.join(SRC, "fastopt.c"),
+                                    os.path.join(SRC, "step.c"), "-lm"], check=True)
+    lib = ct.CDLL(so)
+    lib.fo_step.argtypes = [ct.POINTER(Tensor), ct.c_int64, ct.POINTER(Group), ct.c_int64,
+                            ct.POINTER(Opts), ct.POINTER(Result), ct.c_int]
+    lib.fo_global_norm.argtypes = [ct.POINTER(ct.c_void_p), ct.POINTER(ct.c_int64),
+                                   ct.POINTER(ct.c_int32), ct.c_int64, ct.c_double,
+                                   ct.c_int32, ct.POINTER(Result), ct.c_int]
+    lib.fo_clip_grads.argtypes = [ct.POINTER(ct.c_void_p), ct.POINTER(ct.c_int64),
+                                  ct.POINTER(ct.c_int32), ct.c_int64, ct.POINTER(Opts),
+                                  ct.POINTER(Result), ct.c_int]
+    return lib
+
+
+def _ptr(a):
+    return None if a is None else a.ctypes.data
+
+
+def _dt(a):
+    return 0 if a.dtype == np.float32 else 1
+
+
+def group_struct(hp):
+    flags = ((NESTEROV if hp.get("nesterov") else 0) | (AMSGRAD if hp.get("amsgrad") else 0)
+             | (MAXIMIZE if hp.get("maximize") else 0))
+    return Group(RULES[hp["rule"]], flags, hp["t"], hp["lr"], hp.get("alpha", 0.0),
+                 hp.get("beta", 0.0), hp.get("eps", 0.0), hp.get("decay", 0.0),
+                 hp.get("decay_post", 0.0), hp.get("lr_decay", 0.0))
+
+
+def opts_struct(grad_scale=1.0, max_norm=None, convention="torch", clip_value=None,
+                norm_type=2.0, check_finite=False, measure=True, given_norm=None):
+    return Opts(grad_scale, 0.0 if max_norm is None else max_norm,
+                0.0 if clip_value is None else clip_value,
+                CLIPS[None if max_norm is None else convention],
+                0 if norm_type == 2.0 else 1, int(check_finite),
+                int(measure) if given_norm is None else 2,
+                math.nan if given_norm is None else given_norm)
+
+
+def step(lib, xs, gs, states, groups, index, n_threads=1, **opts):
+    """fo_step in place; returns (rc, Result)."""
+    ts = (Tensor * max(len(xs), 1))()
+    for k, (x, g, st, j) in enumerate(zip(xs, gs, states, index)):
+        s = (tuple(st) + (None, None, None))[:3]
+        ts[k] = Tensor(_ptr(x), _ptr(g), _ptr(s[0]), _ptr(s[1]), _ptr(s[2]), x.size,
+                       _dt(x), j)
+    gr = (Group * max(len(groups), 1))(*[group_struct(h) for h in groups])
+    o = opts_struct(**opts)
+    res = Result()
+    rc = lib.fo_step(ts, len(xs), gr, len(groups), ct.byref(o), ct.byref(res), n_threads)
+    return rc, res
+
+
+def _lists(gs):
+    n = max(len(gs), 1)
+    ptrs = (ct.c_void_p * n)(*[g.ctypes.data for g in gs])
+    ns = (ct.c_int64 * n)(*[g.size for g in gs])
+    dts = (ct.c_int32 * n)(*[_dt(g) for g in gs])
+    return ptrs, ns, dts
+
+
+def global_norm(lib, gs, grad_scale=1.0, norm_type=2.0, n_threads=1):
+    ptrs, ns, dts = _lists(gs)
+    res = Result()
+    rc = lib.fo_global_norm(ptrs, ns, dts, len(gs), grad_scale,
+                            0 if norm_type == 2.0 else 1, ct.byref(res), n_threads)
+    return rc, res
+
+
+def clip_grads(lib, gs, n_threads=1, **opts):
+    ptrs, ns, dts = _lists(gs)
+    o = opts_struct(**opts)
+    res = Result()
+    rc = lib.fo_clip_grads(ptrs, ns, dts, len(gs), ct.byref(o), ct.byref(res), n_threads)
+    return rc, res
