@@ -113,7 +113,7 @@ print("growth_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
 
 def test_bomb_peak_rss_stays_small(tmp_path):
     proc = subprocess.run([sys.executable, "-c", BOMB_CHILD.format(here=HERE),
-                           str(tmp_path / "b.npz")],
+                           str(tmp_path / "b.npz")], cwd=tmp_path,  # not the checkout root
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rejected CheckpointError" in proc.stdout

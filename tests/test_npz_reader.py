@@ -140,11 +140,12 @@ print("growth_kib", after - before)
 """
 
 
-def test_bomb_peak_rss_stays_small():
+def test_bomb_peak_rss_stays_small(tmp_path):
     """1 MiB archives holding 1 GiB of deflated zeros, read in a fresh
     process: the peak resident set grows by far less than 1 GiB (the data is
     never decompressed in full nor allocated)."""
-    proc = subprocess.run([sys.executable, "-c", BOMB_CHILD.format(here=HERE)],
+    # cwd: not the checkout's root, whose uncompiled fastopt/ would shadow the installed one
+    proc = subprocess.run([sys.executable, "-c", BOMB_CHILD.format(here=HERE)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()

@@ -176,7 +176,7 @@ class Killer(threading.Thread):
     def __init__(self, directory, deadline, env):
         super().__init__(daemon=True)
         self.path = os.path.join(directory, "child.npz")
-        self.deadline, self.env = deadline, env
+        self.directory, self.deadline, self.env = directory, deadline, env
         self.kills = self.restarts = self.mid_save = 0
         self.resumed_from = []
         self.error = None
@@ -186,7 +186,7 @@ class Killer(threading.Thread):
         try:
             while time.monotonic() < self.deadline:
                 proc = subprocess.Popen([sys.executable, "-c", CHILD, self.path, str(CHILD_N),
-                                         "loop"], stdout=subprocess.PIPE,
+                                         "loop"], stdout=subprocess.PIPE, cwd=self.directory,
                                         stderr=subprocess.PIPE, text=True, env=self.env)
                 line = proc.stdout.readline()
                 if not line.startswith("ready"):
@@ -248,7 +248,8 @@ def test_soak_threads_checkpoints_and_a_killed_child(tmp_path):
     assert killer.kills >= 3, killer.kills
     assert killer.resumed_from == sorted(killer.resumed_from)   # never went back
     proc = subprocess.run([sys.executable, "-c", CHILD, killer.path, str(CHILD_N), "once"],
-                          capture_output=True, text=True, env=env, timeout=120, check=False)
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120,
+                          check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     from fastopt import optim
 
