@@ -15,7 +15,6 @@ under the doctest builder (``python -m sphinx -b doctest docs ...``) in CI.
 The build imports the INSTALLED fastopt (or an in-place build put first on
 PYTHONPATH); nothing here edits sys.path.
 """
-import os
 
 import fastopt
 
@@ -46,23 +45,6 @@ numpydoc_show_class_members = False  # members are listed explicitly in api.md
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
 
-# Pages written alongside other work (threads.md, distributed.md): the index
-# lists them, and until a page exists its entry is dropped instead of failing
-# the -W build.
-OPTIONAL_PAGES = ("threads", "distributed")
-
-
-def _drop_missing_pages(app, docname, source):
-    if docname != root_doc:
-        return
-    for page in OPTIONAL_PAGES:
-        if not os.path.exists(os.path.join(app.srcdir, page + ".md")):
-            source[0] = source[0].replace("\n" + page + "\n", "\n")
-
-
-def setup(app):
-    app.connect("source-read", _drop_missing_pages)
-
 # doctest builder: every page's and docstring's examples start from this.
 # The optional libraries a page compares with are None when not installed, and
 # the examples that need them say `:skipif: torch is None` (CI installs them all).
@@ -79,6 +61,7 @@ def _optional(name):
 torch = _optional("torch")
 optax = _optional("optax")
 sklearn = _optional("sklearn")
+mpi4py = _optional("mpi4py")
 """
 
 html_theme = "alabaster"
