@@ -178,6 +178,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
     def __init__(self, params, defaults, n_threads):
         name = f"fastopt.torch.{type(self).__name__}"
         self.n_threads = _v.check_n_threads(name, n_threads)
+        self.last_step = None
         self._checked(name, defaults, None)
         super().__init__(params, defaults)
 
@@ -203,7 +204,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         """Everything the step needs, checked; nothing written."""
         xs, gs, s1, s2, s3, index, groups = [], [], [], [], [], [], []
         where, names_of, fresh, counted = [], [], [], []
-        keys = {}
+        keys, written = {}, set()
         for gi, group in enumerate(self.param_groups):
             h = self._checked(f, group, gi)
             fields, names = self._group(h)
@@ -224,9 +225,11 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                     groups.append(_step.group_tuple(t=t, **fields))
                 index.append(k)
                 xs.append(p.detach().numpy())
+                written.add(p.untyped_storage().data_ptr())
                 g = p.grad.detach()
-                gs.append((g.resolve_neg() if g.is_neg() else g).numpy())
+                gs.append(g.resolve_neg() if g.is_neg() else g)
                 views = [full[n].detach().numpy() for n in names] + [None] * 3
+                written.update(full[n].untyped_storage().data_ptr() for n in names)
                 s1.append(views[0])
                 s2.append(views[1])
                 s3.append(views[2])
@@ -235,35 +238,65 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 if new:
                     fresh.append((p, new))
                 counted.append(p)
+        # read every gradient before anything is written: one sharing memory
+        # with a parameter or state of the step is copied first
+        gs = [(g.clone() if g.untyped_storage().data_ptr() in written else g).numpy()
+              for g in gs]
         return (xs, gs, (s1, s2, s3), index, groups), where, names_of, fresh, counted
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure=None, *, grad_scale=None, max_grad_norm=None, norm_type=2.0,
+             clip_convention="torch", skip_if_nonfinite=False):
         """One update of every parameter that has a gradient, in one C call.
+
+        Called as torch's ``step(closure)``, this is torch.optim's step. The
+        keyword-only options fuse what a training loop does to the
+        gradients before it (the gradients themselves are never written).
 
         Parameters
         ----------
         closure : callable, optional
             Re-evaluates the model and returns the loss (run with grad
             enabled before the update), as in torch.optim.
+        grad_scale : float, optional
+            Divide every gradient by this (> 0) first (GradScaler's scale).
+        max_grad_norm : float, optional
+            Clip by the global norm of all the step's gradients, as
+            ``torch.nn.utils.clip_grad_norm_(params, max_grad_norm,
+            norm_type)`` before ``step()`` (clip_convention "torch") or
+            ``optax.clip_by_global_norm`` ("optax").
+        norm_type : float, default 2.0
+            2.0 or math.inf.
+        clip_convention : {"torch", "optax"}, default "torch"
+        skip_if_nonfinite : bool, default False
+            If a gradient value is NaN or infinite, write nothing (no
+            parameter, state or count changes).
 
         Returns
         -------
-        The closure's loss, or None.
+        The closure's loss, or None. :attr:`last_step` holds what the step
+        found (``applied``, ``norm``, ``finite``; the norm is NaN when
+        nothing asked for it).
 
         Raises
         ------
         TypeError, ValueError
-            For a bad hyperparameter, parameter, gradient or state; then
-            nothing was written.
+            For a bad option, hyperparameter, parameter, gradient or state;
+            then nothing was written.
         """
+        f = f"fastopt.torch.{type(self).__name__}.step"
+        opts = _NO_OPTIONS
+        if (grad_scale, max_grad_norm, skip_if_nonfinite) != (None, None, False):
+            opts = _step.check_options(f, grad_scale=grad_scale, max_grad_norm=max_grad_norm,
+                                       norm_type=norm_type, clip_convention=clip_convention,
+                                       skip_if_nonfinite=skip_if_nonfinite)
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        f = f"fastopt.torch.{type(self).__name__}.step"
         args, where, names_of, fresh, counted = self._plan(f)
         if not args[0]:
+            self.last_step = _step.StepInfo(True, 0.0, True)
             return loss
 
         def labels():
@@ -273,7 +306,9 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                                     for w, n in zip(where, names_of)]
             return out
 
-        _step.run(f, *args, _NO_OPTIONS, self.n_threads, labels)
+        self.last_step = info = _step.run(f, *args, opts, self.n_threads, labels)
+        if not info.applied:
+            return loss
         for p, new in fresh:
             self.state[p].update(new)
         if self._COUNTS:
