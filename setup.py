@@ -3,7 +3,7 @@
 The C core is compiled with -O3 -fno-math-errno -ffp-contract=off (never
 no fast-math, no native-CPU tuning): -fno-math-errno lets GCC vectorize the
 sqrt of Adagrad/Adam, -ffp-contract=off keeps every ISA path bit-identical
-to a NumPy evaluation of the same expression (SEMANTICS.md section 5).
+to a NumPy evaluation of the same expression (docs/semantics.md).
 
 OpenMP is probed by compiling and linking a tiny parallel program with the
 build's own compiler. Without it the build falls back to a serial extension
@@ -87,23 +87,24 @@ class BuildExt(build_ext):
 
 
 debug = os.environ.get("FASTOPT_DEBUG") == "1"
+
+# The C library, every file once: the update drivers and kernels, AGC, and
+# the bandwidth ceiling probe that `fastopt bench` compares with. They are
+# compiled once, with the flags above, into the one extension fastopt._ext
+# (fastopt/_ext.pyx folds the fast paths of every op; fastopt/_cfastopt.pxd
+# declares src_c/fastopt.h).
+C_SOURCES = ["src_c/fastopt.c", "src_c/agc.c", "src_c/step.c", "src_c/ceiling.c"]
+C_DEPENDS = ["src_c/fastopt.h", "src_c/kernels.inc", "src_c/agc.inc", "src_c/step.inc",
+             "fastopt/_cfastopt.pxd"] + sorted(
+                 os.path.join("fastopt", f) for f in os.listdir("fastopt")
+                 if f.endswith(".pxi"))
+
 extensions = [
     Extension(
-        "fastopt._core",
-        # bench/ceiling.c is the bandwidth probe `python -m fastopt bench`
-        # compares with (the benchmarks compile their own copy of it).
-        sources=["fastopt/_core.pyx", "src_c/fastopt.c", "bench/ceiling.c"],
+        "fastopt._ext",
+        sources=["fastopt/_ext.pyx"] + C_SOURCES,
         include_dirs=["src_c", np.get_include()],
-        depends=["src_c/fastopt.h", "src_c/kernels.inc"],
-        define_macros=[NPY_TARGET, ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    ),
-    # Adaptive gradient clipping (AGC); links its own copy of the core
-    # (fastopt.c) for fo_momentum_f32/f64 and the thread helpers.
-    Extension(
-        "fastopt._agc",
-        sources=["fastopt/_agc.pyx", "src_c/agc.c", "src_c/fastopt.c"],
-        include_dirs=["src_c", np.get_include()],
-        depends=["src_c/fastopt.h", "src_c/kernels.inc", "src_c/agc.inc"],
+        depends=C_DEPENDS,
         define_macros=[NPY_TARGET, ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     ),
 ]

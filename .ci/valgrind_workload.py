@@ -11,7 +11,7 @@ import numpy as np
 import fastopt
 
 F32, F64 = np.float32, np.float64
-serial = fastopt._core.tuning()["serial_bytes"]
+serial = fastopt._ext.tuning()["serial_bytes"]
 
 
 def mk(shape, dt, fill, order="C"):

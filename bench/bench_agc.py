@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import fastopt
-from fastopt._workloads import make_tensors, resnet50_shapes
+from fastopt._cli.workloads import make_tensors, resnet50_shapes
 
 LR, ALPHA, NC = 0.1, 0.9, 5e-5
 CLIP = [0.01] * 159 + [None, None]      # NFNet/timm: no clipping of the classifier
@@ -50,28 +50,44 @@ def numpy_agc_sgd(xs, gs, vs):
         x -= LR * v
 
 
-@pytest.mark.parametrize("impl", ["momentum", "fused", "agc+momentum", "numpy"])
-def test_agc_sgd_resnet50(benchmark, tensors, impl):
+def agc_then_momentum(xs, gs, vs, kw):
+    """(step, setup): agc() clips in place, so every call starts from the
+    fresh gradients, as a training step would (the copy is not timed)."""
+    work = [g.copy() for g in gs]
+
+    def setup():
+        for w, g in zip(work, gs):
+            np.copyto(w, g)
+
+    def step():
+        fastopt.agc(xs, work, clipping=CLIP)
+        fastopt.momentum(xs, work, vs, **kw)
+    return step, setup
+
+
+@pytest.mark.parametrize("impl", ["momentum", pytest.param("fused", marks=pytest.mark.ratios),
+                                  "agc+momentum", "numpy"])
+def test_agc_sgd_resnet50(benchmark, side_by_side, ceiling_probe, tensors, impl):
     xs, gs, vs = tensors
     benchmark.group = "AGC-SGD, ResNet-50 float32 (161 tensors)"
     kw = dict(lr=LR, t=1, alpha=ALPHA, norm_coefficient=NC)
     if impl == "momentum":
         benchmark(fastopt.momentum, xs, gs, vs, **kw)
     elif impl == "fused":
+        # the ratios the target is stated in, timed interleaved (bench/conftest.py)
+        impls = {"fused": (lambda: fastopt.momentum(xs, gs, vs, clipping=CLIP, **kw), None),
+                 "momentum": (lambda: fastopt.momentum(xs, gs, vs, **kw), None),
+                 "agc+momentum": agc_then_momentum(xs, gs, vs, kw),
+                 "numpy": (lambda: numpy_agc_sgd(xs, gs, vs), None)}
+        probe = ceiling_probe(sum(x.size for x in xs), np.float32, 3)
+        if probe is not None:
+            impls["ceiling"] = (probe, None)
+        side_by_side(impls, [("fused", "momentum"), ("agc+momentum", "fused"),
+                             ("numpy", "fused"), ("momentum", "ceiling")],
+                     subject=["fused", "momentum", "agc+momentum"])
         benchmark(fastopt.momentum, xs, gs, vs, clipping=CLIP, **kw)
     elif impl == "numpy":
         benchmark.pedantic(numpy_agc_sgd, args=(xs, gs, vs), rounds=3, iterations=1)
     else:
-        # agc() clips in place; every round starts from the fresh gradients,
-        # as a training step would (the copy is not timed).
-        work = [g.copy() for g in gs]
-
-        def setup():
-            for w, g in zip(work, gs):
-                np.copyto(w, g)
-
-        def step():
-            fastopt.agc(xs, work, clipping=CLIP)
-            fastopt.momentum(xs, work, vs, **kw)
-
+        step, setup = agc_then_momentum(xs, gs, vs, kw)
         benchmark.pedantic(step, setup=setup, rounds=15, iterations=1)

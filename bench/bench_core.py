@@ -4,6 +4,9 @@
     pytest bench/ --benchmark-only                 # measure
     pytest bench/ --benchmark-only -k "momentum and float32"
     pytest bench/ --benchmark-disable              # smoke test (CI)
+    OMP_NUM_THREADS=1 pytest bench/ -m ratios --benchmark-only --benchmark-json=r.json
+        # only the fastopt rows, each timing its rivals side by side
+        # (bench/conftest.py); compare runs with bench/compare.py
 
 Implementations: fastopt; the NumPy formula in place (what a NumPy user
 writes, tensor by tensor); torch.optim with fused=True and foreach=True
@@ -18,7 +21,7 @@ import pytest
 
 import fastopt
 from fastopt import _reference as ref
-from fastopt._workloads import TRAFFIC, WORKLOADS
+from fastopt._cli.workloads import TRAFFIC, WORKLOADS
 
 OPS = ["momentum", "adagrad", "adam"]
 DTYPES = ["float32", "float64"]
@@ -53,7 +56,18 @@ def numpy_step(op, xs, gs, states):
 
 
 def torch_step(op, xs, gs, flavour):
-    torch = pytest.importorskip("torch")
+    step = torch_step_or_reason(op, xs, gs, flavour)
+    if isinstance(step, str):
+        pytest.skip(step)
+    return step
+
+
+def torch_step_or_reason(op, xs, gs, flavour):
+    """torch's step on tensors sharing the arrays, or why there is none."""
+    try:
+        import torch
+    except ImportError:
+        return "torch not installed"
     params = [torch.from_numpy(x) for x in xs]          # shares memory
     for p, g in zip(params, gs):
         p.grad = torch.from_numpy(g)
@@ -71,7 +85,7 @@ def torch_step(op, xs, gs, flavour):
                                    eps=kw["epsilon"], **flag)
         opt.step()                                      # allocate the state
     except (RuntimeError, TypeError, ValueError) as exc:
-        pytest.skip(f"torch {flavour} {op} unavailable on CPU: {exc}")
+        return f"torch {flavour} {op} unavailable on CPU: {exc}"
     return opt.step
 
 
@@ -89,11 +103,27 @@ def ceiling_step(op, shapes, dtype, lib):
     return step
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+def side_by_side_rivals(op, shapes, dt, xs, gs, states, lib):
+    """The fastopt row's rivals, timed interleaved with it (bench/conftest.py):
+    the NumPy formula and torch fused on the same arrays, the ceiling probe.
+    The ratios go into the row's extra_info; see conftest's docstring."""
+    impls = {"fastopt": (fastopt_step(op, xs, gs, states), None),
+             "numpy": (numpy_step(op, xs, gs, states), None)}
+    if lib is not None:
+        impls["ceiling"] = (ceiling_step(op, shapes, dt, lib), None)
+    torch_fused = torch_step_or_reason(op, xs, gs, "fused")
+    if not isinstance(torch_fused, str):
+        impls["torch_fused"] = (torch_fused, None)
+    ratios = [("fastopt", "ceiling"), ("numpy", "fastopt"), ("torch_fused", "fastopt")]
+    return impls, ratios
+
+
+@pytest.mark.parametrize("impl", [pytest.param(i, marks=pytest.mark.ratios)
+                                  if i == "fastopt" else i for i in IMPLS])
 @pytest.mark.parametrize("workload", list(WORKLOADS))
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", OPS)
-def test_update(benchmark, request, op, dtype, workload, impl):
+def test_update(benchmark, request, side_by_side, op, dtype, workload, impl):
     shapes = WORKLOADS[workload]
     dt = np.dtype(dtype).type
     nstates = 2 if op == "adam" else 1
@@ -107,6 +137,9 @@ def test_update(benchmark, request, op, dtype, workload, impl):
         xs, gs, states = tensors(shapes, dt, nstates)
         if impl == "fastopt":
             step = fastopt_step(op, xs, gs, states)
+            side_by_side(*side_by_side_rivals(op, shapes, dt, xs, gs, states,
+                                              request.getfixturevalue("ceiling_lib")),
+                         subject=["fastopt"])
         elif impl == "numpy":
             step = numpy_step(op, xs, gs, states)
         else:

@@ -70,13 +70,40 @@ def setup(op, dtype, workload):
     return model, feeds, arrays, n
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+def side_by_side_impls(op, model, feeds, arrays, n):
+    """All four variants as no-argument callables, for the fastopt-backend
+    row's interleaved timing (bench/conftest.py)."""
+    ref_sess = ReferenceEvaluator(model)
+    sess = ReferenceEvaluator(model, new_ops=fonnx.reference_ops())
+    fn = getattr(fonnx, op.lower())
+    attrs = {k: (v if k == "mode" else float(np.float32(v))) for k, v in ATTRS[op].items()}
+    mine = [a.copy() for a in arrays]
+    xs, gs = mine[:n], mine[n:2 * n]
+    states = [mine[(2 + k) * n:(3 + k) * n] for k in range(len(STATES[op]))]
+    inplace = getattr(fastopt, op.lower())
+    return {
+        "fastopt-backend": (lambda: sess.run(None, feeds), None),
+        "onnx-reference": (lambda: ref_sess.run(None, feeds), None),
+        "fastopt.onnx": (lambda: fn(feeds["R"], feeds["T"], *arrays, **attrs), None),
+        "fastopt-inplace": (lambda: inplace(xs, gs, *states, lr=0.01, t=3, **ATTRS[op]),
+                            None),
+    }
+
+
+@pytest.mark.parametrize("impl", [pytest.param(i, marks=pytest.mark.ratios)
+                                  if i == "fastopt-backend" else i for i in IMPLS])
 @pytest.mark.parametrize("workload", list(WORKLOADS))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("op", ["Momentum", "Adam"])
-def test_onnx_node(benchmark, op, dtype, workload, impl):
+def test_onnx_node(benchmark, side_by_side, op, dtype, workload, impl):
     benchmark.group = f"ONNX {op} node, {np.dtype(dtype).name}, {workload}"
     model, feeds, arrays, n = setup(op, dtype, workload)
+    if impl == "fastopt-backend":
+        side_by_side(side_by_side_impls(op, model, feeds, arrays, n),
+                     [("fastopt-backend", "fastopt-inplace"),
+                      ("fastopt.onnx", "fastopt-inplace"),
+                      ("onnx-reference", "fastopt-backend")],
+                     subject=["fastopt-backend", "fastopt.onnx", "fastopt-inplace"])
     if impl == "onnx-reference":
         sess = ReferenceEvaluator(model)
         out = benchmark(sess.run, None, feeds)

@@ -13,13 +13,14 @@ Implementations, timed in one run so the ratios mean something:
     numpy           the formula in NumPy, in place, tensor by tensor
     plain kernel    the bare update on the same tensors (fastopt.momentum /
                     fastopt.adamw without unscale, check or clip)
-    ceiling         the C bandwidth probe moving the bytes of the update,
+    ceiling         fastopt's C bandwidth probe moving the bytes of the update,
                     scaled by (update bytes + one read of g) / update bytes
 
 Then the fixed overhead of opt.step on 1000 tensors of 1e3 elements.
 
     python bench/bench_step.py                # prints p50 / p99 in ms and ratios
     python bench/bench_step.py --reps 5       # quicker
+    python bench/bench_step.py --threads 1    # one thread (fastopt and torch)
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ import numpy as np
 
 import fastopt
 import fastopt.optim as fo_optim
-from fastopt._workloads import resnet50_shapes
+from fastopt._cli.workloads import resnet50_shapes
 
 SCALE = 1024.0
 MAX_NORM = 1.0
@@ -145,13 +146,13 @@ def torch_step(rule, xs, gs):
 
 
 def ceiling_step(rule, xs):
-    """The bandwidth probe over the update's bytes (fastopt's own probe)."""
+    """fastopt's bandwidth probe over the update's arrays (3 read, 2 written
+    for SGD; 4 and 3 for AdamW); its time is scaled by the one extra read of
+    the gradients a whole step needs (24/20 and 32/28 bytes per element)."""
     n = sum(x.size for x in xs)
-    probe = getattr(fastopt, "_bandwidth", None) or getattr(fastopt._ext, "probe", None)
-    if probe is None:
-        return None
     bufs = [np.ones(n, np.float32) for _ in range(3 if rule == "sgd" else 4)]
-    return lambda: probe(*bufs)
+    nth = fastopt.get_num_threads()
+    return (lambda: fastopt._ext.probe(bufs, nth)), (24 / 20 if rule == "sgd" else 32 / 28)
 
 
 # ---- the run -------------------------------------------------------------------------
@@ -173,9 +174,12 @@ def run(reps: int, out=sys.stdout):
         except (ImportError, RuntimeError, TypeError, ValueError) as exc:  # no torch / fused CPU path
             print(f"  torch: unavailable ({exc})", file=out)
         res = {}
+        ceil, factor = ceiling_step(rule, xs)
         with np.errstate(all="ignore"):
             for name, fn in impls.items():
                 res[name] = _time(fn, reps)
+            c50, c99 = _time(ceil, reps)
+            res["ceiling"] = (c50 * factor, c99 * factor)
             if "torch" in impls:   # torch's time includes copying the grads back
                 copy = _time(impls["torch"].copy_only, reps)[0]
                 res["torch"] = (res["torch"][0] - copy, res["torch"][1] - copy)
@@ -183,8 +187,8 @@ def run(reps: int, out=sys.stdout):
         for name, (p50, p99) in res.items():
             rows.append((rule, name, p50, p99, p50 / base))
             print(f"  {rule:6s} {name:14s} {p50 * 1e3:8.2f} {p99 * 1e3:8.2f}   "
-                  f"{p50 / base:5.2f}x plain   {p50 / res['fastopt.optim'][0]:5.2f}x fastopt",
-                  file=out)
+                  f"{p50 / base:5.2f}x plain  {p50 / res['ceiling'][0]:5.2f}x ceiling  "
+                  f"{p50 / res['fastopt.optim'][0]:5.2f}x fastopt.optim", file=out)
     # fixed overhead: 1000 tensors of 1e3 values
     xs, gs = _tensors([(1000,)] * 1000)
     opt = fo_optim.AdamW(xs, **ADAMW)
@@ -193,16 +197,33 @@ def run(reps: int, out=sys.stdout):
     ms = [np.zeros_like(x) for x in xs]
     vs = [np.zeros_like(x) for x in xs]
     t_fn = _time(lambda: fastopt.adamw(xs, gs, ms, vs, step=3, **ADAMW), reps * 4)[0]
+    small = [np.ones(1, np.float32) for _ in range(1000)]
+    opt1 = fo_optim.AdamW(small, **ADAMW)
+    g1 = [np.ones(1, np.float32) for _ in range(1000)]
+    t_fix = _time(lambda: opt1.step(g1, grad_scale=SCALE, skip_if_nonfinite=True,
+                                    max_grad_norm=MAX_NORM), reps * 4)[0]
     print(f"  1000 x 1e3 AdamW: opt.step {t_full * 1e6:.0f} us, plain fastopt.adamw "
-          f"{t_fn * 1e6:.0f} us", file=out)
+          f"{t_fn * 1e6:.0f} us; 1000 x 1 (fixed cost): opt.step {t_fix * 1e6:.0f} us "
+          f"= {t_fix * 1e9 / 1000:.0f} ns per tensor", file=out)
     return rows
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="fastopt's and torch's thread count (default: fastopt's)")
     args = ap.parse_args(argv)
-    run(args.reps)
+    if args.threads is None:
+        run(args.reps)
+        return
+    try:
+        import torch
+        torch.set_num_threads(args.threads)
+    except ImportError:
+        pass
+    with fastopt.set_num_threads(args.threads):
+        run(args.reps)
 
 
 def test_bench_step_smoke():

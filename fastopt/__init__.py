@@ -10,28 +10,77 @@ exactly as specified, over one tensor or many tensors in one C call:
 plus adaptive gradient clipping (NFNet): :func:`agc`, :func:`unitwise_norm`,
 and fused AGC-SGD through ``momentum(..., clipping=...)``.
 
+The whole training step in one C call (issue 13): the torch-form rules
+:func:`sgd_torch`, :func:`adagrad_torch`, :func:`adam_torch` and :func:`adamw`
+(torch.optim's math) with loss-scale unscaling, a non-finite check and
+clipping by the global norm fused in (``grad_scale=``, ``skip_if_nonfinite=``,
+``max_grad_norm=``); :func:`global_norm` and :func:`clip_grads` on their own.
+
 Thread control: :func:`set_num_threads`, :func:`get_num_threads`;
-build facts: :func:`show_config`.
+build facts: :func:`show_config`. The submodules ``optim``, ``schedules``,
+``onnx`` and ``torch`` load on first use.
 """
 __version__ = "0.1.0"
 
-try:
-    from . import _core  # noqa: F401
-except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError(
-        "fastopt's compiled extension fastopt._core could not be imported "
-        f"({exc}). Build it with `pip install .` from the source checkout "
-        "(or `python setup.py build_ext --inplace` for development); it needs "
-        "a C compiler, Cython>=3 and numpy>=2 at build time."
-    ) from exc
 
-from ._config import config, get_num_threads, set_num_threads, show_config
-from ._updates import adagrad, adam, momentum
-from ._agc_api import agc, unitwise_norm
-from . import onnx, optim, schedules  # noqa: E402  (none imports onnx/torch)
+def _no_extension(exc):
+    """The ImportError for a missing or broken compiled extension, saying
+    what to do (a source checkout has no built extension of its own)."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    what = (f"fastopt's compiled extension fastopt._ext could not be imported "
+            f"({exc}). ")
+    if os.path.exists(os.path.join(root, "setup.py")) and os.path.isdir(
+            os.path.join(root, "src_c")):
+        return ImportError(
+            what + f"This fastopt is the source checkout at {root}, which has no "
+            f"built extension: Python found it first because it runs from that "
+            f"directory (as `python -m fastopt` does there). Either run the "
+            f"installed `fastopt` command (fastopt demo, fastopt bench, ...) or "
+            f"run Python from another directory, to use the installed package; or "
+            f"build the checkout in place: `python setup.py build_ext --inplace` "
+            f"(needs a C compiler, Cython>=3 and numpy>=2).")
+    return ImportError(
+        what + "Reinstall it: `python -m pip install --force-reinstall fastopt`, "
+        "or `python -m pip install .` from a source checkout (needs a C compiler, "
+        "Cython>=3 and numpy>=2 at build time).")
+
+
+try:
+    from . import _ext  # noqa: F401
+except ImportError as _exc:  # pragma: no cover - depends on the install
+    raise _no_extension(_exc) from _exc
+
+from ._buildinfo import config, show_config  # noqa: E402
+from ._ops import adagrad, adam, agc, momentum, unitwise_norm  # noqa: E402
+from ._step import StepInfo  # noqa: E402
+from ._threads import get_num_threads, set_num_threads  # noqa: E402
+from ._torchform import (  # noqa: E402
+    adagrad_torch, adam_torch, adamw, clip_grads, global_norm, sgd_torch,
+)
+
+# Loaded on first attribute access (PEP 562): `import fastopt` stays cheap.
+_LAZY = ("onnx", "optim", "schedules", "torch")
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "momentum", "adagrad", "adam", "agc", "unitwise_norm", "onnx", "optim", "schedules",
+    "adamw", "adam_torch", "sgd_torch", "adagrad_torch", "global_norm", "clip_grads",
+    "StepInfo",
     "set_num_threads", "get_num_threads", "show_config", "config",
     "__version__",
 ]

@@ -26,6 +26,15 @@ cdef int64_t _step_order_m = -1
 cdef int64_t _step_order_n = -1
 
 
+cdef inline bint _step_arr(object o, int type_num, int flags, int order, object like):
+    """o is an array (_is_array) of type_num in native byte order with all
+    of flags, contiguous in `order` and, when like is given, of like's shape."""
+    if not _is_array(o):
+        return False
+    return fo_accept(<PyObject *>o, type_num, flags | order,
+                     NULL if like is None else <PyObject *>like)
+
+
 cdef struct StepBufs:
     fo_step_tensor *ts
     fo_step_group *gs
@@ -104,7 +113,7 @@ cdef inline void _step_range(StepBufs *b, Py_ssize_t k, const void *p, int64_t n
 cdef bint _step_groups(tuple groups, fo_step_group *gs):
     """Read the group tuples into gs; False to decline."""
     cdef Py_ssize_t j
-    cdef int64_t v
+    cdef int64_t v = 0
     cdef tuple grp
     for j in range(PyTuple_GET_SIZE(groups)):
         o = <object>PyTuple_GET_ITEM(groups, j)
@@ -133,18 +142,21 @@ cdef bint _step_state(object a, int type_num, int order, cnp.ndarray like,
     if a is None:
         p[0] = NULL
         return True
-    if not _fast_array(a, type_num, _W, order, like):
+    if not _step_arr(a, type_num, _W, order, like):
         return False
     p[0] = cnp.PyArray_DATA(<cnp.ndarray>a)
     return True
 
 
 cdef int _step_gather(StepBufs *b, tuple xs, tuple gs, tuple s1s, tuple s2s,
-                      tuple s3s, tuple index, Py_ssize_t ng) except -1:
-    """Fill b.ts and the byte ranges (role-major); 1, or 0 to decline."""
+                      tuple s3s, tuple index, Py_ssize_t ng,
+                      bint with_g=True) except -1:
+    """Fill b.ts and the byte ranges (role-major); 1, or 0 to decline.
+    with_g False: the gradients' ranges are left out of the overlap check
+    (StepPlan checks the written arrays alone)."""
     cdef Py_ssize_t nt = PyTuple_GET_SIZE(xs), i
     cdef int type_num, flags, order, k
-    cdef int64_t nbytes, j
+    cdef int64_t nbytes, j = 0
     cdef cnp.ndarray xa
     cdef void *p[STEP_ROLES]
     cdef tuple states = (s1s, s2s, s3s)
@@ -163,11 +175,11 @@ cdef int _step_gather(StepBufs *b, tuple xs, tuple gs, tuple s1s, tuple s2s,
             order = cnp.NPY_ARRAY_F_CONTIGUOUS
         else:
             return 0
-        if not _fast_array(a, type_num, _W, order, None):
+        if not _step_arr(a, type_num, _W, order, None):
             return 0
         p[0] = cnp.PyArray_DATA(xa)
         a = <object>PyTuple_GET_ITEM(gs, i)
-        if not _fast_array(a, type_num, _R, order, xa):
+        if not _step_arr(a, type_num, _R, order, xa):
             return 0
         p[1] = cnp.PyArray_DATA(<cnp.ndarray>a)
         for k in range(3):
@@ -178,7 +190,8 @@ cdef int _step_gather(StepBufs *b, tuple xs, tuple gs, tuple s1s, tuple s2s,
             return 0
         nbytes = cnp.PyArray_SIZE(xa) * cnp.PyArray_ITEMSIZE(xa)
         for k in range(STEP_ROLES):
-            _step_range(b, k * nt + i, p[k], nbytes if p[k] != NULL else 0, k != 1)
+            _step_range(b, k * nt + i, p[k],
+                        nbytes if p[k] != NULL and (with_g or k != 1) else 0, k != 1)
         b.ts[i].x = p[0]
         b.ts[i].g = p[1]
         b.ts[i].s1 = p[2]
@@ -192,31 +205,38 @@ cdef int _step_gather(StepBufs *b, tuple xs, tuple gs, tuple s1s, tuple s2s,
 
 cdef inline void _step_opts(fo_step_opts *o, double grad_scale, double max_norm,
                             double clip_value, int clip, int norm_type,
-                            bint check_finite) noexcept:
+                            bint check_finite, double given_norm) noexcept:
+    """given_norm: NaN to measure (only when the step checks or clips: a
+    bare update reads the gradients once), else the norm to use."""
     o.grad_scale = grad_scale
     o.max_norm = max_norm
     o.clip_value = clip_value
     o.clip = clip
     o.norm_type = norm_type
     o.check_finite = check_finite
-    o.measure = 1
+    o.measure = FO_MEASURE_NEEDED if given_norm != given_norm else FO_MEASURE_GIVEN
+    o.norm = given_norm
 
 
 def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
          tuple groups, double grad_scale, double max_norm, double clip_value,
-         int clip, int norm_type, bint check_finite, n_threads):
+         int clip, int norm_type, bint check_finite, n_threads,
+         double given_norm=NAN):
     """Fast path of the fused step (fo_step). Every tuple but groups has one
-    entry per tensor. Returns (applied, norm, finite), or None to decline
-    (nothing written)."""
+    entry per tensor; given_norm (not NaN) is the global norm already
+    measured by global_norm on the same gradients. Returns (applied, norm,
+    finite), or None to decline (nothing written)."""
     cdef StepBufs b
     cdef fo_step_opts o
     cdef fo_step_result res
     cdef Py_ssize_t nt = PyTuple_GET_SIZE(xs), ng = PyTuple_GET_SIZE(groups)
     cdef int nth = _n_threads(n_threads), rc = FO_OK
-    if not nth or not (PyTuple_GET_SIZE(gs) == PyTuple_GET_SIZE(s1s) == PyTuple_GET_SIZE(s2s)
-                       == PyTuple_GET_SIZE(s3s) == PyTuple_GET_SIZE(index) == nt):
+    if not nth or not (PyTuple_GET_SIZE(gs) == PyTuple_GET_SIZE(s1s)
+                       == PyTuple_GET_SIZE(s2s) == PyTuple_GET_SIZE(s3s)
+                       == PyTuple_GET_SIZE(index) == nt):
         return None
-    _step_opts(&o, grad_scale, max_norm, clip_value, clip, norm_type, check_finite)
+    _step_opts(&o, grad_scale, max_norm, clip_value, clip, norm_type, check_finite,
+               given_norm)
     _step_alloc(&b, nt, ng, STEP_ROLES)
     try:
         if not (_step_groups(groups, b.gs) and _step_gather(&b, xs, gs, s1s, s2s, s3s,
@@ -253,7 +273,7 @@ cdef int _grad_list(StepBufs *b, tuple gs, bint written) except -1:
             order = cnp.NPY_ARRAY_F_CONTIGUOUS
         else:
             return 0
-        if not _fast_array(a, type_num, _W if written else _R, order, None):
+        if not _step_arr(a, type_num, _W if written else _R, order, None):
             return 0
         b.gp[i] = cnp.PyArray_DATA(ga)
         b.ns[i] = cnp.PyArray_SIZE(ga)
@@ -295,7 +315,8 @@ def clip_grads(tuple gs, double grad_scale, double max_norm, double clip_value,
     cdef int nth = _n_threads(n_threads), rc = FO_OK
     if not nth:
         return None
-    _step_opts(&o, grad_scale, max_norm, clip_value, clip, norm_type, check_finite)
+    _step_opts(&o, grad_scale, max_norm, clip_value, clip, norm_type, check_finite, NAN)
+    o.measure = FO_MEASURE_ALWAYS       # clip_grads returns the norm
     _step_alloc(&b, nt, 0, 1)
     try:
         if not _grad_list(&b, gs, True):
@@ -308,3 +329,136 @@ def clip_grads(tuple gs, double grad_scale, double max_norm, double clip_value,
         return None
     _check_rc(rc)
     return (res.applied != 0, res.norm, res.finite != 0)
+
+
+# ---- the prepared step --------------------------------------------------------
+#
+# An optimizer passes the same parameters and states every step: StepPlan
+# checks them once (types, dtypes, shapes, layouts, alignment, no written
+# array overlapping another) and keeps their pointers; each step then
+# re-checks only what can change: that each parameter and state is still
+# writeable, and the gradients (form, and no overlap with the written
+# memory, found by a binary search in the merged written ranges).
+
+cdef class StepPlan:
+    """Parameters and states of a step checked once (see step()). Build with
+    StepPlan.make(...), which returns None when they need the slow path."""
+    cdef fo_step_tensor *ts
+    cdef fo_step_group *gs
+    cdef int *kinds          # per tensor: type_num, order (2 ints)
+    cdef int64_t *wlo
+    cdef int64_t *whi
+    cdef Py_ssize_t nt, ng, nw
+    cdef tuple xs, states    # kept alive; flags re-checked every step
+
+    def __dealloc__(self):
+        PyMem_Free(self.ts)
+        PyMem_Free(self.gs)
+        PyMem_Free(self.kinds)
+        PyMem_Free(self.wlo)
+        PyMem_Free(self.whi)
+
+    @staticmethod
+    def make(tuple xs, tuple s1s, tuple s2s, tuple s3s, tuple index, Py_ssize_t ng):
+        cdef StepPlan p = StepPlan.__new__(StepPlan)
+        cdef StepBufs b
+        cdef Py_ssize_t nt = PyTuple_GET_SIZE(xs), i, k, m = 0
+        cdef int64_t lo, hi
+        if not (PyTuple_GET_SIZE(s1s) == PyTuple_GET_SIZE(s2s) == PyTuple_GET_SIZE(s3s)
+                == PyTuple_GET_SIZE(index) == nt):
+            return None
+        p.nt = nt
+        p.ng = ng
+        p.xs = xs
+        p.states = (s1s, s2s, s3s)
+        p.ts = <fo_step_tensor *>PyMem_Malloc((nt + 1) * sizeof(fo_step_tensor))
+        p.gs = <fo_step_group *>PyMem_Malloc((ng + 1) * sizeof(fo_step_group))
+        p.kinds = <int *>PyMem_Malloc((2 * nt + 1) * sizeof(int))
+        p.wlo = <int64_t *>PyMem_Malloc((4 * nt + 1) * sizeof(int64_t))
+        p.whi = <int64_t *>PyMem_Malloc((4 * nt + 1) * sizeof(int64_t))
+        if not (p.ts and p.gs and p.kinds and p.wlo and p.whi):
+            raise MemoryError()
+        _step_alloc(&b, nt, ng, STEP_ROLES)
+        try:
+            # the gather with each x as its own gradient: checks every written
+            # array (and, g being x, nothing more: x is read as its own g)
+            if not _step_gather(&b, xs, xs, s1s, s2s, s3s, index, ng, False):
+                return None
+            for i in range(nt):
+                p.ts[i] = b.ts[i]
+                p.kinds[2 * i] = cnp.PyArray_TYPE(<cnp.ndarray>PyTuple_GET_ITEM(xs, i))
+                p.kinds[2 * i + 1] = (
+                    cnp.NPY_ARRAY_C_CONTIGUOUS
+                    if cnp.PyArray_FLAGS(<cnp.ndarray>PyTuple_GET_ITEM(xs, i))
+                    & cnp.NPY_ARRAY_C_CONTIGUOUS else cnp.NPY_ARRAY_F_CONTIGUOUS)
+            for k in (0, 2, 3, 4):               # the written roles' ranges
+                for i in range(nt):
+                    lo = b.ext[2 * (k * nt + i)]
+                    hi = b.ext[2 * (k * nt + i) + 1]
+                    if lo < hi:
+                        p.wlo[m] = lo
+                        p.whi[m] = hi
+                        m += 1
+        finally:
+            _step_free(&b)
+        order = np.argsort(np.array([p.wlo[i] for i in range(m)], dtype=np.int64),
+                           kind="stable")
+        los = [p.wlo[j] for j in order]
+        his = [p.whi[j] for j in order]
+        for i in range(m):
+            p.wlo[i] = los[i]
+            p.whi[i] = his[i]
+        p.nw = m
+        return p
+
+    cdef bint _written_hit(self, int64_t lo, int64_t hi) noexcept:
+        """Does [lo, hi) intersect a written range? (they are disjoint, sorted)"""
+        cdef Py_ssize_t a = 0, c = self.nw, mid
+        while a < c:                    # first range ending after lo
+            mid = (a + c) // 2
+            if self.whi[mid] <= lo:
+                a = mid + 1
+            else:
+                c = mid
+        return a < self.nw and self.wlo[a] < hi
+
+    def run(self, tuple gs, tuple groups, double grad_scale, double max_norm,
+            double clip_value, int clip, int norm_type, bint check_finite, n_threads,
+            double given_norm=NAN):
+        """The step with these gradients: as step(), or None to decline."""
+        cdef fo_step_opts o
+        cdef fo_step_result res
+        cdef Py_ssize_t i, k
+        cdef int nth = _n_threads(n_threads), rc = FO_OK
+        cdef cnp.ndarray xa
+        cdef void *gp
+        cdef int64_t nbytes
+        if (not nth or PyTuple_GET_SIZE(gs) != self.nt
+                or PyTuple_GET_SIZE(groups) != self.ng
+                or not _step_groups(groups, self.gs)):
+            return None
+        for i in range(self.nt):
+            xa = <cnp.ndarray>PyTuple_GET_ITEM(self.xs, i)
+            if not cnp.PyArray_FLAGS(xa) & cnp.NPY_ARRAY_WRITEABLE:
+                return None
+            for k in range(3):
+                s = <object>PyTuple_GET_ITEM(<tuple>self.states[k], i)
+                if s is not None and not (cnp.PyArray_FLAGS(<cnp.ndarray>s)
+                                          & cnp.NPY_ARRAY_WRITEABLE):
+                    return None
+            a = <object>PyTuple_GET_ITEM(gs, i)
+            if not _step_arr(a, self.kinds[2 * i], _R, self.kinds[2 * i + 1], xa):
+                return None
+            gp = cnp.PyArray_DATA(<cnp.ndarray>a)
+            nbytes = cnp.PyArray_SIZE(xa) * cnp.PyArray_ITEMSIZE(xa)
+            if nbytes and self._written_hit(<int64_t>gp, <int64_t>gp + nbytes):
+                return None
+            self.ts[i].g = gp
+        _step_opts(&o, grad_scale, max_norm, clip_value, clip, norm_type, check_finite,
+                   given_norm)
+        with nogil:
+            rc = fo_step(self.ts, self.nt, self.gs, self.ng, &o, &res, nth)
+        if rc == FO_EINVAL:
+            return None
+        _check_rc(rc)
+        return (res.applied != 0, res.norm, res.finite != 0)

@@ -49,9 +49,13 @@ class StepInfo(NamedTuple):
         unscaled gradient was NaN or infinite): then nothing was written.
     norm : float
         The global norm of the unscaled gradients (norm_type 2 or inf),
-        measured before any clipping; NaN or inf if some value was.
+        measured before any clipping; NaN or inf if some value was. Measured
+        only when the step checks (skip_if_nonfinite) or clips
+        (max_grad_norm; ``math.inf`` measures without clipping), else NaN:
+        a bare update reads the gradients once.
     finite : bool
-        Whether every unscaled gradient value was finite.
+        Whether every unscaled gradient value was finite (True when not
+        measured).
     """
     applied: bool
     norm: float
@@ -131,20 +135,29 @@ def _needs(group: tuple) -> int:
 
 
 def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
-        labels=None) -> StepInfo:
+        labels=None, given_norm: float = math.nan, precheck=None) -> StepInfo:
     """The step over tensors xs/gs with states (three lists, None where a
     rule has no such state), tensor i in group index[i]. labels: role ->
-    list of names for messages (roles "x", "g", "s1".."s3")."""
+    list of names for messages (roles "x", "g", "s1".."s3"), or a callable
+    returning that dict (only called when the fast path declines).
+    given_norm: the global norm of these gradients already measured by
+    ``_ext.global_norm`` (then opts.check_finite must be False).
+    precheck: called first when the fast path declines (a caller's own
+    checks, for its own messages)."""
     xs, gs = tuple(xs), tuple(gs)
     s1, s2, s3 = (tuple(s) for s in states)
     index = tuple(index)
     groups = tuple(groups)
     args = (opts.grad_scale, opts.max_norm, opts.clip_value, opts.clip,
-            opts.norm_type, opts.check_finite, n_threads)
+            opts.norm_type, opts.check_finite, n_threads, given_norm)
     out = _ext.step(xs, gs, s1, s2, s3, index, groups, *args)
     if out is not None:
         return StepInfo(*out)
     _v.check_n_threads(f, n_threads)
+    if precheck is not None:
+        precheck()
+    if callable(labels):
+        labels = labels()
     prep = _check(f, xs, gs, (s1, s2, s3), index, groups, labels)
     out = _ext.step(*prep.args, index, groups, *args)
     if out is None:

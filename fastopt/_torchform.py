@@ -57,8 +57,9 @@ _OPTIONS_DOC = """
     -------
     StepInfo
         ``(applied, norm, finite)``: whether the update was written, the
-        global norm of the unscaled gradients (before clipping) and whether
-        they were all finite.
+        global norm of the unscaled gradients (before clipping; NaN unless
+        the call checks or clips: ``max_grad_norm=math.inf`` measures
+        only) and whether they were all finite.
 """
 
 
@@ -101,11 +102,61 @@ def _fused(f, params, grads, states, group, names, n_threads, **options):
     opts = check_options(f, **options)
     lists = _lists(f, params, grads, *zip(names, states))
     xs, gs, sts = lists[0], lists[1], lists[2:] + [[None] * len(lists[0])] * (5 - len(lists))
-    labels = {"x": [f"params[{i}]" for i in range(len(xs))],
-              "g": [f"grads[{i}]" for i in range(len(xs))]}
-    for k, name in enumerate(names):
-        labels[f"s{k + 1}"] = [f"{name}[{i}]" for i in range(len(xs))]
-    return run(f, xs, gs, sts[:3], [0] * len(xs), [group], opts, n_threads, labels)
+    n = len(xs)
+
+    def labels():                      # only built if the fast path declines
+        out = {"x": [f"params[{i}]" for i in range(n)], "g": [f"grads[{i}]" for i in range(n)]}
+        for k, name in enumerate(names):
+            out[f"s{k + 1}"] = [f"{name}[{i}]" for i in range(n)]
+        return out
+    return run(f, xs, gs, sts[:3], (0,) * n, (group,), opts, n_threads, labels)
+
+
+def step_options(grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,
+                 skip_if_nonfinite) -> dict:
+    """The step options of an ONNX rule's call as a dict, empty when none is
+    set (the plain update, returning None)."""
+    if (grad_scale is None and max_grad_norm is None and clip_value is None
+            and skip_if_nonfinite is False and clip_convention == "torch"
+            and (norm_type == 2 if isinstance(norm_type, (int, float)) else False)):
+        return {}
+    return {"grad_scale": grad_scale, "max_grad_norm": max_grad_norm,
+            "norm_type": norm_type, "clip_convention": clip_convention,
+            "clip_value": clip_value, "skip_if_nonfinite": skip_if_nonfinite}
+
+
+def onnx_fused(f, x, g, states, names, group, n_threads, options) -> StepInfo:
+    """An ONNX rule (fastopt.momentum/adagrad/adam) with the step options:
+    its scalars checked by the caller into ``group``."""
+    return _fused(f, x, g, states, group, names, n_threads, **options)
+
+
+def agc_fused(f, x, g, v, group, clipping, clip_eps, layout, n_threads,
+              options) -> StepInfo:
+    """Momentum with AGC and the step options: unscale / check / clip the
+    gradients into copies (the gradients passed in are not written), then
+    the fused AGC-momentum update on the copies."""
+    from ._ops import momentum
+    o = check_options(f, **options)
+    gl = _as_list(g)
+    copies = [np.array(a, dtype=a.dtype.newbyteorder("="), order="C") if
+              isinstance(a, np.ndarray) else a for a in gl]
+    out = _ext.clip_grads(tuple(copies), o.grad_scale, o.max_norm, o.clip_value, o.clip,
+                          o.norm_type, o.check_finite, n_threads)
+    if out is None:
+        _v.check_n_threads(f, n_threads)
+        copies, _ = grad_list(f, "g", copies, True)
+        out = _ext.clip_grads(copies, o.grad_scale, o.max_norm, o.clip_value, o.clip,
+                              o.norm_type, o.check_finite, n_threads)
+    info = StepInfo(*out)
+    if info.applied:
+        flags = group[1]
+        momentum(x, copies[0] if isinstance(g, np.ndarray) else list(copies), v,
+                 lr=group[3], t=group[2], alpha=group[4], beta=group[5],
+                 norm_coefficient=group[7], mode="nesterov" if flags & NESTEROV
+                 else "standard", n_threads=n_threads, clipping=clipping,
+                 clip_eps=clip_eps, layout=layout)
+    return info
 
 
 # ---- norm and clipping ------------------------------------------------------------

@@ -1,19 +1,30 @@
 """Argument checking: the one place that raises for user input.
 
-The fast path in ``_core`` accepts only calls that are already in the exact
-form the C kernels need and declines everything else without writing. The
-functions here then run the full checks, raise a TypeError/ValueError that
-names the function, the argument and the tensor index, or *normalise* the
+The fast paths in the extension (``_ext``) accept only calls that are
+already in the exact form the C code needs and decline everything else
+without writing. ``_dispatch`` then calls the checkers here: each raises a
+TypeError (wrong type) or ValueError (wrong value) that names the function,
+the argument and the tensor index, and the tensor checkers *normalise* the
 call (contiguous native copies of awkward layouts, materialised broadcast
 gradients) so it can go through the fast path, with the copies written back
 afterwards. Nothing is written to any array before every check has passed.
+
+One checker per concept: lr, t, real, mode, layout, clipping, n_threads,
+array (check_array), the tensors of an update (tensors), of a clip
+(agc_tensors), and overlaps (sharing_pairs, _overlaps).
+
+Labels: the tensor checkers name arrays by role ("x", "g", "v", "h") and
+index, as in ``g[3]``. A caller with its own names (``fastopt.optim``: say
+``grads[3]``, ``params[1]``) passes ``labels``, a dict from role to either a
+name (used instead of the role, the index appended for lists) or a sequence
+with the full label of every tensor (for a call over a subset of tensors).
 """
 from __future__ import annotations
 
 import math
 import numbers
 import operator
-from dataclasses import dataclass, field
+import sys
 
 import numpy as np
 
@@ -23,12 +34,44 @@ except ImportError:  # pragma: no cover - NumPy 1.x
     _byte_bounds = np.byte_bounds
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-MAX_THREADS = 1024   # as _core.MAX_THREADS
+MAX_THREADS = 1024   # as MAX_THREADS in _accept.pxi
+_LAYOUTS = ("oi", "io")
 _T_MAX = 2**63
 
 
 def _type_name(obj) -> str:
     return type(obj).__name__
+
+
+def _hint(obj) -> str:
+    """Advice for a common wrong type: a torch tensor."""
+    if type(obj).__module__.split(".")[0] == "torch":
+        return ("; call .numpy() on it (a CPU tensor shares its memory), or use "
+                "fastopt.torch for torch tensors")
+    return ""
+
+
+def _masked(obj) -> bool:
+    ma = sys.modules.get("numpy.ma")   # no masked array exists before it loads
+    return ma is not None and isinstance(obj, ma.MaskedArray)
+
+
+def check_array(fname: str, label: str, a, verb: str = "updates") -> None:
+    """A numpy.ndarray of float32 or float64 (any byte order), not a masked
+    array (fastopt would update its masked elements too). verb: what
+    fastopt does to such arrays, for the message ("works on" for read ones)."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{fname}: {label} must be a numpy.ndarray, got "
+                        f"{_type_name(a)}{_hint(a)}")
+    if _masked(a):
+        raise TypeError(
+            f"{fname}: {label} is a numpy.ma.MaskedArray; fastopt would update its "
+            f"masked elements too. Pass {label}.data (the whole array) or a "
+            f"plain array of the elements to update")
+    if a.dtype.newbyteorder("=") not in _FLOATS:
+        raise TypeError(
+            f"{fname}: {label} has dtype {a.dtype}; fastopt {verb} float32 or "
+            f"float64 arrays")
 
 
 # ---------------------------------------------------------------- scalars
@@ -102,6 +145,37 @@ def check_mode(fname: str, mode) -> str:
     return mode
 
 
+def check_layout(fname: str, layout, name: str = "layout") -> str:
+    """AGC's unit layout: "oi" (PyTorch) or "io" (JAX/Haiku)."""
+    if not isinstance(layout, str):
+        raise TypeError(f"{fname}: {name} must be a str, got {_type_name(layout)}")
+    if layout not in _LAYOUTS:
+        raise ValueError(
+            f"{fname}: {name} must be 'oi' (PyTorch: OI, OIHW; the unit is "
+            f"everything but the first axis) or 'io' (JAX/Haiku: IO, HWIO; "
+            f"everything but the last axis), got {layout!r}")
+    return layout
+
+
+def check_clipping(fname: str, clipping, n: int):
+    """A finite clipping > 0 for all tensors, or a list/tuple of n entries,
+    each a finite clipping > 0 or None (that tensor is not clipped)."""
+    if isinstance(clipping, (list, tuple)):
+        if len(clipping) != n:
+            raise ValueError(
+                f"{fname}: clipping has {len(clipping)} entries but x has {n} "
+                f"tensor{'s' if n != 1 else ''}; give one value per tensor "
+                f"(None excludes a tensor from clipping)")
+        return [None if c is None else
+                check_real(fname, f"clipping[{i}]", c, low=0.0, low_open=True)
+                for i, c in enumerate(clipping)]
+    if clipping is None:
+        raise TypeError(
+            f"{fname}: clipping must be a real number > 0 or a list/tuple with "
+            f"one entry per tensor (None excludes a tensor), got NoneType")
+    return check_real(fname, "clipping", clipping, low=0.0, low_open=True)
+
+
 def check_n_threads(fname: str, n_threads):
     """None (the default), -1 (all cores) or a positive int."""
     if n_threads is None:
@@ -122,19 +196,19 @@ def check_n_threads(fname: str, n_threads):
 
 # ---------------------------------------------------------------- tensors
 
-@dataclass
 class Prepared:
-    """A call normalised for the fast path, plus the copies to write back."""
-    single: bool
-    x: list
-    g: list
-    states: dict
-    writeback: list = field(default_factory=list)
+    """A call normalised for the fast path, plus the copies to write back
+    (a plain class: dataclasses would cost `import fastopt` ~1 ms)."""
+    __slots__ = ("single", "roles", "writeback")
 
-    def args(self, name: str):
-        """The argument to pass to _core for one role ("x", "g", a state)."""
-        seq = self.x if name == "x" else self.g if name == "g" else self.states[name]
-        return seq[0] if self.single else seq
+    def __init__(self, single: bool, roles: dict):
+        self.single = single
+        self.roles = roles      # role ("x", "g", a state) -> list of arrays
+        self.writeback: list = []
+
+    def args(self) -> tuple:
+        """The arrays to pass to the fast path, one argument per role."""
+        return tuple(seq[0] if self.single else seq for seq in self.roles.values())
 
     def finish(self) -> None:
         """Copy the updated scratch arrays back into the user's arrays."""
@@ -142,30 +216,62 @@ class Prepared:
             dst[...] = src
 
 
-def _as_list(fname: str, name: str, obj, *, x_single: bool | None, n: int | None):
+def labeler(labels, single: bool):
+    """label(role, i): how messages name tensor i of a role (see the module
+    docstring for ``labels``)."""
+    labels = labels or {}
+
+    def label(role, i):
+        name = labels.get(role, role)
+        if not isinstance(name, str):
+            return name[i]
+        return name if single else f"{name}[{i}]"
+
+    def name(role):
+        n = labels.get(role, role)
+        return n if isinstance(n, str) else role
+    label.name = name
+    return label
+
+
+def _as_list(fname: str, name: str, obj, *, x_single: bool | None, n: int | None,
+             x_name: str = "x"):
     """Return (list_of_items, single). Checks the container, not the items."""
     if isinstance(obj, np.ndarray):
         if x_single is False:
             raise TypeError(
-                f"{fname}: {name} is a single array but x is a list of {n}; "
+                f"{fname}: {name} is a single array but {x_name} is a list of {n}; "
                 f"pass {name} as a list of the same length")
         return [obj], True
     if isinstance(obj, (list, tuple)):
         if x_single is True:
             raise TypeError(
-                f"{fname}: {name} is a {type(obj).__name__} but x is a single array; "
-                f"pass {name} as a single array too")
+                f"{fname}: {name} is a {type(obj).__name__} but {x_name} is a single "
+                f"array; pass {name} as a single array too")
         if len(obj) == 0:
             raise ValueError(f"{fname}: {name} is an empty {type(obj).__name__}; "
                              f"give at least one tensor")
         if n is not None and len(obj) != n:
             raise ValueError(
-                f"{fname}: {name} has {len(obj)} tensors but x has {n}; "
+                f"{fname}: {name} has {len(obj)} tensors but {x_name} has {n}; "
                 f"every list must have one entry per parameter")
         return list(obj), False
     raise TypeError(
         f"{fname}: {name} must be a numpy.ndarray or a list/tuple of numpy.ndarray, "
-        f"got {_type_name(obj)}")
+        f"got {_type_name(obj)}{_hint(obj)}")
+
+
+def _lists(fname: str, arrays: dict, labels):
+    """The role -> list form of a call's arrays, its tensor count, whether x
+    was a single array, and the labeler."""
+    name = labeler(labels, True).name
+    xs, single = _as_list(fname, name("x"), arrays["x"], x_single=None, n=None)
+    lists = {"x": xs}
+    for role, obj in arrays.items():
+        if role != "x":
+            lists[role] = _as_list(fname, name(role), obj, x_single=single, n=len(xs),
+                                   x_name=name("x"))[0]
+    return lists, len(xs), single, labeler(labels, single)
 
 
 def _extent(a: np.ndarray):
@@ -238,100 +344,156 @@ def _overlaps(fname: str, items):
     return copy_g
 
 
-def tensors(fname: str, x, g, states: dict) -> Prepared:
-    """Check every tensor of a call; return it normalised for the fast path.
+def _check_written(fname: str, lab: str, xlab: str, a, xi, what: str) -> None:
+    """A written array of its parameter's shape with memory of its own."""
+    if a.shape != xi.shape:
+        raise ValueError(
+            f"{fname}: {lab} has shape {a.shape} but {xlab} has shape {xi.shape}; "
+            f"{what} must have its parameter's shape")
+    if not a.flags.writeable:
+        raise ValueError(f"{fname}: {lab} is read-only; it is updated in place")
+    if _self_overlapping(a):
+        raise ValueError(
+            f"{fname}: {lab} has elements that share memory (a broadcast or "
+            f"as_strided view); an updated array needs memory of its own for "
+            f"every element")
 
-    ``states`` maps each state's argument name ("v", "h") to what the user
-    passed. Raises TypeError/ValueError naming ``fname``, the argument and
-    the tensor index; on error nothing has been written anywhere.
+
+def _check_role(fname, lab, xlab, a, xi, role, is_out) -> None:
+    """Checks of one gradient or state against its parameter xi."""
+    what = "the gradient" if role == "g" else "the state"
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{fname}: {lab} must be a numpy.ndarray, got "
+                        f"{_type_name(a)}{_hint(a)}")
+    if _masked(a):
+        check_array(fname, lab, a)
+    if a.dtype.newbyteorder("=") != xi.dtype.newbyteorder("="):
+        raise TypeError(f"{fname}: {lab} has dtype {a.dtype} but {xlab} has "
+                        f"{xi.dtype}; {what} must match its parameter")
+    if is_out:
+        _check_written(fname, lab, xlab, a, xi, what)
+        return
+    try:
+        shape = np.broadcast_shapes(a.shape, xi.shape)
+    except ValueError:
+        shape = None
+    if shape != xi.shape:
+        raise ValueError(f"{fname}: {lab} with shape {a.shape} cannot be "
+                         f"broadcast to {xlab}'s shape {xi.shape}")
+
+
+def tensors(fname: str, arrays: dict, labels=None) -> Prepared:
+    """Check every tensor of an update; return it normalised for the fast path.
+
+    ``arrays`` maps each role to what the user passed: "x" (parameters,
+    written), "g" (gradients, read, broadcastable), then the states ("v",
+    "h": written, each of its parameter's shape). Raises TypeError/ValueError
+    naming ``fname``, the argument and the tensor index (see ``labels`` in
+    the module docstring); on error nothing has been written anywhere.
     """
-    xs, single = _as_list(fname, "x", x, x_single=None, n=None)
-    n = len(xs)
-    gs, _ = _as_list(fname, "g", g, x_single=single, n=n)
-    ss = {name: _as_list(fname, name, s, x_single=single, n=n)[0]
-          for name, s in states.items()}
-
-    def label(name, i):
-        return name if single else f"{name}[{i}]"
-
+    lists, n, single, label = _lists(fname, arrays, labels)
+    states = [r for r in lists if r not in ("x", "g")]
     items = []   # (label, array, is_output) for the overlap check
     for i in range(n):
-        xi = xs[i]
-        if not isinstance(xi, np.ndarray):
-            raise TypeError(f"{fname}: {label('x', i)} must be a numpy.ndarray, "
-                            f"got {_type_name(xi)}")
-        if xi.dtype.newbyteorder("=") not in _FLOATS:
-            raise TypeError(
-                f"{fname}: {label('x', i)} has dtype {xi.dtype}; fastopt updates "
-                f"float32 or float64 arrays")
+        xi, xlab = lists["x"][i], label("x", i)
+        check_array(fname, xlab, xi)
         if not xi.flags.writeable:
-            raise ValueError(f"{fname}: {label('x', i)} is read-only; it is "
-                             f"updated in place")
+            raise ValueError(f"{fname}: {xlab} is read-only; it is updated in place")
         if _self_overlapping(xi):
-            raise ValueError(f"{fname}: {label('x', i)} has elements that share memory "
+            raise ValueError(f"{fname}: {xlab} has elements that share memory "
                              f"(a broadcast or as_strided view); an updated array needs "
                              f"memory of its own for every element")
-        items.append((label("x", i), xi, True))
-        role = [("g", gs[i], False)] + [(name, s[i], True) for name, s in ss.items()]
-        for name, a, is_out in role:
-            what = "the gradient" if name == "g" else "the state"
-            if not isinstance(a, np.ndarray):
-                raise TypeError(f"{fname}: {label(name, i)} must be a "
-                                f"numpy.ndarray, got {_type_name(a)}")
-            if a.dtype.newbyteorder("=") != xi.dtype.newbyteorder("="):
-                raise TypeError(
-                    f"{fname}: {label(name, i)} has dtype {a.dtype} but "
-                    f"{label('x', i)} has {xi.dtype}; {what} must match its parameter")
-            if is_out:
-                if a.shape != xi.shape:
-                    raise ValueError(
-                        f"{fname}: {label(name, i)} has shape {a.shape} but "
-                        f"{label('x', i)} has shape {xi.shape}; {what} must have "
-                        f"its parameter's shape")
-                if not a.flags.writeable:
-                    raise ValueError(f"{fname}: {label(name, i)} is read-only; "
-                                     f"it is updated in place")
-                if _self_overlapping(a):
-                    raise ValueError(
-                        f"{fname}: {label(name, i)} has elements that share memory (a "
-                        f"broadcast or as_strided view); an updated array needs memory "
-                        f"of its own for every element")
-            else:
-                try:
-                    shape = np.broadcast_shapes(a.shape, xi.shape)
-                except ValueError:
-                    shape = None
-                if shape != xi.shape:
-                    raise ValueError(
-                        f"{fname}: {label(name, i)} with shape {a.shape} cannot be "
-                        f"broadcast to {label('x', i)}'s shape {xi.shape}")
-            items.append((label(name, i), a, is_out))
+        items.append((xlab, xi, True))
+        for role in ["g"] + states:
+            a, lab = lists[role][i], label(role, i)
+            _check_role(fname, lab, xlab, a, xi, role, role != "g")
+            items.append((lab, a, role != "g"))
+    return _normalise(lists, n, single, states, _overlaps(fname, items))
 
-    copy_g = _overlaps(fname, items)
 
-    # Every check passed: build the fast-path form. Copies only from here on.
-    prep = Prepared(single, [], [], {name: [] for name in ss})
-    per = 2 + len(ss)
+def _normalise(lists, n, single, states, copy_g) -> Prepared:
+    """Every check passed: the fast-path form of an update. Copies only here."""
+    prep = Prepared(single, {r: [] for r in lists})
+    per = 2 + len(states)
     for i in range(n):
-        xi, gi = xs[i], gs[i]
-        outs = [xi] + [ss[name][i] for name in ss]
+        xi, gi = lists["x"][i], lists["g"][i]
+        outs = [xi] + [lists[r][i] for r in states]
         order = "C" if xi.flags.c_contiguous else "F" if xi.flags.f_contiguous else None
         flag = "c_contiguous" if order == "C" else "f_contiguous"
         fast_outs = order is not None and all(
             a.dtype.isnative and a.flags.aligned and getattr(a.flags, flag) for a in outs)
         if not fast_outs:
-            order = "C"
-            flag = "c_contiguous"
+            order, flag = "C", "c_contiguous"
             copies = [np.array(a, dtype=a.dtype.newbyteorder("="), order="C") for a in outs]
             prep.writeback.extend(zip(outs, copies))
             outs = copies
-        prep.x.append(outs[0])
-        for name, a in zip(ss, outs[1:]):
-            prep.states[name].append(a)
+        for r, a in zip(["x"] + states, outs):
+            prep.roles[r].append(a)
         g_ok = (i * per + 1 not in copy_g and gi.shape == xi.shape and gi.dtype.isnative
                 and gi.flags.aligned and getattr(gi.flags, flag))
         if not g_ok:
             gi = np.array(np.broadcast_to(gi, xi.shape), dtype=gi.dtype.newbyteorder("="),
                           order=order)
-        prep.g.append(gi)
+        prep.roles["g"].append(gi)
     return prep
+
+
+def _fast_layout(a: np.ndarray):
+    """'C' or 'F' if a can go to C as it is, else None."""
+    if not (a.dtype.isnative and a.flags.aligned):
+        return None
+    return "C" if a.flags.c_contiguous else "F" if a.flags.f_contiguous else None
+
+
+def agc_tensors(fname: str, arrays: dict, labels=None) -> Prepared:
+    """Check the tensors of an agc() call: x only read (read-only is fine),
+    g clipped in place (writeable, exactly x's shape and dtype, sharing no
+    memory with any x or other g); return the call normalised. Nothing is
+    written here."""
+    lists, n, single, label = _lists(fname, arrays, labels)
+    items = []
+    for i in range(n):
+        xi, gi, xlab, glab = lists["x"][i], lists["g"][i], label("x", i), label("g", i)
+        check_array(fname, xlab, xi, "works on")
+        if not isinstance(gi, np.ndarray) or _masked(gi):
+            check_array(fname, glab, gi, "works on")
+        if gi.dtype.newbyteorder("=") != xi.dtype.newbyteorder("="):
+            raise TypeError(f"{fname}: {glab} has dtype {gi.dtype} but {xlab} has "
+                            f"{xi.dtype}; the gradient must match its parameter")
+        if gi.shape != xi.shape:
+            raise ValueError(
+                f"{fname}: {glab} has shape {gi.shape} but {xlab} has shape {xi.shape}; "
+                f"the gradient is clipped in place, so it must have its parameter's shape")
+        if not gi.flags.writeable:
+            raise ValueError(f"{fname}: {glab} is read-only; it is clipped in place")
+        items += [(xlab, xi, False), (glab, gi, True)]
+    _clip_overlaps(fname, items)
+    prep = Prepared(single, {"x": [], "g": []})
+    for xi, gi in zip(lists["x"], lists["g"]):
+        order = _fast_layout(xi)
+        if order is None:
+            order = "C"
+            xi = np.array(xi, dtype=xi.dtype.newbyteorder("="), order="C")
+        flag = "c_contiguous" if order == "C" else "f_contiguous"
+        if not (gi.dtype.isnative and gi.flags.aligned and getattr(gi.flags, flag)):
+            copy = np.array(gi, dtype=gi.dtype.newbyteorder("="), order=order)
+            prep.writeback.append((gi, copy))
+            gi = copy
+        prep.roles["x"].append(xi)
+        prep.roles["g"].append(gi)
+    return prep
+
+
+def _clip_overlaps(fname: str, items) -> None:
+    """items: (label, array, is_written). Raise if a clipped gradient shares
+    memory with any other array of the call."""
+    for j, k in sharing_pairs(items):
+        (la, _, oa), (lb, _, ob) = items[j], items[k]
+        if oa and ob:
+            raise ValueError(
+                f"{fname}: {la} and {lb} share memory; every gradient is "
+                f"clipped in place and must have memory of its own")
+        gl, xl = (la, lb) if oa else (lb, la)
+        raise ValueError(
+            f"{fname}: {gl} shares memory with {xl}; the gradient is clipped "
+            f"in place while the parameter is read, so pass a copy of one")

@@ -29,7 +29,7 @@ import functools
 
 import numpy as np
 
-from . import _updates
+from . import _ops
 from . import _validation as _v
 
 __all__ = ["momentum", "adagrad", "adam", "reference_ops"]
@@ -122,6 +122,22 @@ def _call(fname: str, inner: str, fn, *args, **kwargs) -> None:
         raise type(exc)(msg) from None
 
 
+def _update(name: str, fn, R, T, inputs: tuple, states: str, extra=None, **reals) -> tuple:
+    """One ONNX operator out of place: split the variadic inputs (X, G, then
+    each state named in ``states``), check R and T, copy the tensors to be
+    updated, run the in-place fastopt update ``fn`` on the copies and return
+    them in ONNX order (all X, then each state)."""
+    f = f"fastopt.onnx.{name}"
+    roles = ["x", "g"] + list(states)
+    xs, gs, *sts = _split(f, inputs, len(roles), ", ".join(r.upper() for r in roles))
+    lr = _v.check_lr(f, R, "R")
+    t = _v.check_t(f, T, "T")
+    out = _fresh(f, [("x", xs)] + list(zip(states, sts)))
+    _call(f, f"fastopt.{name}", fn, out[0], gs, *out[1:], lr=lr, t=t,
+          **(extra or {}), **_reals(f, **reals))
+    return tuple(a for arrays in out for a in arrays)
+
+
 def momentum(R, T, *inputs, alpha, beta, mode, norm_coefficient):
     """ONNX Momentum (``ai.onnx.preview.training``, version 1), out of place.
 
@@ -161,15 +177,8 @@ def momentum(R, T, *inputs, alpha, beta, mode, norm_coefficient):
     ...                  mode="standard", norm_coefficient=0.0)
     (array([0.95, 0.95]), array([0.5, 0.5]))
     """
-    f = "fastopt.onnx.momentum"
-    xs, gs, vs = _split(f, inputs, 3, "X, G, V")
-    lr = _v.check_lr(f, R, "R")
-    t = _v.check_t(f, T, "T")
-    xs, vs = _fresh(f, [("x", xs), ("v", vs)])
-    _call(f, "fastopt.momentum", _updates.momentum, xs, gs, vs, lr=lr, t=t,
-          mode=mode, **_reals(f, alpha=alpha, beta=beta,
-                              norm_coefficient=norm_coefficient))
-    return tuple(xs + vs)
+    return _update("momentum", _ops.momentum, R, T, inputs, "v", {"mode": mode},
+                   alpha=alpha, beta=beta, norm_coefficient=norm_coefficient)
 
 
 def adagrad(R, T, *inputs, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0):
@@ -199,15 +208,9 @@ def adagrad(R, T, *inputs, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0)
         On bad input, e.g. a tensor count that is not a non-zero multiple
         of 3.
     """
-    f = "fastopt.onnx.adagrad"
-    xs, gs, hs = _split(f, inputs, 3, "X, G, H")
-    lr = _v.check_lr(f, R, "R")
-    t = _v.check_t(f, T, "T")
-    xs, hs = _fresh(f, [("x", xs), ("h", hs)])
-    _call(f, "fastopt.adagrad", _updates.adagrad, xs, gs, hs, lr=lr, t=t,
-          **_reals(f, decay_factor=decay_factor, epsilon=epsilon,
-                   norm_coefficient=norm_coefficient))
-    return tuple(xs + hs)
+    return _update("adagrad", _ops.adagrad, R, T, inputs, "h",
+                   decay_factor=decay_factor, epsilon=epsilon,
+                   norm_coefficient=norm_coefficient)
 
 
 def adam(R, T, *inputs, alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficient=0.0,
@@ -240,16 +243,9 @@ def adam(R, T, *inputs, alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficient=0.
         On bad input, e.g. a tensor count that is not a non-zero multiple
         of 4.
     """
-    f = "fastopt.onnx.adam"
-    xs, gs, vs, hs = _split(f, inputs, 4, "X, G, V, H")
-    lr = _v.check_lr(f, R, "R")
-    t = _v.check_t(f, T, "T")
-    xs, vs, hs = _fresh(f, [("x", xs), ("v", vs), ("h", hs)])
-    _call(f, "fastopt.adam", _updates.adam, xs, gs, vs, hs, lr=lr, t=t,
-          **_reals(f, alpha=alpha, beta=beta, epsilon=epsilon,
-                   norm_coefficient=norm_coefficient,
-                   norm_coefficient_post=norm_coefficient_post))
-    return tuple(xs + vs + hs)
+    return _update("adam", _ops.adam, R, T, inputs, "vh", alpha=alpha, beta=beta,
+                   epsilon=epsilon, norm_coefficient=norm_coefficient,
+                   norm_coefficient_post=norm_coefficient_post)
 
 
 @functools.lru_cache(maxsize=None)

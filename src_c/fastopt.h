@@ -6,9 +6,10 @@
  * aborts, prints or keeps global state.
  *
  * Update rules: ONNX ai.onnx.preview.training Momentum, Adagrad and Adam
- * (see shared SEMANTICS.md section 1). Every array is contiguous, aligned to
- * its element size and in native byte order; the caller (fastopt/_core.pyx)
+ * (see docs/semantics.md). Every array is contiguous, aligned to
+ * its element size and in native byte order; the caller (fastopt/_ext.pyx)
  * guarantees that, and that no output overlaps another array of the call.
+ * fastopt/_cfastopt.pxd mirrors this header line for line: change both.
  */
 #ifndef FASTOPT_H
 #define FASTOPT_H
@@ -154,6 +155,20 @@ int fo_num_procs(void);     /* omp_get_num_procs(), 1 without OpenMP */
 int64_t fo_serial_bytes(void);
 int64_t fo_chunk_bytes(void);
 
+/*
+ * Memory-bandwidth ceiling probe (src_c/ceiling.c): the least work that moves
+ * the bytes of an update over ONE buffer of n elements. 3r2w reads x, g, v
+ * and writes x, v (Momentum, Adagrad); 4r3w reads four and writes three (Adam).
+ */
+void fo_probe_3r2w_f32(int64_t n, float *x, const float *g, float *v,
+                       int n_threads);
+void fo_probe_3r2w_f64(int64_t n, double *x, const double *g, double *v,
+                       int n_threads);
+void fo_probe_4r3w_f32(int64_t n, float *x, const float *g, float *v, float *h,
+                       int n_threads);
+void fo_probe_4r3w_f64(int64_t n, double *x, const double *g, double *v,
+                       double *h, int n_threads);
+
 #ifdef __cplusplus
 }
 #endif
@@ -162,7 +177,7 @@ int64_t fo_chunk_bytes(void);
 
 /* ======================================================================== */
 /*
- * Adaptive gradient clipping (AGC, NFNet; shared SEMANTICS.md section 3),
+ * Adaptive gradient clipping (AGC, NFNet; docs/semantics.md),
  * implemented in agc.c / agc.inc. For each unit of a parameter x and its
  * gradient g:
  *     p_norm   = max(||x_unit||, eps)

@@ -50,13 +50,9 @@ if __name__ == "__main__" and "--random" not in sys.argv:
 if atheris is not None:
     with atheris.instrument_imports():
         import fastopt
-        import fastopt._updates  # noqa: F401
+        import fastopt._ops  # noqa: F401
+        import fastopt._dispatch  # noqa: F401
         import fastopt._validation  # noqa: F401
-        for _mod in ("fastopt._agc_api",):
-            try:
-                __import__(_mod)
-            except ImportError:
-                pass
         for _mod in ("fastopt.schedules", "fastopt.optim"):
             try:
                 __import__(_mod)
@@ -68,7 +64,7 @@ else:
 from hardening_ref import REFS, STATES, check_agc, check_close  # noqa: E402
 from hardening_ref import check_unitwise_norm  # noqa: E402
 
-SERIAL_ELEMS = fastopt._core.tuning()["serial_bytes"] // 4 + 257
+SERIAL_ELEMS = fastopt._ext.tuning()["serial_bytes"] // 4 + 257
 try:
     import fastopt.schedules  # noqa: F401
     HAVE_SCHEDULES = True

@@ -1,8 +1,8 @@
 """python -m fastopt: the bench and config commands and the dispatcher."""
 import pytest
 
-from fastopt import __main__ as cli
-from fastopt import _bench
+from fastopt import _cli as cli
+from fastopt._cli import bench as _bench
 
 from _subprocess import run_python
 

@@ -22,7 +22,7 @@ STATES = {"momentum": 1, "adagrad": 1, "adam": 2, "momentum+agc": 1}
 
 def shared_gradients():
     """Read-only gradients every thread reads at once."""
-    serial = fastopt._core.tuning()["serial_bytes"]
+    serial = fastopt._ext.tuning()["serial_bytes"]
     rng = np.random.default_rng(7)
     big = serial // 4 + 1000          # float32 elements: above the serial threshold
     g = [rng.standard_normal(big).astype(np.float32),
@@ -37,7 +37,7 @@ def shared_gradients():
 
 def fresh_params(seed):
     rng = np.random.default_rng(seed)
-    serial = fastopt._core.tuning()["serial_bytes"]
+    serial = fastopt._ext.tuning()["serial_bytes"]
     big = serial // 4 + 1000
     return [rng.standard_normal(big).astype(np.float32),
             rng.standard_normal(301).astype(np.float64),

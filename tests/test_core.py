@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fastopt
-from fastopt import _core
+from fastopt import _ext
 from fastopt import _reference as ref
 
 DTYPES = [np.float32, np.float64]
@@ -193,7 +193,7 @@ def test_bit_identical_across_thread_counts(op):
     base = big_list(rng, names)
     base[3] = tuple([base[3][0][1:], base[3][1][1:], [s[1:] for s in base[3][2]]])
     total = sum(x.nbytes for x, _, _ in base)
-    assert total > 4 * _core.tuning()["serial_bytes"]
+    assert total > 4 * _ext.tuning()["serial_bytes"]
     results = []
     for n_threads in (1, 2, 3, 4, -1, None):
         tensors = [(x.copy(), g, [s.copy() for s in st]) for x, g, st in base]
@@ -500,13 +500,13 @@ def test_threads_concurrent_python_threads():
 
 
 def test_set_num_threads_and_defaults():
-    assert fastopt.get_num_threads() == _core.max_threads()
+    assert fastopt.get_num_threads() == _ext.max_threads()
     with fastopt.set_num_threads(3):
         assert fastopt.get_num_threads() == 3
         with fastopt.set_num_threads(-1):
-            assert fastopt.get_num_threads() == _core.num_procs()
+            assert fastopt.get_num_threads() == _ext.num_procs()
         assert fastopt.get_num_threads() == 3
-    assert fastopt.get_num_threads() == _core.max_threads()
+    assert fastopt.get_num_threads() == _ext.max_threads()
     with pytest.raises(ValueError, match="fastopt.set_num_threads: n_threads must be"):
         with fastopt.set_num_threads(0):
             pass
@@ -518,16 +518,16 @@ def test_set_num_threads_is_per_thread():
         th = threading.Thread(target=lambda: seen.append(fastopt.get_num_threads()))
         th.start()
         th.join()
-    assert seen == [_core.max_threads()]
+    assert seen == [_ext.max_threads()]
 
 
 def test_threadpoolctl_limits_are_honoured():
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    if not _core.have_openmp():
+    if not _ext.have_openmp():
         pytest.skip("serial build")
     with threadpoolctl.threadpool_limits(limits=1, user_api="openmp"):
         assert fastopt.get_num_threads() == 1
-    assert fastopt.get_num_threads() == _core.max_threads()
+    assert fastopt.get_num_threads() == _ext.max_threads()
 
 
 def test_show_config(capsys):

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from fastopt import _demo
+from fastopt._cli import demo as _demo
 
 
 def test_demo_updates_part_runs(capsys):

@@ -27,9 +27,9 @@ def test_optimizer_with_an_empty_parameter_group_steps_every_other_group():
 @pytest.mark.parametrize("conf", [None, [], "ml.opt.decay.class.name"])
 def test_angel_rejects_a_conf_that_is_not_a_mapping(conf):
     schedules = pytest.importorskip("fastopt.schedules")
-    with pytest.raises(ValueError, match="conf must be a mapping"):
+    with pytest.raises(TypeError, match="conf must be a mapping"):
         schedules.angel(conf, 0.1)
-    with pytest.raises(ValueError, match="conf must be a mapping"):
+    with pytest.raises(TypeError, match="conf must be a mapping"):
         schedules.angel_on_batch(conf)
 
 

@@ -45,7 +45,7 @@ def workload():
     ro.flags.writeable = False
     # 200 tensors totalling just above the serial threshold: the OpenMP driver
     # (its work list is allocated per call; a leak would be ~1.6 kB a call)
-    per = fastopt._core.tuning()["serial_bytes"] // 4 // 200 + 1
+    per = fastopt._ext.tuning()["serial_bytes"] // 4 // 200 + 1
     px = [np.ones(per, f32) for _ in range(200)]
     pg = [np.full(per, 1e-3, f32) for _ in range(200)]
     pv = [np.zeros(per, f32) for _ in range(200)]

@@ -281,7 +281,7 @@ def test_evaluator_calls_stay_on_the_c_fast_path(onnx, op, monkeypatch):
     fastopt.onnx converts them so ordinary nodes never fall back to the
     slower fully-checked Python path (a 100-tensor node cost 2x there)."""
     from onnx.reference import ReferenceEvaluator
-    import fastopt._updates as upd
+    import fastopt._validation as upd
 
     def no_slow_path(*args, **kwargs):
         raise AssertionError("fastopt took the slow path")
@@ -291,7 +291,7 @@ def test_evaluator_calls_stay_on_the_c_fast_path(onnx, op, monkeypatch):
     model, ins = one_node_model(onnx, op_type, shapes, dtypes, ATTRS[op])
     inputs = tensors(np.random.default_rng(6), op, shapes, dtypes)
     sess = ReferenceEvaluator(model, new_ops=fonnx.reference_ops())
-    monkeypatch.setattr(upd, "_run_slow", no_slow_path)
+    monkeypatch.setattr(upd, "tensors", no_slow_path)
     out = sess.run(None, dict(zip(ins, [np.array(0.05, np.float32), np.array(2)] + inputs)))
     assert len(out) == 3 * (1 + NSTATES[op])
 

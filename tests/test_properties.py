@@ -236,7 +236,7 @@ def test_matches_reference_any_layout(op, data):
 def big_cases(draw, op):
     """Lists whose total crosses the serial threshold, so the OpenMP work
     list (chunks across tensors, 64-byte aligned boundaries) is exercised."""
-    serial = fastopt._core.tuning()["serial_bytes"]
+    serial = fastopt._ext.tuning()["serial_bytes"]
     n = draw(st.integers(1, 5))
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)

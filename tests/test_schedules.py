@@ -252,28 +252,32 @@ def test_angel_factory_reads_strings_and_numbers():
 
 
 @pytest.mark.parametrize(
-    ("conf", "match"),
+    ("conf", "match", "error"),
     [
         ({"ml.opt.decay.class.name": "CosineDecay"},
-         "unknown.*StandardDecay.*WarmRestarts.*CorrectionDecay.*ConstantLearningRate"),
-        ({"ml.opt.decay.class.name": 3}, "ml.opt.decay.class.name"),
-        ({"ml.opt.decay.alpha": "fast"}, "ml.opt.decay.alpha"),
-        ({"ml.opt.decay.alpha": True}, "ml.opt.decay.alpha"),
-        ({"ml.opt.decay.alpha": "-1"}, "alpha"),
+         "unknown.*StandardDecay.*WarmRestarts.*CorrectionDecay.*ConstantLearningRate",
+         ValueError),
+        ({"ml.opt.decay.class.name": 3}, "ml.opt.decay.class.name", TypeError),
+        ({"ml.opt.decay.alpha": "fast"}, "ml.opt.decay.alpha", ValueError),
+        ({"ml.opt.decay.alpha": True}, "ml.opt.decay.alpha", TypeError),
+        ({"ml.opt.decay.alpha": "-1"}, "alpha", ValueError),
         ({"ml.opt.decay.class.name": "WarmRestarts", "ml.opt.decay.intervals": "1.5"},
-         "ml.opt.decay.intervals"),
-        ({"ml.opt.decay.class.name": "WarmRestarts", "ml.opt.decay.intervals": 0}, "interval"),
-        ({"ml.opt.decay.class.name": "CorrectionDecay", "ml.opt.decay.beta": "1"}, "beta"),
+         "ml.opt.decay.intervals", ValueError),
+        ({"ml.opt.decay.class.name": "WarmRestarts", "ml.opt.decay.intervals": 0}, "interval",
+         ValueError),
+        ({"ml.opt.decay.class.name": "CorrectionDecay", "ml.opt.decay.beta": "1"}, "beta",
+         ValueError),
     ],
 )
-def test_angel_factory_errors(conf, match):
-    with pytest.raises(ValueError, match=match):
+def test_angel_factory_errors(conf, match, error):
+    with pytest.raises(error, match=match):
         S.angel(conf, 0.1)
 
 
-@pytest.mark.parametrize("value", ["yes", 1, None])
-def test_angel_on_batch_errors(value):
-    with pytest.raises(ValueError, match="ml.opt.decay.on.batch"):
+@pytest.mark.parametrize(("value", "error"), [("yes", ValueError), (1, TypeError),
+                                              (None, TypeError)])
+def test_angel_on_batch_errors(value, error):
+    with pytest.raises(error, match="ml.opt.decay.on.batch"):
         S.angel_on_batch({"ml.opt.decay.on.batch": value})
 
 
@@ -294,16 +298,17 @@ def test_angel_rate_matches_graph_learner_loop(on_batch):
 
 
 @pytest.mark.parametrize(
-    ("args", "match"),
-    [((-1, 0, 4, True), "epoch"), ((0, -1, 4, True), "batch"), ((0, 4, 4, True), "batch"),
-     ((0, 0, 0, True), "batches_per_epoch"), ((0, 0, 4, 1), "on_batch"), ((1.0, 0, 4, False), "epoch")],
+    ("args", "match", "error"),
+    [((-1, 0, 4, True), "epoch", ValueError), ((0, -1, 4, True), "batch", ValueError),
+     ((0, 4, 4, True), "batch", ValueError), ((0, 0, 0, True), "batches_per_epoch", ValueError),
+     ((0, 0, 4, 1), "on_batch", TypeError), ((1.0, 0, 4, False), "epoch", TypeError)],
 )
-def test_angel_step_errors(args, match):
-    with pytest.raises(ValueError, match=match):
+def test_angel_step_errors(args, match, error):
+    with pytest.raises(error, match=match):
         S.angel_step(*args)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(error, match=match):
         S.angel_rate(S.Constant(1.0), *args)
-    with pytest.raises(ValueError, match="schedule"):
+    with pytest.raises(TypeError, match="schedule"):
         S.angel_rate(lambda step: 1.0, 0, 0, 1)
 
 
@@ -523,12 +528,12 @@ BAD = [
     (lambda: S.ConstantLearningRate(-0.1), "eta"),
     (lambda: S.ConstantLearningRate(float("nan")), "eta"),
     (lambda: S.ConstantLearningRate(math.inf), "eta"),
-    (lambda: S.ConstantLearningRate("0.1"), "eta"),
-    (lambda: S.ConstantLearningRate(True), "eta"),
+    (lambda: S.ConstantLearningRate("0.1"), "eta", TypeError),
+    (lambda: S.ConstantLearningRate(True), "eta", TypeError),
     (lambda: S.StandardDecay(-1.0), "eta"),
     (lambda: S.StandardDecay(1.0, -0.001), "alpha"),
     (lambda: S.StandardDecay(1.0, interval=0), "interval"),
-    (lambda: S.StandardDecay(1.0, interval=2.0), "interval"),
+    (lambda: S.StandardDecay(1.0, interval=2.0), "interval", TypeError),
     (lambda: S.CorrectionDecay(-1.0), "eta"),
     (lambda: S.CorrectionDecay(1.0, alpha=-1), "alpha"),
     (lambda: S.CorrectionDecay(1.0, beta=1.0), "beta"),
@@ -539,25 +544,25 @@ BAD = [
     (lambda: S.WarmRestarts(1.0, -0.1), "eta_min"),
     (lambda: S.WarmRestarts(1.0, alpha=-0.5), "alpha"),
     (lambda: S.WarmRestarts(1.0, interval=0), "interval"),
-    (lambda: S.WarmRestarts(1.0, interval=True), "interval"),
+    (lambda: S.WarmRestarts(1.0, interval=True), "interval", TypeError),
     (lambda: S.constant(-1), "value"),
     (lambda: S.inverse_time(-1, 0.1), "init_value"),
     (lambda: S.inverse_time(1, -0.1), "decay_rate"),
     (lambda: S.inverse_time(1, 0.1, 0), "transition_steps"),
-    (lambda: S.inverse_time(1, 0.1, staircase=1), "staircase"),
+    (lambda: S.inverse_time(1, 0.1, staircase=1), "staircase", TypeError),
     (lambda: S.exponential(-1, 10, 0.5), "init_value"),
     (lambda: S.exponential(1, 0, 0.5), "transition_steps"),
     (lambda: S.exponential(1, 10, 0.0), "decay_rate"),
     (lambda: S.exponential(1, 10, -0.5), "decay_rate"),
     (lambda: S.exponential(1, 10, 0.5, -1), "transition_begin"),
-    (lambda: S.exponential(1, 10, 0.5, staircase="yes"), "staircase"),
+    (lambda: S.exponential(1, 10, 0.5, staircase="yes"), "staircase", TypeError),
     (lambda: S.exponential(1, 10, 0.5, end_value=-1), "end_value"),
     (lambda: S.piecewise_constant(-1.0), "init_value"),
     (lambda: S.piecewise_constant(1.0, {10: -0.5}), "boundaries_and_scales"),
     (lambda: S.piecewise_constant(1.0, {-10: 0.5}), "boundaries_and_scales"),
-    (lambda: S.piecewise_constant(1.0, {1.5: 0.5}), "boundaries_and_scales"),
+    (lambda: S.piecewise_constant(1.0, {1.5: 0.5}), "boundaries_and_scales", TypeError),
     (lambda: S.piecewise_constant(1.0, [(1, 0.5), (1, 0.2)]), "boundaries_and_scales"),
-    (lambda: S.piecewise_constant(1.0, [1, 2]), "boundaries_and_scales"),
+    (lambda: S.piecewise_constant(1.0, [1, 2]), "boundaries_and_scales", TypeError),
     (lambda: S.polynomial(-1, 0, 1, 10), "init_value"),
     (lambda: S.polynomial(1, -1, 1, 10), "end_value"),
     (lambda: S.polynomial(1, 0, 0, 10), "power"),
@@ -574,35 +579,43 @@ BAD = [
     (lambda: S.warmup_cosine_decay(0, 1, 10, 100, end_value=-1), "end_value"),
     (lambda: S.warmup_cosine_decay(0, 1, 10, 100, exponent=-1), "exponent"),
     (lambda: S.sgdr([]), "cosine_kwargs"),
-    (lambda: S.sgdr({"init_value": 0}), "cosine_kwargs"),
+    (lambda: S.sgdr({"init_value": 0}), "cosine_kwargs", TypeError),
     (lambda: S.sgdr([dict(init_value=0, peak_value=1, warmup_steps=1, decay_steps=5, bogus=1)]),
-     "cosine_kwargs"),
+     "cosine_kwargs", TypeError),
     (lambda: S.sgdr([dict(init_value=0, peak_value=1, warmup_steps=1, decay_steps=1)]),
      r"cosine_kwargs\[0\].*decay_steps"),
-    (lambda: S.sgdr([5]), "cosine_kwargs"),
+    (lambda: S.sgdr([5]), "cosine_kwargs", TypeError),
     (lambda: S.join_schedules([], []), "schedules"),
-    (lambda: S.join_schedules([lambda t: 1.0], []), "schedules"),
+    (lambda: S.join_schedules([lambda t: 1.0], []), "schedules", TypeError),
     (lambda: S.join_schedules([S.constant(1)], [3]), "boundaries"),
     (lambda: S.join_schedules([S.constant(1)] * 3, [5, 2]), "boundaries"),
     (lambda: S.join_schedules([S.constant(1)] * 2, [-1]), "boundaries"),
-    (lambda: S.join_schedules([S.constant(1)] * 2, 5), "boundaries"),
+    (lambda: S.join_schedules([S.constant(1)] * 2, 5), "boundaries", TypeError),
 ]
 
 
-@pytest.mark.parametrize(("make", "match"), BAD, ids=[b[1] + str(i) for i, b in enumerate(BAD)])
-def test_bad_parameters(make, match):
-    with pytest.raises(ValueError, match=match):
+# a wrong type raises TypeError, a wrong value ValueError (the rows without a class)
+BAD = [row if len(row) == 3 else (*row, ValueError) for row in BAD]
+
+
+@pytest.mark.parametrize(("make", "match", "error"), BAD,
+                         ids=[b[1] + str(i) for i, b in enumerate(BAD)])
+def test_bad_parameters(make, match, error):
+    with pytest.raises(error, match=match):
         make()
 
 
-@pytest.mark.parametrize("step", [-1, 2.0, 1.5, True, np.bool_(True), "3", None, np.float64(2.0)])
+@pytest.mark.parametrize(("step", "error"),
+                         [(-1, ValueError), (2.0, TypeError), (1.5, TypeError), (True, TypeError),
+                          (np.bool_(True), TypeError), ("3", TypeError), (None, TypeError),
+                          (np.float64(2.0), TypeError)])
 @pytest.mark.parametrize("schedule", [S.StandardDecay(1.0), S.WarmRestarts(1.0), S.cosine_decay(1.0, 10)],
                          ids=repr)
-def test_bad_step(schedule, step):
-    with pytest.raises(ValueError, match="step"):
+def test_bad_step(schedule, step, error):
+    with pytest.raises(error, match="step"):
         schedule(step)
     if hasattr(schedule, "is_interval_boundary"):
-        with pytest.raises(ValueError, match="step"):
+        with pytest.raises(error, match="step"):
             schedule.is_interval_boundary(step)
 
 

@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from . import _core, _reference, get_num_threads
-from . import adagrad, adam, momentum
-from ._workloads import TRAFFIC, WORKLOADS
+from .. import _ext, _reference, get_num_threads
+from .. import adagrad, adam, momentum
+from .workloads import TRAFFIC, WORKLOADS
 
 _FAST = {"momentum": momentum, "adagrad": adagrad, "adam": adam}
 _KW = {
@@ -72,7 +72,7 @@ def measure(op: str, dtype, shapes, budget: float = 0.4, numpy: bool = True) -> 
     bufs = [np.ones(n, dtype) for _ in range(reads)]
     threads = get_num_threads()
     with np.errstate(all="ignore"):
-        out["probe"] = _median_time(lambda: _core.probe(bufs, threads), budget, max_reps)
+        out["probe"] = _median_time(lambda: _ext.probe(bufs, threads), budget, max_reps)
     return out
 
 
@@ -130,9 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown op or workload: {', '.join(bad)}")
     dtypes = [np.float32, np.float64] if a.dtype == "both" else [np.dtype(a.dtype).type]
 
-    cfg = _core.build_info()
+    cfg = _ext.build_info()
     print(f"fastopt bench: {get_num_threads()} threads, kernels {cfg['isa_active']}, "
-          f"OpenMP {'on' if _core.have_openmp() else 'off'}")
+          f"OpenMP {'on' if _ext.have_openmp() else 'off'}")
     print(f"{'op':9s} {'dtype':8s} {'workload':9s} {'time':>10s} {'ns/elem':>8s} "
           f"{'GB/s':>6s} {'vs numpy':>9s} {'vs probe':>9s}")
     for op in ops:

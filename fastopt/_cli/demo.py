@@ -24,9 +24,10 @@ import time
 import numpy as np
 
 import fastopt
-from . import _reference as ref
-from . import optim
-from ._workloads import make_tensors, resnet50_shapes
+
+from .. import _reference as ref
+from .. import optim
+from .workloads import make_tensors, resnet50_shapes
 
 
 def _say(*args):
@@ -203,7 +204,7 @@ def run_train(*, quick: bool = False, epochs=None) -> bool:
 
     # Momentum + AGC (hidden layers; the classifier is excluded, as in NFNet)
     # + warm restarts (cycles of 2, 4, 8, ... epochs)
-    from .schedules import WarmRestarts
+    from ..schedules import WarmRestarts
 
     clip, clip_eps = 0.05, 1e-3
     sched = WarmRestarts(0.1, 0.005, interval=2 * steps_per_epoch)
@@ -281,5 +282,5 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m fastopt._demo
+if __name__ == "__main__":  # python -m fastopt._cli.demo
     sys.exit(main(sys.argv[1:]))

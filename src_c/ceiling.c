@@ -9,8 +9,9 @@
  *
  * The benchmarks (bench/conftest.py) compile this file on their own with
  * -O3 -fopenmp (and -march=native: the ceiling may use every ISA the machine
- * has); the package also builds it into fastopt._core with its portable
- * flags so `python -m fastopt bench` can report the same ratio.
+ * has); the package also builds it into fastopt._ext with its portable
+ * flags so `fastopt bench` can report the same ratio. Prototypes in fastopt.h
+ * (not included here, so the benchmarks can build this file alone).
  */
 #include <stdint.h>
 

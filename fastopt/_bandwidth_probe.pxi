@@ -1,0 +1,39 @@
+# The memory-bandwidth ceiling probe (src_c/ceiling.c), included by
+# _ext.pyx: `fastopt bench` compares every update with it.
+
+
+def probe(arrays, int n_threads):
+    """Bandwidth probe: 3 arrays read and 2 written, or 4 and 3, over
+    contiguous float32/float64 arrays of one dtype and size."""
+    cdef cnp.ndarray a
+    cdef void *p[4]
+    cdef Py_ssize_t k, n
+    cdef int type_num, narr
+    cdef bint f32
+    arrays = list(arrays)
+    narr = len(arrays)
+    if narr not in (3, 4) or n_threads < 1:
+        raise ValueError("probe: 3 or 4 arrays and n_threads >= 1")
+    type_num = cnp.PyArray_TYPE(<cnp.ndarray?>arrays[0])
+    n = cnp.PyArray_SIZE(<cnp.ndarray>arrays[0])
+    for k in range(narr):
+        a = <cnp.ndarray?>arrays[k]
+        if (cnp.PyArray_TYPE(a) != type_num or cnp.PyArray_SIZE(a) != n
+                or (type_num != cnp.NPY_FLOAT and type_num != cnp.NPY_DOUBLE)
+                or not cnp.PyArray_ISCARRAY(a) or not cnp.PyArray_ISNOTSWAPPED(a)):
+            raise ValueError("probe: writeable C-contiguous native float arrays "
+                             "of one dtype and size")
+        p[k] = cnp.PyArray_DATA(a)
+    f32 = type_num == cnp.NPY_FLOAT
+    with nogil:
+        if narr == 3 and f32:
+            fo_probe_3r2w_f32(n, <float *>p[0], <float *>p[1], <float *>p[2], n_threads)
+        elif narr == 3:
+            fo_probe_3r2w_f64(n, <double *>p[0], <double *>p[1], <double *>p[2],
+                              n_threads)
+        elif f32:
+            fo_probe_4r3w_f32(n, <float *>p[0], <float *>p[1], <float *>p[2],
+                              <float *>p[3], n_threads)
+        else:
+            fo_probe_4r3w_f64(n, <double *>p[0], <double *>p[1], <double *>p[2],
+                              <double *>p[3], n_threads)

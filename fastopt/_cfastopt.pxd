@@ -1,0 +1,209 @@
+# cython: language_level=3
+# Declarations of src_c/fastopt.h, in the header's order, block for block
+# (as PyWavelets' c_wt.pxd mirrors wt.h): change both together. The
+# comments of each block live in the header; only declarations here.
+
+from libc.stdint cimport int32_t, int64_t
+
+
+cdef extern from "fastopt.h" nogil:
+    # Error codes.
+    int FO_OK
+    int FO_ENOMEM
+    int FO_EINVAL
+
+    # Element types of a tensor.
+    int FO_F32
+    int FO_F64
+
+    # Momentum modes.
+    int FO_STANDARD
+    int FO_NESTEROV
+
+    # One tensor of a multi-tensor update.
+    ctypedef struct fo_tensor:
+        void *x
+        const void *g
+        void *s1
+        void *s2
+        int64_t n
+        int32_t dtype
+
+    # Scalar arguments, as the ONNX operators define them.
+    ctypedef struct fo_momentum_args:
+        double lr, alpha, beta, norm_coefficient
+        int64_t t
+        int32_t mode
+
+    # Momentum's per-call coefficients.
+    ctypedef struct fo_momentum_coef:
+        double lr, alpha, b, nc
+        float lr_f, alpha_f, b_f, nc_f
+        int nesterov
+
+    int fo_momentum_coefs(const fo_momentum_args *a, fo_momentum_coef *c)
+
+    ctypedef struct fo_adagrad_args:
+        double lr, decay_factor, epsilon, norm_coefficient
+        int64_t t
+
+    ctypedef struct fo_adam_args:
+        double lr, alpha, beta, epsilon, norm_coefficient, norm_coefficient_post
+        int64_t t
+
+    # Multi-tensor drivers.
+    int fo_momentum(const fo_tensor *ts, int64_t nt, const fo_momentum_args *a,
+                    int n_threads)
+    int fo_adagrad(const fo_tensor *ts, int64_t nt, const fo_adagrad_args *a,
+                   int n_threads)
+    int fo_adam(const fo_tensor *ts, int64_t nt, const fo_adam_args *a,
+                int n_threads)
+
+    # Serial single-array kernels.
+    void fo_momentum_f32(int64_t n, float *x, const float *g, float *v,
+                         float lr, float alpha, float b, float nc, int nesterov)
+    void fo_momentum_f64(int64_t n, double *x, const double *g, double *v,
+                         double lr, double alpha, double b, double nc, int nesterov)
+    void fo_adagrad_f32(int64_t n, float *x, const float *g, float *h,
+                        float r, float eps, float nc)
+    void fo_adagrad_f64(int64_t n, double *x, const double *g, double *h,
+                        double r, double eps, double nc)
+    void fo_adam_f32(int64_t n, float *x, const float *g, float *v, float *h,
+                     float radj, float alpha, float one_m_alpha, float beta,
+                     float one_m_beta, float eps, float nc, float post)
+    void fo_adam_f64(int64_t n, double *x, const double *g, double *v, double *h,
+                     double radj, double alpha, double one_m_alpha, double beta,
+                     double one_m_beta, double eps, double nc, double post)
+
+    # Overlap check for the fast path.
+    int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
+                        int64_t m, int64_t *scratch, int64_t *order,
+                        int64_t *norder, int64_t *i, int64_t *j)
+
+    # Build facts and thread control.
+    const char *fo_isa_paths()
+    const char *fo_isa_active()
+    int fo_have_openmp()
+    int fo_max_threads()
+    int fo_num_procs()
+
+    # Tuning constants (bytes of x), exposed for tests and show_config.
+    int64_t fo_serial_bytes()
+    int64_t fo_chunk_bytes()
+
+    # Memory-bandwidth ceiling probe (src_c/ceiling.c).
+    void fo_probe_3r2w_f32(int64_t n, float *x, const float *g, float *v,
+                           int n_threads)
+    void fo_probe_3r2w_f64(int64_t n, double *x, const double *g, double *v,
+                           int n_threads)
+    void fo_probe_4r3w_f32(int64_t n, float *x, const float *g, float *v, float *h,
+                           int n_threads)
+    void fo_probe_4r3w_f64(int64_t n, double *x, const double *g, double *v,
+                           double *h, int n_threads)
+
+    # ---- Adaptive gradient clipping (AGC) ----
+
+    # How the n_units * unit_len contiguous elements of a tensor form units.
+    int FO_AGC_ROWS
+    int FO_AGC_COLS
+
+    # One tensor of an AGC call.
+    ctypedef struct fo_agc_tensor:
+        void *x
+        void *g
+        void *v
+        int64_t n_units
+        int64_t unit_len
+        double clipping
+        int32_t dtype
+        int32_t kind
+
+    int fo_agc(const fo_agc_tensor *ts, int64_t nt, double eps, int n_threads)
+    int fo_agc_momentum(const fo_agc_tensor *ts, int64_t nt, double eps,
+                        const fo_momentum_args *a, int n_threads)
+
+    int fo_agc_unit_sumsq(const void *x, int32_t dtype, int64_t n_units,
+                          int64_t unit_len, int32_t kind, double *out)
+
+    # ---- Issue 13: the whole optimizer step (step.c) ----
+
+    int FO_STEP_BLOCK
+    int FO_STEP_LANES
+
+    # Update rules.
+    int FO_RULE_MOMENTUM
+    int FO_RULE_ADAGRAD
+    int FO_RULE_ADAM
+    int FO_RULE_SGD_TORCH
+    int FO_RULE_ADAGRAD_TORCH
+    int FO_RULE_ADAM_TORCH
+    int FO_RULE_ADAMW_TORCH
+
+    # Group flags.
+    int FO_STEP_NESTEROV
+    int FO_STEP_AMSGRAD
+    int FO_STEP_MAXIMIZE
+
+    # Clipping by the global norm.
+    int FO_CLIP_NONE
+    int FO_CLIP_TORCH
+    int FO_CLIP_OPTAX
+    # Norm types.
+    int FO_NORM_2
+    int FO_NORM_INF
+
+    # Hyperparameters of one group.
+    ctypedef struct fo_step_group:
+        int32_t rule
+        int32_t flags
+        int64_t t
+        double lr, alpha, beta, eps, decay, decay_post, lr_decay
+
+    # One tensor of a step.
+    ctypedef struct fo_step_tensor:
+        void *x
+        const void *g
+        void *s1
+        void *s2
+        void *s3
+        int64_t n
+        int32_t dtype
+        int32_t group
+
+    # Step-wide options.
+    int FO_MEASURE_NEEDED
+    int FO_MEASURE_ALWAYS
+    int FO_MEASURE_GIVEN
+    ctypedef struct fo_step_opts:
+        double grad_scale
+        double max_norm
+        double clip_value
+        int32_t clip
+        int32_t norm_type
+        int32_t check_finite
+        int32_t measure
+        double norm
+
+    # What a step found.
+    ctypedef struct fo_step_result:
+        double norm
+        int32_t finite
+        int32_t applied
+
+    int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
+                int64_t ng, const fo_step_opts *o, fo_step_result *res,
+                int n_threads)
+
+    # Gradient lists.
+    int fo_global_norm(const void *const *gs, const int64_t *ns,
+                       const int32_t *dtypes, int64_t nt, double grad_scale,
+                       int32_t norm_type, fo_step_result *res, int n_threads)
+    int fo_clip_grads(void *const *gs, const int64_t *ns, const int32_t *dtypes,
+                      int64_t nt, const fo_step_opts *o, fo_step_result *res,
+                      int n_threads)
+
+    # The core's elementwise parallel driver, shared with step.c.
+    int fo_run_elementwise(const fo_tensor *ts, int64_t nt,
+                           void (*fn)(const fo_tensor *, int64_t, int64_t,
+                                      const void *) noexcept nogil,
+                           const void *ctx, int n_threads)

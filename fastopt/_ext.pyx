@@ -1,0 +1,337 @@
+# cython: language_level=3, embedsignature=True, cdivision=True
+"""fastopt's one extension module: the fast paths over the C core (src_c/).
+
+Each entry point (momentum, adagrad, adam, agc, agc_momentum) is a *fast
+path*: it accepts a call only when every argument is already in the exact
+form the C code needs (ndarrays of native float32/float64, C- or
+F-contiguous in the same order within a tensor, aligned, written arrays
+writeable, each array of its parameter's shape, no written array
+overlapping another array, plain Python float/int scalars in range). Such a
+call is checked at C speed through NumPy's C-API (no memoryviews: one costs
+~160 ns per array), gathered by ONE table-driven gather (_gather, over the
+roles of the op: x, g, states; read or written) and run as ONE C call with
+the GIL released (_run); the function returns True.
+
+Anything else makes it return False *before anything is written*, and
+fastopt/_dispatch.py takes over: it checks the call in full through
+fastopt/_validation.py (the one place that raises for user input),
+normalises it and calls back. These functions never raise for bad input.
+
+Included: _accept.pxi (the acceptors), _threadfacts.pxi (OpenMP facts),
+_buildfacts.pxi (compiler and flags), _bandwidth_probe.pxi (the ceiling).
+
+How a tensor's memory forms AGC units (fo_agc_tensor.kind) follows from its
+shape, its memory order and the layout:
+
+=================================  ==============  ==============
+tensor (after squeezing dims of 1)  C order         F order
+=================================  ==============  ==============
+ndim <= 1: the whole tensor         1 row           1 row
+"oi": unit = x[i, ...]              rows            columns
+"io": unit = x[..., j]              columns         rows
+=================================  ==============  ==============
+"""
+
+from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.ref cimport PyObject
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.math cimport NAN, isfinite
+from libc.stdint cimport int32_t, int64_t
+
+cimport numpy as cnp
+
+from fastopt._cfastopt cimport (
+    FO_AGC_COLS, FO_AGC_ROWS, FO_ENOMEM, FO_F32, FO_F64, FO_NESTEROV, FO_OK,
+    FO_STANDARD, fo_adagrad, fo_adagrad_args, fo_adam, fo_adam_args, fo_agc,
+    fo_agc_momentum, fo_agc_tensor, fo_agc_unit_sumsq, fo_chunk_bytes,
+    fo_find_overlap, fo_have_openmp, fo_isa_active, fo_isa_paths,
+    fo_max_threads, fo_momentum, fo_momentum_args, fo_num_procs,
+    fo_probe_3r2w_f32, fo_probe_3r2w_f64, fo_probe_4r3w_f32,
+    fo_probe_4r3w_f64, fo_serial_bytes, fo_tensor,
+    FO_EINVAL, FO_MEASURE_ALWAYS, FO_MEASURE_GIVEN, FO_MEASURE_NEEDED, fo_clip_grads, fo_global_norm, fo_step, fo_step_group, fo_step_opts,
+    fo_step_result, fo_step_tensor)
+
+import numpy as np
+
+cnp.import_array()
+
+include "_threadfacts.pxi"
+include "_accept.pxi"
+include "_buildfacts.pxi"
+include "_bandwidth_probe.pxi"
+
+
+# ------------------------------------------------------------ the op table
+
+cdef enum:
+    STACK_TENSORS = 8      # tensors gathered in the C stack before the heap
+    MAX_ROLES = 4          # x, g and up to two states
+
+
+cdef struct Call:
+    # Per-call buffers, in the C stack frame of the entry point for a few
+    # tensors (a cdef class cost ~3,000 instructions a call: allocating and
+    # zeroing 2.5 KB), on the heap beyond that. ts holds fo_tensor or
+    # fo_agc_tensor records (the larger of the two sizes the stack room).
+    fo_agc_tensor stack_t[STACK_TENSORS]
+    int64_t stack_e[STACK_TENSORS * MAX_ROLES * 2]
+    int64_t stack_s[STACK_TENSORS * MAX_ROLES * 6 + 1]
+    unsigned char stack_o[STACK_TENSORS * MAX_ROLES]
+    void *ts
+    int64_t *ext
+    int64_t *scratch
+    unsigned char *is_out
+    Py_ssize_t cap
+    Py_ssize_t nt      # tensors in the call (set by _gather)
+    # AGC only: per-tensor clipping (a tuple held by the caller, or NULL for
+    # clip_all on every tensor) and the unit layout
+    PyObject *clips
+    double clip_all
+    int layout
+
+
+ctypedef int (*emit_t)(Call *c, Py_ssize_t i, PyObject *x, int64_t n, bint f32,
+                       bint c_order, void **p) except -1
+ctypedef int (*driver_t)(const void *ts, int64_t nt, const void *args,
+                         int n_threads) noexcept nogil
+
+
+cdef struct Op:
+    # One row of the op table: the arrays of a tensor, in the order the
+    # caller passes them (x, g, states), whether the C code writes each, how
+    # a tensor's record is filled, and the C driver.
+    int n_roles
+    unsigned char written[MAX_ROLES]
+    size_t rec_size
+    emit_t emit
+    driver_t driver
+
+
+cdef struct AgcArgs:
+    double eps
+    fo_momentum_args m
+
+
+cdef int _emit_tensor(Call *c, Py_ssize_t i, PyObject *x, int64_t n, bint f32,
+                      bint c_order, void **p) except -1:
+    cdef fo_tensor *t = (<fo_tensor *>c.ts) + i
+    t.x = p[0]
+    t.g = p[1]
+    t.s1 = p[2]
+    t.s2 = p[3]
+    t.n = n
+    t.dtype = FO_F32 if f32 else FO_F64
+    return 1
+
+
+cdef void _units(cnp.ndarray x, bint c_order, int layout, fo_agc_tensor *t):
+    """Set t.n_units, t.unit_len and t.kind from x's shape and order."""
+    cdef int nd = cnp.PyArray_NDIM(x), d, big = 0
+    cdef cnp.npy_intp *dims = cnp.PyArray_DIMS(x)
+    cdef int64_t n = cnp.PyArray_SIZE(x), nu
+    for d in range(nd):
+        if dims[d] != 1:
+            big += 1
+    t.kind = FO_AGC_ROWS
+    if n == 0:
+        t.n_units = 0
+        t.unit_len = 0
+        return
+    if big <= 1:                   # scalar or vector after squeezing
+        t.n_units = 1
+        t.unit_len = n
+        return
+    nu = dims[0] if layout == LAYOUT_OI else dims[nd - 1]
+    t.n_units = nu
+    t.unit_len = n // nu
+    if nu == 1:                    # one unit: contiguous either way
+        return
+    # "oi" units are rows of a C-ordered array and columns of an F-ordered
+    # one; "io" the other way round.
+    if (layout == LAYOUT_OI) != c_order:
+        t.kind = FO_AGC_COLS
+
+
+cdef int _emit_agc(Call *c, Py_ssize_t i, PyObject *x, int64_t n, bint f32,
+                   bint c_order, void **p) except -1:
+    cdef fo_agc_tensor *t = (<fo_agc_tensor *>c.ts) + i
+    if c.clips != NULL:
+        if PyTuple_GET_SIZE(<object>c.clips) != c.nt:
+            return 0
+        if not _clip_value(<object>PyTuple_GET_ITEM(<object>c.clips, i), &t.clipping):
+            return 0
+    else:
+        t.clipping = c.clip_all
+    t.x = p[0]
+    t.g = p[1]
+    t.v = p[2]
+    t.dtype = FO_F32 if f32 else FO_F64
+    _units(<cnp.ndarray>x, c_order, c.layout, t)
+    return 1
+
+
+cdef int _drive_momentum(const void *ts, int64_t nt, const void *a, int nth) noexcept nogil:
+    return fo_momentum(<const fo_tensor *>ts, nt, <const fo_momentum_args *>a, nth)
+
+
+cdef int _drive_adagrad(const void *ts, int64_t nt, const void *a, int nth) noexcept nogil:
+    return fo_adagrad(<const fo_tensor *>ts, nt, <const fo_adagrad_args *>a, nth)
+
+
+cdef int _drive_adam(const void *ts, int64_t nt, const void *a, int nth) noexcept nogil:
+    return fo_adam(<const fo_tensor *>ts, nt, <const fo_adam_args *>a, nth)
+
+
+cdef int _drive_agc(const void *ts, int64_t nt, const void *a, int nth) noexcept nogil:
+    return fo_agc(<const fo_agc_tensor *>ts, nt, (<const AgcArgs *>a).eps, nth)
+
+
+cdef int _drive_agc_momentum(const void *ts, int64_t nt, const void *a,
+                             int nth) noexcept nogil:
+    return fo_agc_momentum(<const fo_agc_tensor *>ts, nt, (<const AgcArgs *>a).eps,
+                           &(<const AgcArgs *>a).m, nth)
+
+
+cdef Op _op(int n_roles, str written, size_t rec_size, emit_t emit, driver_t driver):
+    """A row of the op table; written: "W" or "R" per role."""
+    cdef Op op
+    cdef int k
+    op.n_roles = n_roles
+    for k in range(MAX_ROLES):
+        op.written[k] = k < n_roles and written[k] == "W"
+    op.rec_size = rec_size
+    op.emit = emit
+    op.driver = driver
+    return op
+
+
+#        roles:  x  g  states          record                  driver
+cdef Op OP_MOMENTUM = _op(3, "WRW", sizeof(fo_tensor), _emit_tensor, _drive_momentum)
+cdef Op OP_ADAGRAD = _op(3, "WRW", sizeof(fo_tensor), _emit_tensor, _drive_adagrad)
+cdef Op OP_ADAM = _op(4, "WRWW", sizeof(fo_tensor), _emit_tensor, _drive_adam)
+cdef Op OP_AGC = _op(2, "RW", sizeof(fo_agc_tensor), _emit_agc, _drive_agc)
+cdef Op OP_AGC_MOMENTUM = _op(3, "WRW", sizeof(fo_agc_tensor), _emit_agc,
+                              _drive_agc_momentum)
+
+
+include "_gather.pxi"
+include "_step.pxi"
+
+
+# ------------------------------------------------------------ entry points
+
+def momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
+             n_threads):
+    """Fast path of fastopt.momentum. True if done, False to decline."""
+    cdef fo_momentum_args a
+    cdef Call c
+    cdef int nth = _n_threads(n_threads)
+    a.mode = _mode(mode)
+    if not (nth and a.mode >= 0 and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
+            and _real(alpha, &a.alpha) and _real(beta, &a.beta)
+            and _real(norm_coefficient, &a.norm_coefficient)):
+        return False
+    return _run(&OP_MOMENTUM, &a, nth, &c, xs, gs, vs, None)
+
+
+def adagrad(xs, gs, hs, lr, t, decay_factor, epsilon, norm_coefficient,
+            n_threads):
+    """Fast path of fastopt.adagrad. True if done, False to decline."""
+    cdef fo_adagrad_args a
+    cdef Call c
+    cdef int nth = _n_threads(n_threads)
+    if not (nth and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
+            and _real(decay_factor, &a.decay_factor) and a.decay_factor >= 0
+            and _real(epsilon, &a.epsilon) and a.epsilon >= 0
+            and _real(norm_coefficient, &a.norm_coefficient)):
+        return False
+    return _run(&OP_ADAGRAD, &a, nth, &c, xs, gs, hs, None)
+
+
+def adam(xs, gs, vs, hs, lr, t, alpha, beta, epsilon, norm_coefficient,
+         norm_coefficient_post, n_threads):
+    """Fast path of fastopt.adam. True if done, False to decline."""
+    cdef fo_adam_args a
+    cdef Call c
+    cdef int nth = _n_threads(n_threads)
+    if not (nth and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
+            and _real(alpha, &a.alpha) and 0 <= a.alpha <= 1
+            and (a.alpha < 1 or a.t == 0)
+            and _real(beta, &a.beta) and 0 <= a.beta <= 1
+            and _real(epsilon, &a.epsilon) and a.epsilon >= 0
+            and _real(norm_coefficient, &a.norm_coefficient)
+            and _real(norm_coefficient_post, &a.norm_coefficient_post)):
+        return False
+    return _run(&OP_ADAM, &a, nth, &c, xs, gs, vs, hs)
+
+
+cdef bint _clipping(Call *c, object clipping, object layout):
+    """Set c's AGC fields; False to decline. The caller holds `clipping`
+    (a tuple, see _pin) for the duration of the call."""
+    c.layout = _layout(layout)
+    c.clips = NULL
+    c.clip_all = 0.0
+    if c.layout < 0:
+        return False
+    if type(clipping) is tuple:
+        c.clips = <PyObject *>clipping
+        return True
+    return clipping is not None and _clip_value(clipping, &c.clip_all)
+
+
+def agc(xs, gs, clipping, eps, layout, n_threads):
+    """Fast path of fastopt.agc. True if done, False to decline."""
+    cdef AgcArgs a
+    cdef Call c
+    cdef int nth = _n_threads(n_threads)
+    clipping = _pin(clipping)
+    if not (nth and _real(eps, &a.eps) and a.eps > 0 and _clipping(&c, clipping, layout)):
+        return False
+    return _run(&OP_AGC, &a, nth, &c, xs, gs, None, None)
+
+
+def agc_momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
+                 clipping, eps, layout, n_threads):
+    """Fast path of fastopt.momentum with clipping. True if done, False to
+    decline."""
+    cdef AgcArgs a
+    cdef Call c
+    cdef int nth = _n_threads(n_threads)
+    clipping = _pin(clipping)
+    a.m.mode = _mode(mode)
+    if not (nth and a.m.mode >= 0 and _real(lr, &a.m.lr) and a.m.lr >= 0
+            and _count(t, &a.m.t) and _real(alpha, &a.m.alpha)
+            and _real(beta, &a.m.beta)
+            and _real(norm_coefficient, &a.m.norm_coefficient)
+            and _real(eps, &a.eps) and a.eps > 0 and _clipping(&c, clipping, layout)):
+        return False
+    return _run(&OP_AGC_MOMENTUM, &a, nth, &c, xs, gs, vs, None)
+
+
+def unit_norms(cnp.ndarray x not None, layout):
+    """The unit norms (float64, one per unit, in unit order) of a native,
+    aligned, C- or F-contiguous float32/float64 array; the caller checks
+    that. Computed in the order fo_agc uses."""
+    cdef fo_agc_tensor t
+    cdef int type_num = cnp.PyArray_TYPE(x), lay = _layout(layout), rc
+    cdef bint c_order = (cnp.PyArray_FLAGS(x) & cnp.NPY_ARRAY_C_CONTIGUOUS) != 0
+    cdef cnp.ndarray out
+    if lay < 0 or (type_num != cnp.NPY_FLOAT and type_num != cnp.NPY_DOUBLE) \
+            or not (c_order or cnp.PyArray_FLAGS(x) & cnp.NPY_ARRAY_F_CONTIGUOUS) \
+            or not cnp.PyArray_ISNOTSWAPPED(x) \
+            or not cnp.PyArray_FLAGS(x) & cnp.NPY_ARRAY_ALIGNED:
+        raise ValueError("fastopt._ext.unit_norms: internal error: array not normalised")
+    _units(x, c_order, lay, &t)
+    out = np.empty(t.n_units, np.float64)
+    if t.n_units * t.unit_len == 0:
+        out[...] = 0.0
+        return out
+    with nogil:
+        rc = fo_agc_unit_sumsq(cnp.PyArray_DATA(x),
+                               FO_F32 if type_num == cnp.NPY_FLOAT else FO_F64,
+                               t.n_units, t.unit_len, t.kind,
+                               <double *>cnp.PyArray_DATA(out))
+    _check_rc(rc)
+    return np.sqrt(out, out=out)

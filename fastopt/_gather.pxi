@@ -1,0 +1,166 @@
+# The one gather and the one _run (included by _ext.pyx, after the op table).
+
+cdef inline void _init(Call *c) noexcept nogil:
+    c.ts = c.stack_t
+    c.ext = c.stack_e
+    c.scratch = c.stack_s
+    c.is_out = c.stack_o
+    c.cap = STACK_TENSORS
+
+
+cdef int _reserve(Call *c, Py_ssize_t nt, size_t rec_size) except -1:
+    cdef Py_ssize_t m = nt * MAX_ROLES
+    if nt <= c.cap:
+        return 0
+    c.cap = nt
+    c.ts = PyMem_Malloc(nt * rec_size)
+    c.ext = <int64_t *>PyMem_Malloc(m * 2 * sizeof(int64_t))
+    c.scratch = <int64_t *>PyMem_Malloc((m * 6 + 1) * sizeof(int64_t))
+    c.is_out = <unsigned char *>PyMem_Malloc(m)
+    if not (c.ts and c.ext and c.scratch and c.is_out):
+        raise MemoryError()
+    return 0
+
+
+cdef inline void _release(Call *c) noexcept:
+    if c.cap > STACK_TENSORS:     # PyMem_Free(NULL) is a no-op
+        PyMem_Free(c.ts)
+        PyMem_Free(c.ext)
+        PyMem_Free(c.scratch)
+        PyMem_Free(c.is_out)
+        _init(c)
+
+
+cdef inline void _range(Call *c, Py_ssize_t k, const void *p, int64_t nbytes,
+                        unsigned char is_out) noexcept:
+    c.ext[2 * k] = <int64_t>p
+    c.ext[2 * k + 1] = <int64_t>p + nbytes
+    c.is_out[k] = is_out
+
+
+# The sorted order of the previous multi-tensor call's byte ranges: a
+# training loop passes the same arrays every step, so their order usually
+# holds and fo_find_overlap verifies it in one pass instead of sorting.
+# Only touched with the GIL held (in _gather), so calls from several Python
+# threads are safe; a wrong hint only costs a sort, never a missed overlap.
+cdef int64_t *_order = NULL
+cdef int64_t _order_cap = 0
+cdef int64_t _order_m = -1
+cdef int64_t _order_n = -1
+
+
+cdef int _overlap(Call *c, int64_t m) except -1:
+    """1 if some written range overlaps another, else 0."""
+    global _order, _order_cap, _order_m, _order_n
+    cdef int64_t oi = 0, oj = 0, none = -1
+    cdef int64_t *grown
+    if m <= 16:   # pairwise: no order needed
+        return fo_find_overlap(c.ext, c.is_out, m, c.scratch,
+                               c.scratch + 5 * m + 1, &none, &oi, &oj)
+    if m > _order_cap:
+        grown = <int64_t *>PyMem_Realloc(_order, m * sizeof(int64_t))
+        if grown == NULL:
+            raise MemoryError()
+        _order = grown
+        _order_cap = m
+    if m != _order_m:
+        _order_m = m
+        _order_n = -1
+    return fo_find_overlap(c.ext, c.is_out, m, c.scratch, _order, &_order_n, &oi, &oj)
+
+
+cdef inline PyObject *_item(PyObject *arg, bint seq, Py_ssize_t i) noexcept:
+    return PyTuple_GET_ITEM(<object>arg, i) if seq else arg
+
+
+cdef inline bint _array(PyObject *o):
+    return fo_exact_array(o) or _is_array(<object>o)
+
+
+cdef int _gather(Call *c, const Op *op, PyObject **args, Py_ssize_t *nt_out) except -1:
+    """Fill c with the records of a call if all its tensors qualify for the
+    fast path; return 1, or 0 to decline. args[k] is role k's argument: one
+    array, or a tuple (lists are pinned as tuples by _run), all borrowed.
+    Byte ranges are stored role by role (all x, all g, ...) so each role's
+    arrays, usually allocated in address order, form one sorted run for
+    fo_find_overlap. Writes nothing to any array."""
+    cdef Py_ssize_t nt = 1, i
+    cdef int k, n = op.n_roles, type_num, flags, order
+    cdef bint seq = type(<object>args[0]) is tuple, c_order
+    cdef PyObject *x
+    cdef PyObject *a
+    cdef int64_t size, nbytes
+    cdef void *p[MAX_ROLES]
+    if seq:
+        nt = PyTuple_GET_SIZE(<object>args[0])
+        if nt == 0:
+            return 0
+        for k in range(1, n):
+            if (type(<object>args[k]) is not tuple
+                    or PyTuple_GET_SIZE(<object>args[k]) != nt):
+                return 0
+    c.nt = nt
+    _reserve(c, nt, op.rec_size)
+    p[2] = p[3] = NULL
+    for i in range(nt):
+        x = _item(args[0], seq, i)
+        if not _array(x):
+            return 0
+        type_num = fo_type(x)
+        if type_num != cnp.NPY_FLOAT and type_num != cnp.NPY_DOUBLE:
+            return 0
+        flags = fo_flags(x)
+        c_order = (flags & cnp.NPY_ARRAY_C_CONTIGUOUS) != 0
+        if c_order:
+            order = cnp.NPY_ARRAY_C_CONTIGUOUS
+        elif flags & cnp.NPY_ARRAY_F_CONTIGUOUS:
+            order = cnp.NPY_ARRAY_F_CONTIGUOUS
+        else:
+            return 0
+        size = fo_size(x)
+        nbytes = size * (4 if type_num == cnp.NPY_FLOAT else 8)
+        if not fo_accept(x, type_num, order | (_W if op.written[0] else _R), NULL):
+            return 0
+        p[0] = fo_data(x)
+        _range(c, i, p[0], nbytes, op.written[0])
+        for k in range(1, n):
+            a = _item(args[k], seq, i)
+            if not (_array(a) and fo_accept(a, type_num,
+                                            order | (_W if op.written[k] else _R), x)):
+                return 0
+            p[k] = fo_data(a)
+            _range(c, k * nt + i, p[k], nbytes, op.written[k])
+        if not op.emit(c, i, x, size, type_num == cnp.NPY_FLOAT, c_order, p):
+            return 0
+    if _overlap(c, n * nt):
+        return 0
+    nt_out[0] = nt
+    return 1
+
+
+cdef object _run(const Op *op, const void *args, int nth, Call *c,
+                 object x, object g, object s1, object s2):
+    """Gather the call's tensors and run op's driver on them without the GIL:
+    True if done, False (nothing written) to decline."""
+    cdef PyObject *arrs[MAX_ROLES]
+    cdef Py_ssize_t nt = 0
+    cdef int rc = FO_OK
+    # pinned: these locals keep every array alive during the nogil call
+    x = _pin(x)
+    g = _pin(g)
+    s1 = _pin(s1)
+    s2 = _pin(s2)
+    arrs[0] = <PyObject *>x
+    arrs[1] = <PyObject *>g
+    arrs[2] = <PyObject *>s1
+    arrs[3] = <PyObject *>s2
+    _init(c)
+    try:
+        if not _gather(c, op, arrs, &nt):
+            return False
+        with nogil:
+            rc = op.driver(c.ts, nt, args, nth)
+    finally:
+        _release(c)
+    _check_rc(rc)
+    return True

@@ -1,0 +1,365 @@
+"""The optimizer base class: parameter groups, state, one step.
+
+``_Optimizer`` holds what every optimizer shares: it checks the parameter
+groups and hyperparameters (:mod:`._groups`, :mod:`._checks`), owns the
+state arrays, and turns ``step(grads)`` into ONE C call over every group
+(:mod:`._fused`: per-group hyperparameters in the work list, unscale /
+non-finite skip / global-norm clip fused in, everything checked before
+anything is written); only a group with AGC clipping (Momentum) still runs
+one kernel call per group. Checkpoints are in :mod:`.checkpoint`. A
+subclass names its kernel, its states, its first T and its hyperparameter
+checkers, maps a checked group to the kernel's keyword arguments
+(``_kwargs``) and those to the fused step's group (``_group_tuple``).
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from .. import _step
+from .. import _validation as _v
+from . import _fused, _grads, checkpoint
+from ._checks import as_bool
+from ._checks import schedule as _schedule
+from ._groups import allocate, make_groups
+
+
+class _Optimizer:
+    """Shared machinery; see Momentum, Adagrad and Adam."""
+
+    _KERNEL: Callable
+    _STATES: tuple = ()
+    _T0: int = 0
+    # name -> checker(fname, label, value) -> normalised value
+    _HYPER: dict = {}
+
+    def __init__(self, params, defaults: dict, *, contiguous_state: bool = False,
+                 n_threads: Optional[int] = None):
+        f = self._fname()
+        self.n_threads = _v.check_n_threads(f, n_threads)
+        self.contiguous_state = as_bool(f, "contiguous_state", contiguous_state)
+        checks = dict(self._HYPER, schedule=_schedule)
+        self.defaults = {k: checks[k](f, k, v) for k, v in defaults.items()}
+        if self.defaults["lr"] is None and self.defaults["schedule"] is None:
+            raise ValueError(f"{f}: give lr, or a schedule that supplies it")
+        if self.defaults["lr"] is not None and self.defaults["schedule"] is not None:
+            raise ValueError(f"{f}: give lr or schedule, not both: the schedule supplies "
+                             f"the learning rate of every step")
+        self.param_groups = make_groups(self, f, params)
+        self._check_distinct(f)
+        self._state, self.arenas = allocate(self)
+        self._param_tuples = [g["params"] for g in self.param_groups]
+        self._extents = _grads.written_extents(self)
+        self._owners = _grads.memory_owners(self)
+        self._steps = 0
+        self.last_lr: list = [None] * len(self.param_groups)
+        self._scratch: dict = {}
+        self._cache: dict = {}
+        self._KEYS = tuple(self._HYPER) + ("schedule",)
+        self._step_name = f + ".step"
+        self._flat = None          # the work list (see _fused.flat)
+        self._plan_all = None      # the prepared step with every gradient given
+        self._opts_cache = None
+        self.last_grad_norm: float = float("nan")
+        self.last_step_info = None
+
+    # ------------------------------------------------------------- setup
+
+    @classmethod
+    def _fname(cls) -> str:
+        return f"fastopt.optim.{cls.__name__}"
+
+    def _check_group(self, f, group, where):
+        """Validate and normalise one group's hyperparameters (a new dict)."""
+        out = {"params": group["params"]}
+        for k, check in self._HYPER.items():
+            out[k] = check(f, f"{where}['{k}']" if where != "params" else k, group[k])
+        out["schedule"] = _schedule(f, f"{where}['schedule']", group["schedule"])
+        if out["lr"] is None and out["schedule"] is None:
+            raise ValueError(f"{f}: {where} has neither lr nor a schedule")
+        self._check_extra(f, out, where)
+        return out
+
+    def _check_extra(self, f, group, where):
+        """Per-optimizer checks that involve the group's parameters."""
+
+    def _check_distinct(self, f):
+        items = [(f"params[{i}]", p, True) for i, p in enumerate(self.params)]
+        try:
+            _v._overlaps(f, items)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (a parameter may appear only once)") from None
+
+    def _initial(self, group, name) -> float:
+        """The value a state starts from (0 unless the optimizer says otherwise)."""
+        return 0.0
+
+    # ----------------------------------------------------------- inspection
+
+    @property
+    def params(self) -> list:
+        """Every parameter, in group order."""
+        return [p for g in self.param_groups for p in g["params"]]
+
+    @property
+    def state(self) -> dict:
+        """{state name: [array per parameter]} in the order of :attr:`params`.
+
+        The arrays are the optimizer's own (views into :attr:`arenas` with
+        ``contiguous_state=True``); modify them only deliberately.
+        """
+        return {name: [a for gs in self._state for a in gs[name]] for name in self._STATES}
+
+    @property
+    def steps(self) -> int:
+        """How many steps have been applied."""
+        return self._steps
+
+    @property
+    def t(self) -> int:
+        """The update count T the next step passes to the kernel."""
+        return self._steps + self._T0
+
+    def current_lr(self, group: int = 0) -> float:
+        """The learning rate the next step would use for a group."""
+        g = self.param_groups[group]
+        return self._lr(self._fname() + ".current_lr", g, group)
+
+    def __repr__(self):
+        n = sum(len(g["params"]) for g in self.param_groups)
+        return (f"{self._fname()}({n} parameters in {len(self.param_groups)} group(s), "
+                f"steps={self._steps})")
+
+    # ----------------------------------------------------------------- step
+
+    def _lr(self, f, group, gi) -> float:
+        sched = group["schedule"]
+        if sched is None:
+            return _v.check_lr(f, group["lr"], name=f"param_groups[{gi}]['lr']")
+        value = sched(self._steps)
+        if type(value) is float and 0.0 <= value < float("inf"):
+            return value
+        try:
+            return _v.check_lr(f, value, name=f"schedule({self._steps})")
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{exc} (the value the schedule of param_groups[{gi}] returned)") \
+                from None
+
+    def _kwargs(self, group) -> dict:
+        """The kernel's arguments for one checked group, except lr and t."""
+        raise NotImplementedError
+
+    def _group_kwargs(self, f, group, gi) -> dict:
+        """The kernel's arguments for one group this step, every value checked.
+
+        Hyperparameters may be edited in param_groups between steps, so they
+        are checked again whenever they differ from the last checked values
+        (all groups are checked before the first kernel call writes anything).
+        """
+        key = tuple(map(group.get, self._KEYS))
+        if list in map(type, key):  # compare lists (clipping) by value, not identity
+            key = tuple(tuple(v) if type(v) is list else v for v in key)
+        cached = self._cache.get(gi)
+        if cached is None or cached[0] != key:
+            checked = self._check_group(f, group, f"param_groups[{gi}]")
+            cached = (key, checked, self._kwargs(checked))
+            self._cache[gi] = cached
+        checked = cached[1]
+        kw = dict(cached[2])
+        if checked["schedule"] is None:
+            kw["lr"] = checked["lr"]
+        else:
+            kw["lr"] = self._lr(f, checked, gi)
+        kw["t"] = self._steps + self._T0
+        return kw
+
+    def _calls(self, f, per):
+        """(kernel calls as (xs, gs, states, kwargs), the lr of every group)."""
+        calls = []
+        lrs = []
+        for gi, (group, gg, st) in enumerate(zip(self.param_groups, per, self._state)):
+            kw = self._group_kwargs(f, group, gi)
+            lrs.append(kw["lr"])
+            if not gg:
+                continue  # an empty parameter group: no kernel call (it would reject [])
+            if all(g is not None for g in gg):
+                xs, gs, sts = group["params"], gg, [st[name] for name in self._STATES]
+                sel = None
+            else:
+                sel = [i for i, g in enumerate(gg) if g is not None]
+                if not sel:
+                    continue
+                xs = [group["params"][i] for i in sel]
+                gs = [gg[i] for i in sel]
+                sts = [[st[name][i] for i in sel] for name in self._STATES]
+            self._select(kw, sel)
+            calls.append((xs, gs, sts, kw))
+        return calls, lrs
+
+    def _group_tuple(self, kw) -> tuple | None:
+        """The fused step's group (fastopt._step.group_tuple) for one group's
+        kernel arguments, or None if the group cannot be fused."""
+        return None
+
+    def step(self, grads, *, grad_scale=None, skip_if_nonfinite: bool = False,
+             max_grad_norm=None, norm_type=2.0, clip_convention: str = "torch") -> bool:
+        """Apply one update to every parameter that has a gradient.
+
+        The whole step is one C call over every parameter group: unscale,
+        non-finite check, global norm and clip, then each group's update
+        with its own hyperparameters; everything is checked before anything
+        is written.
+
+        Parameters
+        ----------
+        grads : list
+            One gradient per parameter, in the order of :attr:`params` (or
+            one list per parameter group). Each is an array of its
+            parameter's dtype, broadcastable to its shape, and is only read;
+            ``None`` leaves that parameter and its state untouched this step.
+        grad_scale : float, optional
+            Divide every gradient by this (> 0) first, in the gradient's
+            dtype (undoing a loss scale). The gradients passed in are not
+            modified.
+        skip_if_nonfinite : bool, default False
+            If any (unscaled) gradient value is NaN or +-Inf, skip the step:
+            no parameter or state changes, the step count does not advance
+            and the schedule is not called.
+        max_grad_norm : float, optional
+            Clip by the global norm of every gradient of the step (all
+            groups) to at most this (> 0; inf measures without clipping).
+        norm_type : float, default 2.0
+            2.0 or math.inf: the norm measured and clipped.
+        clip_convention : {"torch", "optax"}, default "torch"
+            torch's ``clip_grad_norm_`` (multiply by ``min(1, max_grad_norm
+            / (norm + 1e-6))``) or optax's ``clip_by_global_norm``.
+
+        Returns
+        -------
+        bool
+            True if the step was applied, False if it was skipped. The
+            global norm it measured (before clipping) is
+            :attr:`last_grad_norm` (NaN when the step neither checks nor
+            clips: pass ``max_grad_norm=math.inf`` to measure only);
+            :attr:`last_step_info` holds the :class:`fastopt.StepInfo`.
+
+        Raises
+        ------
+        TypeError, ValueError
+            On bad gradients, options or hyperparameters (including a bad
+            value from a schedule, a parameter made read-only); nothing is
+            modified then and the step count does not advance.
+        """
+        f = self._step_name
+        o = _fused.options(self, f, grad_scale, skip_if_nonfinite, max_grad_norm,
+                           norm_type, clip_convention)
+        for gi, (group, ps) in enumerate(zip(self.param_groups, self._param_tuples)):
+            if group["params"] is not ps:
+                raise ValueError(f"{f}: param_groups[{gi}]['params'] was replaced; the "
+                                 f"parameters are fixed when the optimizer is built")
+        per = _grads.split(self, f, grads)
+        given = float("nan")
+        if o.check_finite and any(g["schedule"] is not None for g in self.param_groups):
+            pre = _fused.precheck(self, per, o)   # skip before the schedule is consulted
+            if pre is not None:
+                if not pre[1]:
+                    self.last_grad_norm = pre[0]
+                    self.last_step_info = _step.StepInfo(False, pre[0], False)
+                    return False
+                given, o = pre[0], o._replace(check_finite=False)
+        kws = [self._group_kwargs(f, group, gi)
+               for gi, group in enumerate(self.param_groups)]
+        groups = [self._group_tuple(kw) for kw in kws]
+        if None in groups:                   # a group that cannot be fused (AGC)
+            return self._step_groups(f, per, o)
+        info = _fused.run(self, f, per, groups, o, given)
+        self.last_grad_norm = info.norm
+        self.last_step_info = info
+        if not info.applied:
+            return False
+        self._steps += 1
+        self.last_lr = [kw["lr"] for kw in kws]
+        return True
+
+    def _step_groups(self, f, per, o) -> bool:
+        """A step with one kernel call per group (AGC has no fused form): the
+        gradient half of the step first, on scratch copies."""
+        if o != _step.Options():
+            info, per = _fused.pre_clip(self, f, per, o)
+            self.last_grad_norm = info.norm
+            self.last_step_info = info
+            if not info.applied:
+                return False
+            checked = True
+        else:
+            checked = False
+            if sum(any(g is not None for g in gg) for gg in per) > 1:
+                # several kernel calls: one must not fail after another has
+                # written, nor read a gradient an earlier one has written
+                _grads.check_grads(self, f, per)
+                per = _grads.check_overlaps(self, f, per)
+                checked = True
+        calls, lrs = self._calls(f, per)
+        kernel = type(self)._KERNEL
+        for xs, gs, sts, kw in calls:
+            try:
+                kernel(xs, gs, *sts, **kw)
+            except (TypeError, ValueError):
+                if not checked:  # restate the error with the optimizer's numbering
+                    _grads.check_grads(self, f, per)
+                    _grads.check_overlaps(self, f, per)
+                raise
+        self._steps += 1
+        self.last_lr = lrs
+        return True
+
+    def _select(self, kw, sel):
+        """Restrict per-tensor arguments to the tensors in sel (None: all)."""
+
+    # ---------------------------------------------------------- checkpoints
+
+    def state_dict(self) -> dict:
+        """A snapshot of the optimizer: copies of the states, the step count
+        and every group's hyperparameters (schedules are not included: they
+        are called with the step count, so a resumed run gets the same lrs).
+
+        The parameters are not included; save them yourself.
+        """
+        return checkpoint.state_dict(self)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore a :meth:`state_dict` snapshot (states, step count and the
+        groups' hyperparameters; the schedules stay those of this optimizer).
+
+        Raises
+        ------
+        CheckpointError
+            If the snapshot is incomplete or does not match this optimizer
+            (another optimizer, other groups, shapes or dtypes); nothing is
+            changed then.
+        """
+        checkpoint.restore(self, self._fname() + ".load_state_dict", state_dict)
+
+    def save(self, path) -> None:
+        """Write :meth:`state_dict` to ``path`` as an uncompressed .npz, atomically.
+
+        The data goes to a temporary file in the same directory, is flushed
+        to disk, and replaces ``path`` by a rename: a crash leaves either the
+        previous file or the new one, never a partial checkpoint. ``path`` is
+        used exactly as given (no ``.npz`` is appended).
+        """
+        checkpoint.save(self, path)
+
+    def load(self, path) -> None:
+        """Restore a checkpoint written by :meth:`save`.
+
+        Raises
+        ------
+        FileNotFoundError, PermissionError
+            If the file cannot be opened.
+        CheckpointError
+            If it is not a fastopt checkpoint (not an npz, truncated or
+            corrupt, entries missing or unexpected) or does not match this
+            optimizer (another optimizer's file, other groups, shapes or
+            dtypes). The optimizer is unchanged after any error.
+        """
+        checkpoint.load(self, self._fname() + ".load", path)

@@ -1,0 +1,82 @@
+"""Checkers for the optimizers' hyperparameters, and small array helpers.
+
+Each checker has the signature ``check(fname, label, value) -> value`` (the
+normalised value) so that a table ``{name: checker}`` drives the validation
+of every parameter group. The scalar rules themselves live in
+:mod:`fastopt._validation`; these adapt them to the table's signature.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _validation as _v
+
+
+def real(lo=None, hi=None, hi_open=False):
+    """A checker for a finite real in [lo, hi] (or [lo, hi))."""
+    def check(fname, label, value):
+        return _v.check_real(fname, label, value, low=lo, high=hi, high_open=hi_open)
+    return check
+
+
+def positive(fname, label, value) -> float:
+    """A finite real > 0 (a clipping threshold, a gradient scale)."""
+    return _v.check_real(fname, label, value, low=0.0, low_open=True)
+
+
+def as_bool(fname, label, value) -> bool:
+    # merge-note: a check_bool in fastopt._validation would serve torch.py too
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{fname}: {label} must be True or False, got {type(value).__name__}")
+    return bool(value)
+
+
+def layout(fname, label, value):
+    return _v.check_layout(fname, value, name=label)
+
+
+def lr_or_none(fname, label, value):
+    if value is None:
+        return None
+    return _v.check_lr(fname, value, name=label)
+
+
+def clipping(fname, label, value):
+    """None, a positive float, or a per-tensor list of positive floats / None."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [None if c is None else positive(fname, f"{label}[{i}]", c)
+                for i, c in enumerate(value)]
+    return positive(fname, label, value)
+
+
+def schedule(fname, label, value):
+    if value is not None and not callable(value):
+        raise TypeError(f"{fname}: {label} must be a callable step -> lr (or None), "
+                        f"got {type(value).__name__}")
+    return value
+
+
+# ------------------------------------------------------------------ arrays
+
+def native(dtype: np.dtype) -> np.dtype:
+    return dtype.newbyteorder("=")
+
+
+def order(x: np.ndarray) -> str:
+    """The memory order to give x's states, so the fast path takes them."""
+    return "F" if x.flags.f_contiguous and not x.flags.c_contiguous else "C"
+
+
+def all_finite(a: np.ndarray) -> bool:
+    """Exact test that every element of a float array is finite.
+
+    One pass in the common case: NaN and +-Inf propagate through IEEE
+    addition (Inf + -Inf is NaN), so a finite sum proves that every element is
+    finite. A non-finite sum may also come from an overflow of finite values
+    (float32 sums overflow from ~3.4e38), so only then is every element tested.
+    """
+    if np.isfinite(np.add.reduce(a, axis=None)):
+        return True
+    return bool(np.isfinite(a).all())

@@ -1,0 +1,123 @@
+"""The optimizers' step as ONE C call (issue 13).
+
+Every parameter group's tensors go into one work list for ``fastopt._step``:
+per-tensor hyperparameters travel as the index of the tensor's group, the
+gradients are unscaled, checked and clipped on the fly, and everything is
+checked before anything is written (a rejected step changes no parameter,
+state or step count). Functions of the optimizer ``opt``.
+
+The prepared part: the parameters and states of a step are the same arrays
+every step, so their flattened tuples are built once per pattern of missing
+gradients and of state needs and reused (``opt._flat``); each step the C fast
+path re-checks them at C speed with the gradients.
+"""
+from __future__ import annotations
+
+from itertools import chain
+
+import numpy as np
+
+from .. import _ext, _step
+from . import _grads
+
+
+def options(opt, f, grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
+            clip_convention):
+    """The checked step options, cached for the last arguments seen."""
+    key = (grad_scale, skip_if_nonfinite, max_grad_norm, norm_type, clip_convention)
+    cached = opt._opts_cache
+    if cached is not None and cached[0] == key and all(
+            type(a) is type(b) for a, b in zip(cached[0], key)):
+        return cached[1]
+    o = _step.check_options(f, grad_scale=grad_scale, max_grad_norm=max_grad_norm,
+                            norm_type=norm_type, clip_convention=clip_convention,
+                            skip_if_nonfinite=skip_if_nonfinite)
+    opt._opts_cache = (key, o)
+    return o
+
+
+def flat(opt, per, groups):
+    """(xs, gs, (s1, s2, s3), index, labels, plan): the work list of one
+    step, and its prepared form (``_ext.StepPlan``, None if the parameters
+    or states need the slow path)."""
+    present = tuple(tuple(g is not None for g in gg) for gg in per)
+    needs = tuple(_step._needs(g) for g in groups)
+    key = (present, needs)
+    cached = opt._flat
+    if cached is None or cached[0] != key:
+        xs, s1, s2, s3, index, where = [], [], [], [], [], []
+        k = 0
+        for gi, (group, st, pr) in enumerate(zip(opt.param_groups, opt._state, present)):
+            names = opt._STATES
+            for i, p in enumerate(group["params"]):
+                if not pr[i]:
+                    continue
+                xs.append(p)
+                sts = [st[names[j]][i] if j < needs[gi] else None for j in range(3)]
+                s1.append(sts[0])
+                s2.append(sts[1])
+                s3.append(sts[2])
+                index.append(gi)
+                where.append(k + i)
+            k += len(group["params"])
+        xs, states, index = tuple(xs), (tuple(s1), tuple(s2), tuple(s3)), tuple(index)
+        plan = _ext.StepPlan.make(xs, *states, index, len(groups))
+        cached = (key, xs, states, index, tuple(where), plan)
+        opt._flat = cached
+    _, xs, states, index, where, plan = cached
+    gs = tuple(g for gg in per for g in gg if g is not None and g is not True)
+    return xs, gs, states, index, lambda: labels(opt, where), plan
+
+
+def labels(opt, where):
+    names = opt._STATES
+    out = {"x": [f"params[{k}]" for k in where], "g": [f"grads[{k}]" for k in where]}
+    for j, name in enumerate(names[:3]):
+        out[f"s{j + 1}"] = [f"state {name!r} of params[{k}]" for k in where]
+    return out
+
+
+def precheck(opt, per, o):
+    """For skip_if_nonfinite with a schedule (not to be consulted for a
+    skipped step): the norm and finiteness of the step's gradients, measured
+    before the lrs are known, or None when the gradients need the slow path
+    (which then checks them itself)."""
+    gs = tuple(g for gg in per for g in gg if g is not None)
+    return _ext.global_norm(gs, o.grad_scale, o.norm_type, opt.n_threads)
+
+
+def run(opt, f, per, groups, o, given_norm=float("nan")):
+    """The fused step; returns its StepInfo (nothing written if not applied)."""
+    groups = tuple(groups)
+    needs = tuple(_step._needs(g) for g in groups)
+    plan = opt._plan_all
+    if plan is None or plan[0] != needs:        # prepared for "every gradient given"
+        xs, _, states, index, _, p = flat(opt, [[True] * len(gg) for gg in per], groups)
+        plan = opt._plan_all = (needs, p)
+    if plan[1] is not None:      # the prepared step: only gradients and flags checked
+        out = plan[1].run(tuple(chain.from_iterable(per)), groups, o.grad_scale,
+                          o.max_norm, o.clip_value, o.clip, o.norm_type, o.check_finite,
+                          opt.n_threads, given_norm)
+        if out is not None:
+            return _step.StepInfo(*out)
+    # some gradient missing or in another form, or a parameter no longer
+    # writeable: the work list of this step, checked in full
+    xs, gs, states, index, lab, _ = flat(opt, per, groups)
+    return _step.run(f, xs, gs, states, index, groups, o, opt.n_threads, lab, given_norm,
+                     lambda: _grads.check_grads(opt, f, per))
+
+
+def pre_clip(opt, f, per, o):
+    """For a step that cannot be fused (AGC): the gradient half of the step
+    on scratch copies. Returns (StepInfo, per with the copies)."""
+    _grads.check_grads(opt, f, per)
+    copies = [[None if g is None else np.array(np.broadcast_to(g, p.shape),
+                                               dtype=g.dtype.newbyteorder("="), order="C")
+               for g, p in zip(gg, group["params"])]
+              for gg, group in zip(per, opt.param_groups)]
+    flat_copies = tuple(g for gg in copies for g in gg if g is not None)
+    out = _ext.clip_grads(flat_copies, o.grad_scale, o.max_norm, o.clip_value, o.clip,
+                          o.norm_type, o.check_finite, opt.n_threads)
+    if out is None:
+        raise RuntimeError(f"{f}: internal error: scratch gradients were declined")
+    return _step.StepInfo(*out), copies

@@ -1,0 +1,160 @@
+"""The gradients of one step: split per group, checked with the optimizer's
+numbering, kept apart from the memory the step writes, scaled.
+
+Functions of the optimizer ``opt`` (its groups, states and scratch buffers).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _validation as _v
+from ._checks import native
+
+
+def split(opt, f, grads):
+    """grads -> one list per group (entries are arrays or None)."""
+    if not isinstance(grads, (list, tuple)):
+        raise TypeError(f"{f}: grads must be a list with one gradient per parameter "
+                        f"(or one list per group), got {type(grads).__name__}")
+    sizes = [len(g["params"]) for g in opt.param_groups]
+    if (len(grads) == len(sizes) and len(grads) > 0
+            and all(isinstance(g, (list, tuple)) for g in grads)):
+        for gi, (gg, n) in enumerate(zip(grads, sizes)):
+            if len(gg) != n:
+                raise ValueError(f"{f}: grads[{gi}] has {len(gg)} gradients but "
+                                 f"param_groups[{gi}] has {n} parameters")
+        return [list(gg) for gg in grads]
+    total = sum(sizes)
+    if len(grads) != total:
+        raise ValueError(f"{f}: grads has {len(grads)} entries but the optimizer has "
+                         f"{total} parameters; give one gradient (or None) per parameter")
+    out, k = [], 0
+    for n in sizes:
+        out.append(list(grads[k:k + n]))
+        k += n
+    return out
+
+
+def check_grads(opt, f, per):
+    """The checks the kernels make on each gradient (type, dtype, shape),
+    with the optimizer's numbering, before anything is written."""
+    # merge-note: the shared dispatch (issue 11) takes the caller's labels
+    # ("grads", "params"); these checks can then come from _validation.
+    k = 0
+    for group, gg in zip(opt.param_groups, per):
+        for i, (p, g) in enumerate(zip(group["params"], gg)):
+            if g is None:
+                continue
+            if type(g) is not np.ndarray and not isinstance(g, np.ndarray):
+                raise TypeError(f"{f}: grads[{k + i}] must be a numpy.ndarray or None, "
+                                f"got {type(g).__name__}")
+            if g.dtype != p.dtype and native(g.dtype) != native(p.dtype):
+                raise TypeError(f"{f}: grads[{k + i}] has dtype {g.dtype} but "
+                                f"params[{k + i}] has {p.dtype}; the gradient must "
+                                f"match its parameter")
+            if g.shape != p.shape:
+                try:
+                    shape = np.broadcast_shapes(g.shape, p.shape)
+                except ValueError:
+                    shape = None
+                if shape != p.shape:
+                    raise ValueError(f"{f}: grads[{k + i}] with shape {g.shape} cannot "
+                                     f"be broadcast to params[{k + i}]'s shape {p.shape}")
+        k += len(gg)
+
+
+def _written(opt):
+    """Every parameter and state array, group by group."""
+    for group, st in zip(opt.param_groups, opt._state):
+        yield from group["params"]
+        for n in opt._STATES:
+            yield from st[n]
+
+
+def written_extents(opt):
+    """The byte ranges [lo, hi) spanned by the parameters and states,
+    merged into disjoint sorted ranges (strided arrays may interleave)."""
+    ext = [_v._extent(a) for a in _written(opt)]
+    merged: list = []
+    for lo, hi in sorted(e for e in ext if e is not None):
+        if merged and lo < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return (np.array([m[0] for m in merged], np.int64),
+            np.array([m[1] for m in merged], np.int64))
+
+
+def memory_owners(opt) -> dict:
+    """id -> object for the arrays at the root of every parameter's and
+    state's chain of .base (kept alive by the optimizer, so the ids stay unique)."""
+    owners = {}
+    for a in _written(opt):
+        while isinstance(a, np.ndarray):
+            owners[id(a)] = a
+            a = a.base
+    return owners
+
+
+def _near_written(opt, per) -> bool:
+    """Whether any gradient view's bytes fall inside a written range."""
+    # A gradient that owns its memory (base None) and is not itself the
+    # owner of a parameter's or state's memory cannot overlap them; only
+    # views need the byte-range test.
+    owners = opt._owners
+    gl = [_v._extent(g) for gg in per for g in gg
+          if g is not None and (g.base is not None or id(g) in owners)]
+    gl = [e for e in gl if e is not None]
+    if not gl:
+        return False
+    lo, hi = opt._extents
+    glo = np.array([e[0] for e in gl], np.int64)
+    ghi = np.array([e[1] for e in gl], np.int64)
+    j = np.searchsorted(hi, glo, side="right")  # first range ending after glo
+    hit = j < len(lo)
+    hit[hit] = lo[j[hit]] < ghi[hit]
+    return bool(hit.any())
+
+
+def check_overlaps(opt, f, per):
+    """Gradients sharing memory with any parameter or state: raise for a
+    partial overlap, copy an exact alias (it is read after being written
+    when it belongs to another group). Returns per, with such copies."""
+    if not _near_written(opt, per):  # the usual case: no gradient near written memory
+        return per
+    items, k = [], 0
+    for group, gg, st in zip(opt.param_groups, per, opt._state):
+        for i, (p, g) in enumerate(zip(group["params"], gg)):
+            items.append((f"params[{k + i}]", p, True))
+            items += [(f"state {n!r} of params[{k + i}]", st[n][i], True)
+                      for n in opt._STATES]
+            if g is not None:
+                items.append((f"grads[{k + i}]", g, False))
+        k += len(gg)
+    copy = _v._overlaps(f, items)
+    if copy:
+        alias = {id(items[j][1]) for j in copy}
+        per = [[np.array(g) if g is not None and id(g) in alias else g for g in gg]
+               for gg in per]
+    return per
+
+
+def scaled(opt, per, scale):
+    """Gradients divided by scale in their own dtype, into reused buffers."""
+    out = []
+    k = 0
+    for gg in per:
+        row = []
+        for i, g in enumerate(gg):
+            if g is None:
+                row.append(None)
+                continue
+            buf = opt._scratch.get(k + i)
+            if buf is None or buf.shape != g.shape or buf.dtype != native(g.dtype):
+                buf = np.empty(g.shape, native(g.dtype))
+                opt._scratch[k + i] = buf
+            np.divide(g, buf.dtype.type(scale), out=buf)
+            row.append(buf)
+        out.append(row)
+        k += len(gg)
+    return out

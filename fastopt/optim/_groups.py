@@ -1,0 +1,118 @@
+"""Building an optimizer's parameter groups and allocating its state arrays."""
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import native, order
+
+_ALIGN = 64  # bytes: state views in the optional arena start on cache lines
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _raw_groups(f, params):
+    """params -> (list of group dicts, label of each group)."""
+    if isinstance(params, np.ndarray) or not isinstance(params, (list, tuple)):
+        raise TypeError(f"{f}: params must be a list of arrays or a list of parameter "
+                        f"groups (dicts with 'params'), got {type(params).__name__}")
+    if len(params) == 0:
+        raise ValueError(f"{f}: params is empty; give at least one parameter")
+    if all(isinstance(p, dict) for p in params):
+        raw = [dict(p) for p in params]
+        return raw, [f"param_groups[{i}]" for i in range(len(raw))]
+    if any(isinstance(p, dict) for p in params):
+        raise TypeError(f"{f}: params mixes arrays and parameter groups; give a list "
+                        f"of arrays or a list of dicts")
+    return [{"params": list(params)}], ["params"]
+
+
+def _group_params(f, group, where, n):
+    """The checked parameter list of one group; n parameters come before it."""
+    if "params" not in group:
+        raise ValueError(f"{f}: {where} has no 'params' entry")
+    ps = group["params"]
+    if isinstance(ps, np.ndarray):
+        ps = [ps]
+    if not isinstance(ps, (list, tuple)):
+        raise TypeError(f"{f}: {where}['params'] must be a list of arrays, got "
+                        f"{type(ps).__name__}")
+    ps = list(ps)
+    for i, p in enumerate(ps):
+        label = f"params[{n + i}]"
+        if not isinstance(p, np.ndarray):
+            raise TypeError(f"{f}: {label} must be a numpy.ndarray, got "
+                            f"{type(p).__name__}")
+        if native(p.dtype) not in _FLOATS:
+            raise TypeError(f"{f}: {label} has dtype {p.dtype}; fastopt updates "
+                            f"float32 or float64 arrays")
+        if not p.flags.writeable:
+            raise ValueError(f"{f}: {label} is read-only; it is updated in place")
+    return ps
+
+
+def make_groups(opt, f, params):
+    """The optimizer's checked parameter groups, every key filled in."""
+    raw, labels = _raw_groups(f, params)
+    keys = list(opt._HYPER) + ["schedule"]
+    groups = []
+    n = 0
+    for group, where in zip(raw, labels):
+        ps = _group_params(f, group, where, n)
+        n += len(ps)
+        unknown = set(group) - set(opt._HYPER) - {"params", "schedule"}
+        if unknown:
+            raise ValueError(
+                f"{f}: {where} has unknown key(s) {sorted(unknown)}; "
+                f"{type(opt).__name__} takes {sorted(opt._HYPER) + ['schedule']}")
+        full = {"params": tuple(ps)}
+        for k in keys:
+            full[k] = group.get(k, opt.defaults[k])
+        if full["schedule"] is not None and group.get("lr") is not None:
+            raise ValueError(
+                f"{f}: {where} sets lr but a schedule supplies its learning rate; "
+                f"give the group its own 'schedule', or 'schedule': None to use a "
+                f"fixed lr")
+        if full["schedule"] is not None:
+            full["lr"] = None
+        groups.append(opt._check_group(f, full, where))
+    if n == 0:
+        raise ValueError(f"{f}: params is empty; give at least one parameter")
+    return groups
+
+
+def allocate(opt):
+    """(state, arenas): per group {name: [array per parameter]}, and the
+    per-dtype arenas holding them with ``contiguous_state`` (else {})."""
+    state = [{name: [] for name in opt._STATES} for _ in opt.param_groups]
+    if not opt.contiguous_state:
+        for gs, group in zip(state, opt.param_groups):
+            for name in opt._STATES:
+                fill = opt._initial(group, name)
+                for p in group["params"]:
+                    a = np.zeros(p.shape, native(p.dtype), order=order(p))
+                    if fill:
+                        a.fill(fill)
+                    gs[name].append(a)
+        return state, {}
+    # one arena per dtype, every state view starting on a 64-byte boundary
+    layout = []   # (group index, name, dtype, offset in elements, param)
+    sizes: dict = {}
+    for name in opt._STATES:
+        for gi, group in enumerate(opt.param_groups):
+            for p in group["params"]:
+                dt = native(p.dtype)
+                step = _ALIGN // dt.itemsize
+                off = sizes.get(dt, 0)
+                layout.append((gi, name, dt, off, p))
+                sizes[dt] = off + -(-p.size // step) * step
+    arenas = {}
+    for dt, n in sizes.items():
+        raw = np.zeros(n + _ALIGN // dt.itemsize, dt)
+        skip = (-raw.ctypes.data % _ALIGN) // dt.itemsize
+        arenas[dt] = raw[skip:skip + n]
+    for gi, name, dt, off, p in layout:
+        a = arenas[dt][off:off + p.size].reshape(p.shape, order=order(p))
+        fill = opt._initial(opt.param_groups[gi], name)
+        if fill:
+            a.fill(fill)
+        state[gi][name].append(a)
+    return state, arenas

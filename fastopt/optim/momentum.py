@@ -1,0 +1,112 @@
+"""fastopt.optim.Momentum: SGD with momentum (ONNX Momentum), Nesterov, AGC."""
+from __future__ import annotations
+
+from .. import _ops
+from .. import _step
+from . import _checks as _c
+from ._base import _Optimizer
+
+
+class Momentum(_Optimizer):
+    """SGD with momentum (ONNX Momentum), optionally Nesterov and AGC-clipped.
+
+    Each step runs :func:`fastopt.momentum` once per parameter group with
+    T = 0 on the first update (so beta is ignored then, as torch ignores
+    dampening on its first step) and T = the step count afterwards.
+
+    Parameters
+    ----------
+    params : list of ndarray, or list of dict
+        float32/float64 arrays updated in place, or parameter groups: dicts
+        with ``"params"`` (a list of arrays) and any of the hyperparameters
+        below, which then override the defaults for that group.
+    lr : float, optional
+        Learning rate (>= 0). May be omitted when ``schedule`` is given.
+    alpha, beta, norm_coefficient : float, default 0.9, 1.0 and 0.0
+        As in :func:`fastopt.momentum`: the momentum coefficient (torch.optim.SGD
+        ``momentum``), the gradient coefficient after the first update (torch
+        ``1 - dampening``) and the L2 coefficient (torch ``weight_decay``).
+    nesterov : bool, default False
+        Nesterov momentum (ONNX mode="nesterov").
+    clipping : float or list, optional
+        Adaptive gradient clipping (NFNet AGC) threshold applied to the
+        gradients before the update: a float for every tensor of the group,
+        or a per-tensor list in which None excludes a tensor (NFNet excludes
+        the final classifier). None disables clipping.
+    clip_eps : float, default 1e-3
+        AGC's floor on the parameter norm.
+    clip_layout : {"oi", "io"}, default "oi"
+        Which axis of a weight holds the output units: "oi" for PyTorch
+        layouts (OI, OIHW), "io" for JAX/Haiku (IO, HWIO).
+    schedule : callable, optional
+        Any ``schedule(step) -> float`` (e.g. a :mod:`fastopt.schedules`
+        object or a lambda), called with the number of steps applied so far
+        (0 for the first); its value replaces ``lr``. A group may give its
+        own ``"schedule"``, or ``"schedule": None`` to use a fixed ``"lr"``.
+    contiguous_state : bool, default False
+        Allocate all states of one dtype in one contiguous, 64-byte aligned
+        arena (:attr:`arenas`) and expose them as views.
+    n_threads : int, optional
+        Threads for the kernels (None: fastopt's current default).
+    """
+
+    _KERNEL = staticmethod(_ops.momentum)
+    _STATES = ("v",)
+    _T0 = 0
+    _HYPER = {
+        "lr": _c.lr_or_none,
+        "alpha": _c.real(),
+        "beta": _c.real(),
+        "norm_coefficient": _c.real(),
+        "nesterov": _c.as_bool,
+        "clipping": _c.clipping,
+        "clip_eps": _c.real(lo=0.0),
+        "clip_layout": _c.layout,
+    }
+
+    def __init__(self, params, lr=None, alpha=0.9, beta=1.0, norm_coefficient=0.0,
+                 nesterov=False, clipping=None, clip_eps=1e-3, clip_layout="oi",
+                 schedule=None, *, contiguous_state=False, n_threads=None):
+        super().__init__(params, dict(lr=lr, alpha=alpha, beta=beta,
+                                      norm_coefficient=norm_coefficient, nesterov=nesterov,
+                                      clipping=clipping, clip_eps=clip_eps,
+                                      clip_layout=clip_layout, schedule=schedule),
+                         contiguous_state=contiguous_state, n_threads=n_threads)
+
+    def _check_extra(self, f, group, where):
+        c = group["clipping"]
+        label = "clipping" if where == "params" else f"{where}['clipping']"
+        if isinstance(c, list) and len(c) != len(group["params"]):
+            raise ValueError(f"{f}: {label} has {len(c)} entries but the group has "
+                             f"{len(group['params'])} parameters")
+
+    def _kwargs(self, group):
+        kw = dict(alpha=float(group["alpha"]), beta=float(group["beta"]),
+                  norm_coefficient=float(group["norm_coefficient"]),
+                  mode="nesterov" if group["nesterov"] else "standard",
+                  n_threads=self.n_threads)
+        c = group["clipping"]
+        if isinstance(c, list) and all(x is None for x in c):
+            c = None
+        if c is not None:
+            kw.update(clipping=c, clip_eps=float(group["clip_eps"]),
+                      layout=group["clip_layout"])
+        return kw
+
+    def _group_tuple(self, kw):
+        if "clipping" in kw:          # AGC: one kernel call per group
+            return None
+        return _step.group_tuple(_step.RULES["momentum"], t=kw["t"], lr=kw["lr"],
+                                 alpha=kw["alpha"], beta=kw["beta"],
+                                 decay=kw["norm_coefficient"],
+                                 flags=_step.NESTEROV if kw["mode"] == "nesterov" else 0)
+
+    def _select(self, kw, sel):
+        c = kw.get("clipping")
+        if sel is not None and isinstance(c, list):
+            c = [c[i] for i in sel]
+            if all(x is None for x in c):
+                for k in ("clipping", "clip_eps", "layout"):
+                    del kw[k]
+            else:
+                kw["clipping"] = c
