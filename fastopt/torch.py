@@ -42,6 +42,8 @@ This module imports torch; ``import fastopt`` alone never does.
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 if __name__ == "torch":  # pragma: no cover - run with fastopt/ itself on sys.path
     raise ImportError(
         "fastopt/torch.py was imported as the top-level module 'torch', because the "
@@ -54,277 +56,19 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("fastopt.torch needs PyTorch (CPU build is enough), which is not "
                       "installed") from exc
 
-import math
-
 from . import _step
-from . import _validation as _v
+from ._torchbase import _count, _FastoptOptimizer, _scalar, _step_tensor, _zeros
 
-__all__ = ["SGD", "Adagrad", "Adam", "AdamW", "OnnxMomentum", "OnnxAdagrad", "OnnxAdam",
-           "Momentum"]
-
-_DTYPES = (torch.float32, torch.float64)
-_UNSUPPORTED = ("foreach", "fused", "capturable", "differentiable")
-_NO_OPTIONS = _step.Options()
-
-
-# ---- checks ------------------------------------------------------------------
-
-def _suffix(gi):
-    return "" if gi is None else f" (in param_groups[{gi}])"
-
-
-def _scalar(f, name, v):
-    """A one-element tensor hyperparameter as a Python number."""
-    if isinstance(v, torch.Tensor):
-        if v.numel() != 1 or v.is_complex():
-            raise ValueError(f"{f}: {name} must be a real number or a one-element "
-                             f"tensor, got a tensor of shape {tuple(v.shape)}")
-        return v.item()
-    return v
-
-
-def _check(f, name, kind, v):
-    """One hyperparameter: kind "lr", "bool", "betas" or check_real bounds."""
-    if kind == "bool":
-        if not isinstance(v, bool):
-            raise TypeError(f"{f}: {name} must be True or False, got {type(v).__name__}")
-        return v
-    if kind == "betas":
-        try:
-            b1, b2 = v
-        except (TypeError, ValueError):
-            raise TypeError(f"{f}: betas must be a pair (beta1, beta2), got "
-                            f"{type(v).__name__}") from None
-        return (_check(f, "betas[0]", {"low": 0.0, "high": 1.0, "high_open": True}, b1),
-                _check(f, "betas[1]", {"low": 0.0, "high": 1.0, "high_open": True}, b2))
-    v = _scalar(f, name, v)
-    if kind == "lr":
-        return _v.check_lr(f, v, name=name)
-    return _v.check_real(f, name, v, **kind)
-
-
-def _check_param(f, where, p):
-    """A parameter with a gradient that fastopt can update (raises)."""
-    if p.device.type != "cpu":
-        raise ValueError(f"{f}: {where} is on {p.device}; fastopt updates CPU tensors")
-    if p.dtype not in _DTYPES:
-        kind = "complex " if p.is_complex() else ""
-        raise TypeError(f"{f}: {where} has dtype {p.dtype}; fastopt updates float32 or "
-                        f"float64 tensors, not {kind}{p.dtype}")
-    if p.layout != torch.strided or p.is_neg():
-        raise TypeError(f"{f}: {where} is not a plain strided tensor")
-    g = p.grad
-    if g.is_sparse or g.layout != torch.strided:
-        raise TypeError(f"{f}: {where} has a sparse gradient; fastopt needs dense ones")
-    if g.dtype != p.dtype:
-        raise TypeError(f"{f}: the gradient of {where} has dtype {g.dtype} but the "
-                        f"parameter has {p.dtype}")
-    if g.shape != p.shape:
-        raise ValueError(f"{f}: the gradient of {where} has shape {tuple(g.shape)} but "
-                         f"the parameter has {tuple(p.shape)}")
-    if g.device != p.device:
-        raise ValueError(f"{f}: the gradient of {where} is on {g.device}")
-
-
-def _check_state(f, where, p, name, s):
-    """A state tensor of its parameter's dtype, device and shape (raises)."""
-    lab = f"state[{name!r}] of {where}"
-    if s is None:
-        raise ValueError(f"{f}: {lab} is missing")
-    if not isinstance(s, torch.Tensor):
-        raise TypeError(f"{f}: {lab} must be a tensor, got {type(s).__name__}")
-    if s.layout != torch.strided or s.is_neg() or s.is_conj():
-        raise TypeError(f"{f}: {lab} is not a plain strided tensor")
-    if s.device != p.device:
-        raise ValueError(f"{f}: {lab} is on {s.device} but the parameter is on "
-                         f"{p.device}")
-    if s.dtype != p.dtype:
-        raise TypeError(f"{f}: {lab} has dtype {s.dtype} but the parameter has {p.dtype}")
-    if s.shape != p.shape:
-        raise ValueError(f"{f}: {lab} has shape {tuple(s.shape)} but the parameter has "
-                         f"{tuple(p.shape)} (a state_dict of another model?)")
-
-
-def _count(f, where, st):
-    """The update count kept in state['step'] (an int or a one-element tensor)."""
-    if "step" not in st:
-        raise ValueError(f"{f}: the state of {where} has no 'step'")
-    v = st["step"]
-    if isinstance(v, torch.Tensor):
-        v = v.item() if v.numel() == 1 and not v.is_complex() else None
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-    if not (ok and math.isfinite(v) and v == int(v) and 0 <= v < 2**53):
-        raise ValueError(f"{f}: state['step'] of {where} must be a whole number >= 0, "
-                         f"got {st['step']!r}")
-    return int(v)
-
-
-# ---- the base class ------------------------------------------------------------
-
-class _FastoptOptimizer(torch.optim.Optimizer):
-    """A torch Optimizer whose step is one fastopt step over all groups.
-
-    Subclasses give _SPEC (hyperparameter -> check kind) and implement
-    _group (checked hyperparameters -> the driver's group fields and the
-    state names the group needs, in s1..s3 order), _new_states (the states
-    a parameter's update creates: all of them on its first update) and _t
-    (the driver's t from the parameter's state); _COUNTS: whether
-    state['step'] advances.
-    """
-
-    _SPEC: dict = {}
-    _COUNTS = True
-
-    def __init__(self, params, defaults, n_threads):
-        name = f"fastopt.torch.{type(self).__name__}"
-        self.n_threads = _v.check_n_threads(name, n_threads)
-        self.last_step = None
-        self._checked(name, defaults, None)
-        super().__init__(params, defaults)
-
-    def __setstate__(self, state):
-        super().__setstate__(state)
-        for group in self.param_groups:
-            for k, v in self.defaults.items():
-                group.setdefault(k, v)
-
-    def _checked(self, f, group, gi) -> dict:
-        """The group's hyperparameters, checked (they may have been edited)."""
-        try:
-            for k in _UNSUPPORTED:
-                if group.get(k):
-                    raise ValueError(f"{f}: {k}=True is not supported: fastopt runs its "
-                                     f"own multi-tensor C step on CPU tensors; leave {k} "
-                                     f"at its default")
-            return {k: _check(f, k, kind, group[k]) for k, kind in self._SPEC.items()}
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"{exc}{_suffix(gi)}") from None
-
-    def _plan(self, f):
-        """Everything the step needs, checked; nothing written."""
-        xs, gs, s1, s2, s3, index, groups = [], [], [], [], [], [], []
-        where, names_of, fresh, counted = [], [], [], []
-        keys, written = {}, set()
-        for gi, group in enumerate(self.param_groups):
-            h = self._checked(f, group, gi)
-            fields, names = self._group(h)
-            for i, p in enumerate(group["params"]):
-                if p.grad is None:
-                    continue
-                w = f"param_groups[{gi}]['params'][{i}]"
-                _check_param(f, w, p)
-                st = self.state.get(p) or {}
-                new = self._new_states(p, st, names, h)
-                full = {**st, **new} if new else st
-                for name in names:
-                    if name not in new:
-                        _check_state(f, w, p, name, st[name] if name in st else None)
-                t = self._t(f, w, full, new)
-                k = keys.setdefault((gi, t), len(groups))
-                if k == len(groups):
-                    groups.append(_step.group_tuple(t=t, **fields))
-                index.append(k)
-                xs.append(p.detach().numpy())
-                written.add(p.untyped_storage().data_ptr())
-                g = p.grad.detach()
-                gs.append(g.resolve_neg() if g.is_neg() else g)
-                views = [full[n].detach().numpy() for n in names] + [None] * 3
-                written.update(full[n].untyped_storage().data_ptr() for n in names)
-                s1.append(views[0])
-                s2.append(views[1])
-                s3.append(views[2])
-                where.append(w)
-                names_of.append(names)
-                if new:
-                    fresh.append((p, new))
-                counted.append(p)
-        # read every gradient before anything is written: one sharing memory
-        # with a parameter or state of the step is copied first
-        gs = [(g.clone() if g.untyped_storage().data_ptr() in written else g).numpy()
-              for g in gs]
-        return (xs, gs, (s1, s2, s3), index, groups), where, names_of, fresh, counted
-
-    @torch.no_grad()
-    def step(self, closure=None, *, grad_scale=None, max_grad_norm=None, norm_type=2.0,
-             clip_convention="torch", skip_if_nonfinite=False):
-        """One update of every parameter that has a gradient, in one C call.
-
-        Called as torch's ``step(closure)``, this is torch.optim's step. The
-        keyword-only options fuse what a training loop does to the
-        gradients before it (the gradients themselves are never written).
-
-        Parameters
-        ----------
-        closure : callable, optional
-            Re-evaluates the model and returns the loss (run with grad
-            enabled before the update), as in torch.optim.
-        grad_scale : float, optional
-            Divide every gradient by this (> 0) first (GradScaler's scale).
-        max_grad_norm : float, optional
-            Clip by the global norm of all the step's gradients, as
-            ``torch.nn.utils.clip_grad_norm_(params, max_grad_norm,
-            norm_type)`` before ``step()`` (clip_convention "torch") or
-            ``optax.clip_by_global_norm`` ("optax").
-        norm_type : float, default 2.0
-            2.0 or math.inf.
-        clip_convention : {"torch", "optax"}, default "torch"
-        skip_if_nonfinite : bool, default False
-            If a gradient value is NaN or infinite, write nothing (no
-            parameter, state or count changes).
-
-        Returns
-        -------
-        The closure's loss, or None. :attr:`last_step` holds what the step
-        found (``applied``, ``norm``, ``finite``; the norm is NaN when
-        nothing asked for it).
-
-        Raises
-        ------
-        TypeError, ValueError
-            For a bad option, hyperparameter, parameter, gradient or state;
-            then nothing was written.
-        """
-        f = f"fastopt.torch.{type(self).__name__}.step"
-        opts = _NO_OPTIONS
-        if (grad_scale, max_grad_norm, skip_if_nonfinite) != (None, None, False):
-            opts = _step.check_options(f, grad_scale=grad_scale, max_grad_norm=max_grad_norm,
-                                       norm_type=norm_type, clip_convention=clip_convention,
-                                       skip_if_nonfinite=skip_if_nonfinite)
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        args, where, names_of, fresh, counted = self._plan(f)
-        if not args[0]:
-            self.last_step = _step.StepInfo(True, 0.0, True)
-            return loss
-
-        def labels():
-            out = {"x": where, "g": [f"the gradient of {w}" for w in where]}
-            for k in range(3):
-                out[f"s{k + 1}"] = [f"state[{n[k]!r}] of {w}" if k < len(n) else "-"
-                                    for w, n in zip(where, names_of)]
-            return out
-
-        self.last_step = info = _step.run(f, *args, opts, self.n_threads, labels)
-        if not info.applied:
-            return loss
-        for p, new in fresh:
-            self.state[p].update(new)
-        if self._COUNTS:
-            for p in counted:
-                self.state[p]["step"] += 1
-        return loss
-
-
-def _zeros(p):
-    return torch.zeros_like(p, memory_format=torch.preserve_format)
-
-
-def _step_tensor(value=0.0):
-    """torch's step count: a float scalar tensor of the default float type."""
-    dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
-    return torch.tensor(float(value), dtype=dtype)
+__all__ = [
+    "SGD",
+    "Adagrad",
+    "Adam",
+    "AdamW",
+    "Momentum",
+    "OnnxAdagrad",
+    "OnnxAdam",
+    "OnnxMomentum",
+]
 
 
 # ---- torch.optim drop-ins ------------------------------------------------------
@@ -355,8 +99,8 @@ class SGD(_FastoptOptimizer):
     update of a parameter copies its (decayed) gradient into the buffer.
     """
 
-    _SPEC = {"lr": "lr", "momentum": {"low": 0.0}, "dampening": {},
-             "weight_decay": {"low": 0.0}, "nesterov": "bool", **_MAXIMIZE}
+    _SPEC: ClassVar[dict] = {"lr": "lr", "momentum": {"low": 0.0}, "dampening": {},
+                             "weight_decay": {"low": 0.0}, "nesterov": "bool", **_MAXIMIZE}
     _COUNTS = False
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
@@ -365,17 +109,17 @@ class SGD(_FastoptOptimizer):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("fastopt.torch.SGD: nesterov needs a momentum > 0 and "
                              "dampening 0")
-        d = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                 nesterov=nesterov, maximize=maximize, foreach=foreach,
-                 differentiable=differentiable, fused=fused)
+        d = {"lr": lr, "momentum": momentum, "dampening": dampening,
+             "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize,
+             "foreach": foreach, "differentiable": differentiable, "fused": fused}
         super().__init__(params, d, n_threads)
 
     def _group(self, h):
         mom = h["momentum"]
         flags = ((_step.NESTEROV if h["nesterov"] and mom != 0 else 0)
                  | (_step.MAXIMIZE if h["maximize"] else 0))
-        fields = dict(rule=_step.RULES["sgd_torch"], lr=h["lr"], alpha=mom,
-                      beta=h["dampening"], decay=h["weight_decay"], flags=flags)
+        fields = {"rule": _step.RULES["sgd_torch"], "lr": h["lr"], "alpha": mom,
+                  "beta": h["dampening"], "decay": h["weight_decay"], "flags": flags}
         return fields, (("momentum_buffer",) if mom != 0 else ())
 
     def _new_states(self, p, st, names, h):
@@ -412,15 +156,17 @@ class Adagrad(_FastoptOptimizer):
     as torch does).
     """
 
-    _SPEC = {"lr": "lr", "lr_decay": {"low": 0.0}, "weight_decay": {"low": 0.0},
-             "initial_accumulator_value": {"low": 0.0}, "eps": {"low": 0.0}, **_MAXIMIZE}
+    _SPEC: ClassVar[dict] = {"lr": "lr", "lr_decay": {"low": 0.0},
+                             "weight_decay": {"low": 0.0},
+                             "initial_accumulator_value": {"low": 0.0},
+                             "eps": {"low": 0.0}, **_MAXIMIZE}
 
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
                  initial_accumulator_value=0, eps=1e-10, foreach=None, *, maximize=False,
                  differentiable=False, fused=None, n_threads=None):
-        d = dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
-                 initial_accumulator_value=initial_accumulator_value, foreach=foreach,
-                 maximize=maximize, differentiable=differentiable, fused=fused)
+        d = {"lr": lr, "lr_decay": lr_decay, "eps": eps, "weight_decay": weight_decay,
+             "initial_accumulator_value": initial_accumulator_value, "foreach": foreach,
+             "maximize": maximize, "differentiable": differentiable, "fused": fused}
         super().__init__(params, d, n_threads)
         for group in self.param_groups:
             for p in group["params"]:
@@ -429,9 +175,9 @@ class Adagrad(_FastoptOptimizer):
                                                      initial_accumulator_value)
 
     def _group(self, h):
-        fields = dict(rule=_step.RULES["adagrad_torch"], lr=h["lr"], eps=h["eps"],
-                      decay=h["weight_decay"], lr_decay=h["lr_decay"],
-                      flags=_step.MAXIMIZE if h["maximize"] else 0)
+        fields = {"rule": _step.RULES["adagrad_torch"], "lr": h["lr"], "eps": h["eps"],
+                  "decay": h["weight_decay"], "lr_decay": h["lr_decay"],
+                  "flags": _step.MAXIMIZE if h["maximize"] else 0}
         return fields, ("sum",)
 
     def _new_states(self, p, st, names, h, init=None):
@@ -475,18 +221,19 @@ class Adam(_FastoptOptimizer):
     zeros if amsgrad is turned on later).
     """
 
-    _SPEC = {"lr": "lr", "betas": "betas", "eps": {"low": 0.0},
-             "weight_decay": {"low": 0.0}, "amsgrad": "bool", **_MAXIMIZE,
-             "decoupled_weight_decay": "bool"}
+    _SPEC: ClassVar[dict] = {"lr": "lr", "betas": "betas", "eps": {"low": 0.0},
+                             "weight_decay": {"low": 0.0}, "amsgrad": "bool", **_MAXIMIZE,
+                             "decoupled_weight_decay": "bool"}
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  amsgrad=False, *, foreach=None, maximize=False, capturable=False,
                  differentiable=False, fused=None, decoupled_weight_decay=False,
                  n_threads=None):
-        d = dict(lr=lr, betas=tuple(betas) if isinstance(betas, list) else betas,
-                 eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
-                 foreach=foreach, capturable=capturable, differentiable=differentiable,
-                 fused=fused, decoupled_weight_decay=decoupled_weight_decay)
+        d = {"lr": lr, "betas": tuple(betas) if isinstance(betas, list) else betas,
+             "eps": eps, "weight_decay": weight_decay, "amsgrad": amsgrad,
+             "maximize": maximize, "foreach": foreach, "capturable": capturable,
+             "differentiable": differentiable,
+             "fused": fused, "decoupled_weight_decay": decoupled_weight_decay}
         super().__init__(params, d, n_threads)
 
     def _group(self, h):
@@ -494,8 +241,8 @@ class Adam(_FastoptOptimizer):
         rule = "adamw_torch" if h["decoupled_weight_decay"] else "adam_torch"
         flags = ((_step.AMSGRAD if h["amsgrad"] else 0)
                  | (_step.MAXIMIZE if h["maximize"] else 0))
-        fields = dict(rule=_step.RULES[rule], lr=h["lr"], alpha=b1, beta=b2, eps=h["eps"],
-                      decay=h["weight_decay"], flags=flags)
+        fields = {"rule": _step.RULES[rule], "lr": h["lr"], "alpha": b1, "beta": b2,
+                  "eps": h["eps"], "decay": h["weight_decay"], "flags": flags}
         names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if h["amsgrad"] else ())
         return fields, names
 
@@ -586,18 +333,19 @@ class OnnxMomentum(_Onnx):
     """
 
     _STATES = ("momentum_buffer",)
-    _SPEC = {"lr": "lr", "alpha": {}, "beta": {}, "norm_coefficient": {}, "nesterov": "bool"}
+    _SPEC: ClassVar[dict] = {"lr": "lr", "alpha": {}, "beta": {}, "norm_coefficient": {},
+                             "nesterov": "bool"}
 
     def __init__(self, params, lr, alpha=0.9, beta=1.0, norm_coefficient=0.0,
                  nesterov=False, *, n_threads=None):
-        d = dict(lr=lr, alpha=alpha, beta=beta, norm_coefficient=norm_coefficient,
-                 nesterov=nesterov)
+        d = {"lr": lr, "alpha": alpha, "beta": beta, "norm_coefficient": norm_coefficient,
+             "nesterov": nesterov}
         super().__init__(params, d, n_threads)
 
     def _fields(self, h):
-        return dict(rule=_step.RULES["momentum"], lr=h["lr"], alpha=h["alpha"],
-                    beta=h["beta"], decay=h["norm_coefficient"],
-                    flags=_step.NESTEROV if h["nesterov"] else 0)
+        return {"rule": _step.RULES["momentum"], "lr": h["lr"], "alpha": h["alpha"],
+                "beta": h["beta"], "decay": h["norm_coefficient"],
+                "flags": _step.NESTEROV if h["nesterov"] else 0}
 
 
 class OnnxAdagrad(_Onnx):
@@ -622,19 +370,20 @@ class OnnxAdagrad(_Onnx):
     """
 
     _STATES = ("sum",)
-    _SPEC = {"lr": "lr", "decay_factor": {"low": 0.0}, "epsilon": {"low": 0.0},
-             "norm_coefficient": {}, "initial_accumulator_value": {"low": 0.0}}
+    _SPEC: ClassVar[dict] = {"lr": "lr", "decay_factor": {"low": 0.0},
+                             "epsilon": {"low": 0.0}, "norm_coefficient": {},
+                             "initial_accumulator_value": {"low": 0.0}}
 
     def __init__(self, params, lr, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0,
                  initial_accumulator_value=0.0, *, n_threads=None):
-        d = dict(lr=lr, decay_factor=decay_factor, epsilon=epsilon,
-                 norm_coefficient=norm_coefficient,
-                 initial_accumulator_value=initial_accumulator_value)
+        d = {"lr": lr, "decay_factor": decay_factor, "epsilon": epsilon,
+             "norm_coefficient": norm_coefficient,
+             "initial_accumulator_value": initial_accumulator_value}
         super().__init__(params, d, n_threads)
 
     def _fields(self, h):
-        return dict(rule=_step.RULES["adagrad"], lr=h["lr"], eps=h["epsilon"],
-                    decay=h["norm_coefficient"], lr_decay=h["decay_factor"])
+        return {"rule": _step.RULES["adagrad"], "lr": h["lr"], "eps": h["epsilon"],
+                "decay": h["norm_coefficient"], "lr_decay": h["decay_factor"]}
 
 
 class OnnxAdam(_Onnx):
@@ -664,21 +413,23 @@ class OnnxAdam(_Onnx):
 
     _STATES = ("exp_avg", "exp_avg_sq")
     _T0 = 1
-    _SPEC = {"lr": "lr", "alpha": {"low": 0.0, "high": 1.0, "high_open": True},
-             "beta": {"low": 0.0, "high": 1.0}, "epsilon": {"low": 0.0},
-             "norm_coefficient": {}, "norm_coefficient_post": {}}
+    _SPEC: ClassVar[dict] = {"lr": "lr",
+                             "alpha": {"low": 0.0, "high": 1.0, "high_open": True},
+                             "beta": {"low": 0.0, "high": 1.0}, "epsilon": {"low": 0.0},
+                             "norm_coefficient": {}, "norm_coefficient_post": {}}
 
     def __init__(self, params, lr, alpha=0.9, beta=0.999, epsilon=1e-6,
                  norm_coefficient=0.0, norm_coefficient_post=0.0, *, n_threads=None):
-        d = dict(lr=lr, alpha=alpha, beta=beta, epsilon=epsilon,
-                 norm_coefficient=norm_coefficient,
-                 norm_coefficient_post=norm_coefficient_post)
+        d = {"lr": lr, "alpha": alpha, "beta": beta, "epsilon": epsilon,
+             "norm_coefficient": norm_coefficient,
+             "norm_coefficient_post": norm_coefficient_post}
         super().__init__(params, d, n_threads)
 
     def _fields(self, h):
-        return dict(rule=_step.RULES["adam"], lr=h["lr"], alpha=h["alpha"], beta=h["beta"],
-                    eps=h["epsilon"], decay=h["norm_coefficient"],
-                    decay_post=h["norm_coefficient_post"])
+        return {"rule": _step.RULES["adam"], "lr": h["lr"], "alpha": h["alpha"],
+                "beta": h["beta"],
+                "eps": h["epsilon"], "decay": h["norm_coefficient"],
+                "decay_post": h["norm_coefficient_post"]}
 
 
 #: The former name of :class:`OnnxMomentum` (fastopt.torch.Adagrad and Adam

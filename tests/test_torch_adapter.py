@@ -123,7 +123,7 @@ def test_updates_in_place_without_copies(monkeypatch):
         return real(f, xs, gs, states, index, groups, *args)
 
     def check(model, k):   # the states of the last step are the optimizer's
-        for xs, gs, vs in seen[-1:]:
+        for _, _, vs in seen[-1:]:
             for p, v in zip(model.parameters(), vs):
                 assert np.shares_memory(v, opt.state[p]["momentum_buffer"].numpy())
 
