@@ -350,3 +350,36 @@ def test_gradient_aliasing_an_earlier_groups_parameter_is_read_first(name):
         oref.step()
         ob.step()
     _close(ref, b, torch.float64)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_works_under_grad_scaler(name):
+    """torch.amp.GradScaler unscales, skips the step with an inf and calls
+    step(): the same with either optimizer; and fastopt's own fused
+    step(grad_scale=, skip_if_nonfinite=True) with the scaler's scales gives
+    the same result without the scaler's passes."""
+    runs, scales = [], []
+    for make in (getattr(torch.optim, name), getattr(ft, name), None):
+        ps = params(torch.float32)
+        opt = (make or getattr(ft, name))(groups(ps), **KW[name])
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=3)
+        for k in range(8):
+            if make is not None:
+                scaler.scale(torch.ones(()))       # the scaler starts lazily
+                scales.append(scaler.get_scale())
+            scale = scales[k] if make is None else scales[-1]
+            set_grads(ps, k)
+            for p in ps:
+                p.grad *= scale                    # as backward of a scaled loss
+            if k == 4:
+                ps[0].grad[0, 0] = float("inf")
+            if make is None:
+                opt.step(grad_scale=scale, skip_if_nonfinite=True)
+                assert opt.last_step.applied == (k != 4)
+            else:
+                scaler.step(opt)
+                scaler.update()
+        runs.append(ps)
+    assert scales[:8] == scales[8:] and len(set(scales)) == 2   # grew, then halved
+    _close(runs[0], runs[1], torch.float32)
+    _close(runs[0], runs[2], torch.float32)
