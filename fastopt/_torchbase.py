@@ -62,7 +62,7 @@ def _check(f, name, kind, v):
 
 
 def _check_param(f, where, p):
-    """A parameter with a gradient that fastopt can update (raises)."""
+    """A parameter that fastopt can update (raises)."""
     if p.device.type != "cpu":
         raise ValueError(f"{f}: {where} is on {p.device}; fastopt updates CPU tensors")
     if p.dtype not in _DTYPES:
@@ -71,7 +71,10 @@ def _check_param(f, where, p):
                         f"float64 tensors, not {kind}{p.dtype}")
     if p.layout != torch.strided or p.is_neg():
         raise TypeError(f"{f}: {where} is not a plain strided tensor")
-    g = p.grad
+
+
+def _check_grad(f, where, p, g):
+    """The gradient g of the parameter p (raises)."""
     if g.is_sparse or g.layout != torch.strided:
         raise TypeError(f"{f}: {where} has a sparse gradient; fastopt needs dense ones")
     if g.dtype != p.dtype:
@@ -137,6 +140,9 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         name = f"fastopt.torch.{type(self).__name__}"
         self.n_threads = _v.check_n_threads(name, n_threads)
         self.last_step = None
+        # id(tensor) -> (tensor, data_ptr, shape, strides, NumPy view), of the
+        # last step (_views) and, while a step plans, of the one before (_old)
+        self._views = self._old = {}
         self._checked(name, defaults, None)
         super().__init__(params, defaults)
 
@@ -158,11 +164,40 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"{exc}{_suffix(gi)}") from None
 
+    def _view(self, old, t, make=False):
+        """The NumPy view of tensor t from the last step's cache ``old``, if t
+        still has the same memory, shape and strides (else None), or, with
+        make, a new one; either way kept for the next step."""
+        key = id(t)
+        e = old.get(key)
+        if make or e is None or e[0] is not t or e[1] != t.data_ptr() \
+                or e[2] != t.shape or e[3] != t.stride():
+            if not make:
+                return None
+            e = (t, t.data_ptr(), t.shape, t.stride(), t.detach().numpy())
+        self._views[key] = e
+        return e[4]
+
+    def _read_count(self, f, where, st):
+        """state['step'] as an int (a CPU tensor's read through a cached view)."""
+        v = st.get("step")
+        if type(v) is torch.Tensor and v.dim() == 0 and v.dtype in _DTYPES:
+            view = self._view(self._old, v)
+            if view is None and v.device.type == "cpu":
+                view = self._view(self._old, v, True)
+            if view is not None:
+                c = float(view)
+                if math.isfinite(c) and c == int(c) and 0 <= c < 2**53:
+                    return int(c)
+        return _count(f, where, st)
+
     def _plan(self, f):
         """Everything the step needs, checked; nothing written."""
         xs, gs, s1, s2, s3, index, groups = [], [], [], [], [], [], []
         where, names_of, fresh, counted = [], [], [], []
         keys, written = {}, set()
+        old = self._old = self._views
+        self._views = {}
         for gi, group in enumerate(self.param_groups):
             h = self._checked(f, group, gi)
             fields, names = self._group(h)
@@ -170,24 +205,35 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 if p.grad is None:
                     continue
                 w = f"param_groups[{gi}]['params'][{i}]"
-                _check_param(f, w, p)
+                xv = self._view(old, p)   # None: not seen with this memory before
+                hit = xv is not None
+                if not hit:
+                    _check_param(f, w, p)
+                    xv = self._view(old, p, True)
+                g = p.grad
+                _check_grad(f, w, p, g)
                 st = self.state.get(p) or {}
                 new = self._new_states(p, st, names, h)
                 full = {**st, **new} if new else st
+                views = []
                 for name in names:
-                    if name not in new:
-                        _check_state(f, w, p, name, st.get(name))
+                    s = full[name] if name in new else st.get(name)
+                    v = self._view(old, s) if hit and s is not None else None
+                    if v is None:
+                        _check_state(f, w, p, name, s)
+                        v = self._view(old, s, True)
+                    views.append(v)
                 t = self._t(f, w, full, new)
                 k = keys.setdefault((gi, t), len(groups))
                 if k == len(groups):
                     groups.append(_step.group_tuple(t=t, **fields))
                 index.append(k)
-                xs.append(p.detach().numpy())
+                xs.append(xv)
                 written.add(p.untyped_storage().data_ptr())
-                g = p.grad.detach()
+                g = g.detach()
                 gs.append(g.resolve_neg() if g.is_neg() else g)
-                views = [full[n].detach().numpy() for n in names] + [None] * 3
                 written.update(full[n].untyped_storage().data_ptr() for n in names)
+                views += [None] * 3
                 s1.append(views[0])
                 s2.append(views[1])
                 s3.append(views[2])
@@ -272,7 +318,13 @@ class _FastoptOptimizer(torch.optim.Optimizer):
             self.state[p].update(new)
         if self._COUNTS:
             for p in counted:
-                self.state[p]["step"] += 1
+                st = self.state[p]
+                v = st["step"]
+                e = self._views.get(id(v)) if type(v) is torch.Tensor else None
+                if e is not None and e[0] is v:
+                    e[4][...] += 1      # the tensor's memory, without a torch op
+                else:
+                    st["step"] += 1
         return loss
 
 

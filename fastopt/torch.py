@@ -57,7 +57,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
                       "installed") from exc
 
 from . import _step
-from ._torchbase import _count, _FastoptOptimizer, _scalar, _step_tensor, _zeros
+from ._torchbase import _FastoptOptimizer, _scalar, _step_tensor, _zeros
 
 __all__ = [
     "SGD",
@@ -189,7 +189,7 @@ class Adagrad(_FastoptOptimizer):
                                        memory_format=torch.preserve_format)}
 
     def _t(self, f, where, full, new):
-        return _count(f, where, full) + 1
+        return self._read_count(f, where, full) + 1
 
 
 class Adam(_FastoptOptimizer):
@@ -254,7 +254,7 @@ class Adam(_FastoptOptimizer):
         return {}
 
     def _t(self, f, where, full, new):
-        return _count(f, where, full) + 1
+        return self._read_count(f, where, full) + 1
 
 
 class AdamW(Adam):
@@ -306,7 +306,7 @@ class _Onnx(_FastoptOptimizer):
         return new
 
     def _t(self, f, where, full, new):
-        return _count(f, where, full) + self._T0
+        return self._read_count(f, where, full) + self._T0
 
 
 class OnnxMomentum(_Onnx):

@@ -383,3 +383,30 @@ def test_works_under_grad_scaler(name):
     assert scales[:8] == scales[8:] and len(set(scales)) == 2   # grew, then halved
     _close(runs[0], runs[1], torch.float32)
     _close(runs[0], runs[2], torch.float32)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tensors_given_new_memory_between_steps(name):
+    """fastopt keeps NumPy views of parameters, states and step counts from
+    one step to the next; `.data = ...` on any of them is seen."""
+    a, b = params(), params()
+    oa = getattr(torch.optim, name)(groups(a), **KW[name])
+    ob = getattr(ft, name)(groups(b), **KW[name])
+    for k in range(6):
+        if k == 3:
+            for ps, opt in ((a, oa), (b, ob)):
+                ps[0].data = ps[0].data.clone().t().contiguous().t()  # new memory
+                st = opt.state[ps[1]]
+                for key, v in st.items():
+                    st[key].data = v.data.clone()
+        for ps, opt in ((a, oa), (b, ob)):
+            set_grads(ps, k)
+            opt.step()
+    _close(a, b, torch.float64)
+    key = {"SGD": "momentum_buffer", "Adagrad": "sum"}.get(name, "exp_avg")
+    ob.state[b[2]][key].data = torch.zeros(7, dtype=torch.float64)
+    set_grads(b, 6)
+    before = snapshot(ob, b)
+    with pytest.raises(ValueError, match=r"has shape \(7,\)"):
+        ob.step()
+    same(before, snapshot(ob, b))
