@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import fastopt
+from fastopt import _reference as ref
 from fastopt._cli.workloads import make_tensors, resnet50_shapes
 
 LR, ALPHA, NC = 0.1, 0.9, 5e-5
@@ -34,17 +35,8 @@ def tensors():
 
 
 def numpy_agc_sgd(xs, gs, vs):
-    for x, g, v, clip in zip(xs, gs, vs, CLIP):
-        if clip is not None:
-            if np.squeeze(x).ndim <= 1:
-                axes = None
-            else:
-                axes = tuple(range(1, x.ndim))
-            p_norm = np.sqrt(np.sum(x * x, axis=axes, keepdims=True))
-            g_norm = np.sqrt(np.sum(g * g, axis=axes, keepdims=True))
-            max_norm = clip * np.maximum(p_norm, np.float32(1e-3))
-            g = np.where(g_norm > max_norm,
-                         g * (max_norm / np.maximum(g_norm, np.float32(1e-6))), g)
+    gs = ref.agc.agc_in_dtype(xs, gs, CLIP)
+    for x, g, v in zip(xs, gs, vs):
         v *= ALPHA
         v += g + NC * x
         x -= LR * v

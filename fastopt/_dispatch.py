@@ -32,7 +32,8 @@ class Op(NamedTuple):
     """One in-place op.
 
     fname : the public name used in messages ("fastopt.momentum").
-    fast : the extension's fast path, called as ``fast(*arrays, *scalars)``.
+    fast : the extension's fast path, called as ``fast(arrays, scalars)``
+        (two tuples; it returns True when done, False to decline).
     roles : names of the array arguments, in order ("x", "g", "v", ...).
     check : ``check(fname, arrays, scalars) -> scalars``: every scalar checked
         (raises), returned in the fast path's order and form.
@@ -52,13 +53,13 @@ def run(op: Op, arrays: tuple, scalars: tuple, fname: Optional[str] = None,
     ``scalars`` (in the fast path's order): fast path, or check, normalise,
     run and write back. ``fname`` and ``labels`` name things in error
     messages (default: the op's public name and its role names)."""
-    if op.fast(*arrays, *scalars):
+    if op.fast(arrays, scalars):
         return
     f = fname or op.fname
     checked = op.check(f, arrays, scalars)
     named = dict(zip(op.roles, arrays))
     prepare = _v.agc_tensors if op.clips_g else _v.tensors
     prep = prepare(f, named, labels)
-    if not op.fast(*prep.args(), *checked):
+    if not op.fast(prep.args(), tuple(checked)):
         raise RuntimeError(f"{f}: internal error: a normalised call was declined")
     prep.finish()

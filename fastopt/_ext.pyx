@@ -222,39 +222,52 @@ include "_step.pxi"
 
 # ------------------------------------------------------------ entry points
 
-def momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
-             n_threads):
-    """Fast path of fastopt.momentum. True if done, False to decline."""
+# Every fast path takes two tuples, (arrays, scalars), in the order of the
+# op's row in fastopt/_ops.py: two arguments parse faster than a dozen.
+
+def momentum(tuple arrays not None, tuple scalars not None):
+    """Fast path of fastopt.momentum: arrays (x, g, v), scalars (lr, t,
+    alpha, beta, norm_coefficient, mode, n_threads). True if done, False to
+    decline."""
     cdef fo_momentum_args a
     cdef Call c
+    if len(arrays) != 3 or len(scalars) != 7:
+        return False
+    lr, t, alpha, beta, norm_coefficient, mode, n_threads = scalars
     cdef int nth = _n_threads(n_threads)
     a.mode = _mode(mode)
     if not (nth and a.mode >= 0 and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
             and _real(alpha, &a.alpha) and _real(beta, &a.beta)
             and _real(norm_coefficient, &a.norm_coefficient)):
         return False
-    return _run(&OP_MOMENTUM, &a, nth, &c, xs, gs, vs, None)
+    return _run(&OP_MOMENTUM, &a, nth, &c, arrays)
 
 
-def adagrad(xs, gs, hs, lr, t, decay_factor, epsilon, norm_coefficient,
-            n_threads):
-    """Fast path of fastopt.adagrad. True if done, False to decline."""
+def adagrad(tuple arrays not None, tuple scalars not None):
+    """Fast path of fastopt.adagrad: arrays (x, g, h), scalars (lr, t,
+    decay_factor, epsilon, norm_coefficient, n_threads)."""
     cdef fo_adagrad_args a
     cdef Call c
+    if len(arrays) != 3 or len(scalars) != 6:
+        return False
+    lr, t, decay_factor, epsilon, norm_coefficient, n_threads = scalars
     cdef int nth = _n_threads(n_threads)
     if not (nth and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
             and _real(decay_factor, &a.decay_factor) and a.decay_factor >= 0
             and _real(epsilon, &a.epsilon) and a.epsilon >= 0
             and _real(norm_coefficient, &a.norm_coefficient)):
         return False
-    return _run(&OP_ADAGRAD, &a, nth, &c, xs, gs, hs, None)
+    return _run(&OP_ADAGRAD, &a, nth, &c, arrays)
 
 
-def adam(xs, gs, vs, hs, lr, t, alpha, beta, epsilon, norm_coefficient,
-         norm_coefficient_post, n_threads):
-    """Fast path of fastopt.adam. True if done, False to decline."""
+def adam(tuple arrays not None, tuple scalars not None):
+    """Fast path of fastopt.adam: arrays (x, g, v, h), scalars (lr, t, alpha,
+    beta, epsilon, norm_coefficient, norm_coefficient_post, n_threads)."""
     cdef fo_adam_args a
     cdef Call c
+    if len(arrays) != 4 or len(scalars) != 8:
+        return False
+    lr, t, alpha, beta, epsilon, norm_coefficient, norm_coefficient_post, n_threads = scalars
     cdef int nth = _n_threads(n_threads)
     if not (nth and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
             and _real(alpha, &a.alpha) and 0 <= a.alpha <= 1
@@ -264,7 +277,7 @@ def adam(xs, gs, vs, hs, lr, t, alpha, beta, epsilon, norm_coefficient,
             and _real(norm_coefficient, &a.norm_coefficient)
             and _real(norm_coefficient_post, &a.norm_coefficient_post)):
         return False
-    return _run(&OP_ADAM, &a, nth, &c, xs, gs, vs, hs)
+    return _run(&OP_ADAM, &a, nth, &c, arrays)
 
 
 cdef bint _clipping(Call *c, object clipping, object layout):
@@ -281,23 +294,30 @@ cdef bint _clipping(Call *c, object clipping, object layout):
     return clipping is not None and _clip_value(clipping, &c.clip_all)
 
 
-def agc(xs, gs, clipping, eps, layout, n_threads):
-    """Fast path of fastopt.agc. True if done, False to decline."""
+def agc(tuple arrays not None, tuple scalars not None):
+    """Fast path of fastopt.agc: arrays (x, g), scalars (clipping, eps,
+    layout, n_threads)."""
     cdef AgcArgs a
     cdef Call c
+    if len(arrays) != 2 or len(scalars) != 4:
+        return False
+    clipping, eps, layout, n_threads = scalars
     cdef int nth = _n_threads(n_threads)
     clipping = _pin(clipping)
     if not (nth and _real(eps, &a.eps) and a.eps > 0 and _clipping(&c, clipping, layout)):
         return False
-    return _run(&OP_AGC, &a, nth, &c, xs, gs, None, None)
+    return _run(&OP_AGC, &a, nth, &c, arrays)
 
 
-def agc_momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
-                 clipping, eps, layout, n_threads):
-    """Fast path of fastopt.momentum with clipping. True if done, False to
-    decline."""
+def agc_momentum(tuple arrays not None, tuple scalars not None):
+    """Fast path of fastopt.momentum with clipping: arrays (x, g, v),
+    scalars (lr, t, alpha, beta, norm_coefficient, mode, clipping, eps,
+    layout, n_threads)."""
     cdef AgcArgs a
     cdef Call c
+    if len(arrays) != 3 or len(scalars) != 10:
+        return False
+    lr, t, alpha, beta, norm_coefficient, mode, clipping, eps, layout, n_threads = scalars
     cdef int nth = _n_threads(n_threads)
     clipping = _pin(clipping)
     a.m.mode = _mode(mode)
@@ -307,7 +327,7 @@ def agc_momentum(xs, gs, vs, lr, t, alpha, beta, norm_coefficient, mode,
             and _real(norm_coefficient, &a.m.norm_coefficient)
             and _real(eps, &a.eps) and a.eps > 0 and _clipping(&c, clipping, layout)):
         return False
-    return _run(&OP_AGC_MOMENTUM, &a, nth, &c, xs, gs, vs, None)
+    return _run(&OP_AGC_MOMENTUM, &a, nth, &c, arrays)
 
 
 def unit_norms(cnp.ndarray x not None, layout):

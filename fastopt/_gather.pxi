@@ -138,22 +138,23 @@ cdef int _gather(Call *c, const Op *op, PyObject **args, Py_ssize_t *nt_out) exc
     return 1
 
 
-cdef object _run(const Op *op, const void *args, int nth, Call *c,
-                 object x, object g, object s1, object s2):
+cdef object _run(const Op *op, const void *args, int nth, Call *c, tuple arrays):
     """Gather the call's tensors and run op's driver on them without the GIL:
-    True if done, False (nothing written) to decline."""
+    True if done, False (nothing written) to decline. arrays: one argument
+    per role of op (checked by the caller to have op.n_roles items)."""
     cdef PyObject *arrs[MAX_ROLES]
     cdef Py_ssize_t nt = 0
-    cdef int rc = FO_OK
-    # pinned: these locals keep every array alive during the nogil call
-    x = _pin(x)
-    g = _pin(g)
-    s1 = _pin(s1)
-    s2 = _pin(s2)
-    arrs[0] = <PyObject *>x
-    arrs[1] = <PyObject *>g
-    arrs[2] = <PyObject *>s1
-    arrs[3] = <PyObject *>s2
+    cdef int rc = FO_OK, k
+    cdef list pinned = None
+    for k in range(op.n_roles):
+        arrs[k] = PyTuple_GET_ITEM(arrays, k)
+        if type(<object>arrs[k]) is list:
+            # pinned: held here, so every array stays alive during the nogil
+            # call even if another thread empties the caller's list
+            if pinned is None:
+                pinned = []
+            pinned.append(_pin(<object>arrs[k]))
+            arrs[k] = <PyObject *>pinned[len(pinned) - 1]
     _init(c)
     try:
         if not _gather(c, op, arrs, &nt):

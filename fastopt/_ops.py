@@ -452,3 +452,36 @@ def unitwise_norm(x: np.ndarray, *, layout: str = "oi") -> np.ndarray:
     norms = _ext.unit_norms(x, lay).reshape(shape)
     with np.errstate(over="ignore"):  # a norm beyond float32's range is inf, silently
         return norms.astype(dtype)
+
+
+# ------------------------------------------- calls with the caller's labels
+
+_SCALAR_NAMES = {
+    "momentum": ("lr", "t", "alpha", "beta", "norm_coefficient", "mode", "n_threads"),
+    "momentum_clip": ("lr", "t", "alpha", "beta", "norm_coefficient", "mode",
+                      "clipping", "clip_eps", "layout", "n_threads"),
+    "adagrad": ("lr", "t", "decay_factor", "epsilon", "norm_coefficient", "n_threads"),
+    "adam": ("lr", "t", "alpha", "beta", "epsilon", "norm_coefficient",
+             "norm_coefficient_post", "n_threads"),
+    "agc": ("clipping", "eps", "layout", "n_threads"),
+}
+_OPS = {"momentum": MOMENTUM, "momentum_clip": MOMENTUM_CLIP, "adagrad": ADAGRAD,
+        "adam": ADAM, "agc": AGC}
+
+
+def call(name: str, arrays: tuple, kw: dict, *, fname: Optional[str] = None,
+         labels: Optional[dict] = None) -> None:
+    """``fastopt.<name>(*arrays, **kw)``, with errors named by the caller:
+    ``fname`` and ``labels`` as in :func:`fastopt._dispatch.run` (e.g.
+    ``fastopt.optim`` passes its step's name and ``params[i]``/``grads[i]``)."""
+    public = {"momentum": momentum, "adagrad": adagrad, "adam": adam, "agc": agc}[name]
+    defaults = public.__kwdefaults__
+    unknown = set(kw) - set(defaults) - {"lr", "t"}
+    if unknown:
+        raise TypeError(f"{public.__name__}() got unexpected keyword arguments {unknown}")
+    key = "momentum_clip" if name == "momentum" and kw.get("clipping") is not None else name
+    try:
+        scalars = tuple(kw[k] if k in kw else defaults[k] for k in _SCALAR_NAMES[key])
+    except KeyError as exc:
+        raise TypeError(f"{public.__name__}() missing keyword argument {exc}") from None
+    run(_OPS[key], arrays, scalars, fname=fname, labels=labels)

@@ -16,7 +16,10 @@ into the checks and the kernels. The oracle:
   from -- changed by a single byte;
 - when the call succeeds, every array that shares no memory with an output is
   unchanged (the gradient is only read), and every output equals the float64
-  reference within the dtype's error bound (tests/hardening_ref.py).
+  reference within the dtype's error bound (tests/hardening_ref.py);
+- checkpoint files mutated in their structure (tests/fuzz_checkpoint.py):
+  only CheckpointError escapes ``load``, a rejection changes nothing, and the
+  peak RSS stays within a small multiple of the optimizer's state.
 
 With atheris installed this runs coverage-guided (libFuzzer flags apply):
 
@@ -26,6 +29,8 @@ With atheris installed this runs coverage-guided (libFuzzer flags apply):
 Without atheris, or with --random N, it feeds N pseudo-random inputs:
 
     python tests/fuzz_api.py --random 20000 [--seed 1]
+
+FASTOPT_FUZZ_ONLY=checkpoint sends every input to the checkpoint-file target.
 """
 from __future__ import annotations
 
@@ -709,9 +714,18 @@ def plain(op, kwargs):
     return hp
 
 
+# FASTOPT_FUZZ_ONLY=checkpoint: every input goes to the checkpoint target
+# (for a long campaign against the file reader alone)
+ONLY_CHECKPOINTS = os.environ.get("FASTOPT_FUZZ_ONLY") == "checkpoint"
+
+
 def TestOneInput(data: bytes) -> None:
     src = Source(data)
-    target = src.int(0, 7)
+    target = 8 if ONLY_CHECKPOINTS else src.int(0, 8)
+    if target == 8 and HAVE_OPTIM:         # hostile checkpoint files (issue 16)
+        import fuzz_checkpoint
+        fuzz_checkpoint.checkpoint_case(src, _tmpdir())
+        return
     if target == 5 and HAVE_AGC:
         agc_case(src)
         return

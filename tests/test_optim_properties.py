@@ -23,14 +23,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from layouts import place
 
 import fastopt
-from hardening_ref import place
+from fastopt._reference import optim as ref_optim
 
 O = pytest.importorskip("fastopt.optim")
 
-OPTS = {"Momentum": ("momentum", ("v",), 0), "Adagrad": ("adagrad", ("h",), 0),
-        "Adam": ("adam", ("v", "h"), 1)}
+OPTS = ref_optim.RULES
 SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
 
 
@@ -119,38 +119,13 @@ def group_of(case, i):
     return case["group_over"][0 if i < case["cut"] else 1]
 
 
-class Emulation:
-    """The optimizer's contract, replayed with the functional API."""
-
-    def __init__(self, case):
-        self.case = case
-        op, names, t0 = OPTS[case["name"]]
-        self.fn = getattr(fastopt, op)
-        self.t0 = t0
-        self.xs = [np.array(v, dtype=d) for d, v, _ in case["specs"]]
-        self.states = []
-        for i, x in enumerate(self.xs):
-            hp = dict(case["defaults"], **group_of(case, i))
-            fill = hp.get("initial_accumulator_value", 0.0)
-            self.states.append([np.full(x.shape, fill, x.dtype) for _ in names])
-        self.steps = 0
-
-    def step(self, grads, scale, skip):
-        if scale is not None:
-            grads = [None if g is None else np.asarray(np.divide(g, g.dtype.type(scale)))
-                     for g in grads]
-        if skip and not all(np.isfinite(g).all() for g in grads if g is not None):
-            return False
-        for i, (x, g, st) in enumerate(zip(self.xs, grads, self.states)):
-            if g is None:
-                continue
-            hp = dict(self.case["defaults"], **group_of(self.case, i))
-            hp.pop("initial_accumulator_value", None)
-            if "nesterov" in hp:
-                hp["mode"] = "nesterov" if hp.pop("nesterov") else "standard"
-            self.fn(x, g, *st, **hp, t=self.steps + self.t0)
-        self.steps += 1
-        return True
+def emulation(case):
+    """The optimizer's contract replayed with the functional API."""
+    op = ref_optim.RULES[case["name"]][0]
+    params = [np.array(v, dtype=d) for d, v, _ in case["specs"]]
+    groups = [group_of(case, i) for i in range(len(params))]
+    return ref_optim.Optimizer(case["name"], params, case["defaults"], groups,
+                               update=getattr(fastopt, op))
 
 
 def grads_for(step):
@@ -178,7 +153,7 @@ def roundtrip(case, opt, placed):
 def test_steps_equal_functional_calls_and_resume_bit_exactly(case):
     placed = make_params(case)
     opt = make_opt(case, placed)
-    emu = Emulation(case)
+    emu = emulation(case)
     twin = None
     for k, step in enumerate(case["steps"]):
         if k == case["resume_at"]:

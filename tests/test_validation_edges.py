@@ -54,17 +54,16 @@ def test_masked_arrays_are_rejected_untouched(where):
 
 def test_the_fast_path_declines_masked_arrays_but_takes_other_subclasses():
     m = masked(4)
-    assert _ext.momentum(m, f32(4), f32(4, fill=0), 0.1, 0, 0.9, 1.0, 0.0, "standard",
-                         None) is False
-    assert _ext.agc(f32(4), m, 0.01, 1e-3, "oi", None) is False
+    mom = (0.1, 0, 0.9, 1.0, 0.0, "standard", None)
+    assert _ext.momentum((m, f32(4), f32(4, fill=0)), mom) is False
+    assert _ext.agc((f32(4), m), (0.01, 1e-3, "oi", None)) is False
     np.testing.assert_array_equal(m.data, f32(4))
 
     class Sub(np.ndarray):
         pass
 
     x = f32(4).view(Sub)
-    assert _ext.momentum(x, f32(4), f32(4, fill=0), 0.1, 0, 0.9, 1.0, 0.0, "standard",
-                         None) is True
+    assert _ext.momentum((x, f32(4), f32(4, fill=0)), mom) is True
     np.testing.assert_allclose(np.asarray(x), 0.9)
 
 
@@ -140,3 +139,15 @@ def test_a_checkout_without_the_extension_says_what_to_do(tmp_path):
     assert "ImportError: fastopt's compiled extension fastopt._ext" in msg
     assert "source checkout" in msg and "installed `fastopt` command" in msg
     assert "another directory" in msg and "build_ext --inplace" in msg
+
+
+def test_ops_call_runs_with_keywords_and_the_callers_labels():
+    x, v = f32(3), f32(3, fill=0)
+    _ops.call("momentum", (x, f32(3), v), dict(lr=0.5, t=0))
+    np.testing.assert_allclose(x, 0.5)
+    with pytest.raises(ValueError, match=r"^Opt\.step: grads\[4\] with shape \(2,\) cannot "
+                                         r"be broadcast to params\[4\]'s shape \(3,\)"):
+        _ops.call("momentum", ([x], [f32(2)], [v]), dict(lr=0.5, t=0, clipping=0.1),
+                  fname="Opt.step", labels={"x": ["params[4]"], "g": ["grads[4]"]})
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        _ops.call("adam", (x, f32(3), v, f32(3)), dict(lr=0.1, t=1, gamma=2))

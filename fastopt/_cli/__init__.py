@@ -20,6 +20,10 @@ commands:
   schedule   print (and --plot) a learning-rate schedule:
              schedule NAME --param k=v ... --steps N [--plot out.png]
   config     show how the C core was built
+  distributed-demo
+             under mpiexec: train the digits MLP with sharded Adam
+             (fastopt.distributed), per-rank state memory and accuracy:
+             mpiexec -n 2 python -m fastopt distributed-demo (pip install ".[mpi,demo]")
 """
 
 
@@ -40,6 +44,8 @@ def _command(name: str):
         from . import bench as module
     elif name == "schedule":
         from . import schedule as module
+    elif name == "distributed-demo":
+        from ..distributed import demo as module
     else:
         return None
     return module.main

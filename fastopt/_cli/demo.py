@@ -130,19 +130,6 @@ def _accuracy(params, x, y):
     return float(np.mean(_forward(params, x).argmax(axis=1) == y))
 
 
-def _unit_norm(a):
-    """AGC's unitwise L2 norm, PyTorch ("oi") layout."""
-    if a.ndim <= 1:
-        return np.sqrt(np.sum(a * a))
-    return np.sqrt(np.sum(a * a, axis=tuple(range(1, a.ndim)), keepdims=True))
-
-
-def _agc_numpy(x, g, clipping, eps):
-    max_norm = clipping * np.maximum(_unit_norm(x), eps)
-    g_norm = _unit_norm(g)
-    return np.where(g_norm > max_norm, g * (max_norm / np.maximum(g_norm, 1e-6)), g)
-
-
 def _train_one(name, make_opt, numpy_update, data, *, epochs, batch, seed):
     x_tr, y_tr, x_te, y_te = data
     rng = np.random.default_rng(seed)
@@ -216,7 +203,7 @@ def run_train(*, quick: bool = False, epochs=None) -> bool:
 
     def numpy_momentum(xs, gs, st, lrs, step):
         vs = st.setdefault("v", [np.zeros_like(a) for a in xs])
-        gs = [_agc_numpy(a, g, clip, clip_eps) for a, g in zip(xs[:-2], gs[:-2])] + gs[-2:]
+        gs = ref.agc.agc_in_dtype(xs, gs, [clip] * (len(xs) - 2) + [None, None], clip_eps)
         ref.momentum_inplace(xs, gs, vs, lr=lrs[0], t=step, alpha=0.9, norm_coefficient=1e-4)
 
     def numpy_adagrad(xs, gs, st, lrs, step):

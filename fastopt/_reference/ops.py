@@ -1,4 +1,4 @@
-"""Plain NumPy evaluations of the update rules (SEMANTICS.md section 1).
+"""Plain NumPy evaluations of the update rules (docs/semantics.md section 1).
 
 These are the slow references the tests compare every fast path with, and
 the "numpy formula" baseline of the benchmarks. Each returns new arrays and

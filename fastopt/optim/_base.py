@@ -346,6 +346,12 @@ class _Optimizer:
         to disk, and replaces ``path`` by a rename: a crash leaves either the
         previous file or the new one, never a partial checkpoint. ``path`` is
         used exactly as given (no ``.npz`` is appended).
+
+        A save killed midway (power loss, SIGKILL) leaves its temporary file,
+        ``.<name>.<12 hex digits>.tmp``, beside ``path``; each save first
+        removes those of the same ``path`` that are older than a second and
+        that no running save holds (a save locks its temporary file until
+        the rename). Other files are never touched.
         """
         checkpoint.save(self, path)
 
@@ -360,6 +366,10 @@ class _Optimizer:
             If it is not a fastopt checkpoint (not an npz, truncated or
             corrupt, entries missing or unexpected) or does not match this
             optimizer (another optimizer's file, other groups, shapes or
-            dtypes). The optimizer is unchanged after any error.
+            dtypes). The optimizer is unchanged after any error. The file is
+            treated as hostile: its size, zip directory and every entry's
+            header are checked before any state data is read, nothing is
+            decompressed beyond the expected sizes, and every number in it
+            is bounded (the step count below 2**63, floats finite).
         """
         checkpoint.load(self, self._fname() + ".load", path)

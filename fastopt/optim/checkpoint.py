@@ -2,6 +2,11 @@
 is restored, and the atomic ``.npz`` file written by ``save`` and read by
 ``load``.
 
+``load`` treats the file as hostile (fastopt._npz): the file size, the zip
+directory and every entry's .npy header are checked against this optimizer
+before any state data is read, no entry is decompressed beyond its expected
+size, and every number in the JSON header is bounded.
+
 Functions of the optimizer ``opt``; the optimizer's methods
 (:meth:`state_dict`, :meth:`load_state_dict`, :meth:`save`, :meth:`load`)
 call them.
@@ -12,12 +17,19 @@ import json
 import os
 import secrets
 import struct
+import time
 import zipfile
 import zlib
 
 import numpy as np
 
+from .. import _npz
 from ._checks import native
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: an open file cannot be removed anyway
+    fcntl = None
 
 __all__ = ["CheckpointError"]
 
@@ -33,6 +45,10 @@ _READ_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZ
 _FORMAT = "fastopt.optim"
 _VERSION = 1
 _META_KEY = "meta"
+_STEPS_LIMIT = 2**63            # the update count T is an int64 (ONNX)
+_META_MAX_CHARS = 1 << 20       # the JSON header (~200 characters per group)
+_ENTRY_SLACK = 16 << 10         # bytes of zip and .npy headers per entry, at most
+_STALE_AFTER = 1.0              # seconds: a younger .tmp file may be a save just starting
 
 
 class CheckpointError(ValueError):
@@ -85,9 +101,11 @@ def _check_header(opt, f, sd) -> int:
                               f"fastopt.optim.{sd['optimizer']}, not {name}")
     steps = sd["steps"]
     if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)) \
-            or steps < 0:
+            or not 0 <= steps < _STEPS_LIMIT:
+        shown = f"an integer of {int(steps).bit_length()} bits" if isinstance(
+            steps, int) and steps.bit_length() > 256 else repr(steps)
         raise CheckpointError(f"{f}: the checkpoint's step count must be an integer "
-                              f">= 0, got {steps!r}")
+                              f">= 0 and < 2**63, got {shown}")
     return int(steps)
 
 
@@ -186,8 +204,44 @@ def _fsync_directory(directory) -> None:
         os.close(dfd)
 
 
+def _remove_stale(directory, base) -> None:
+    """Remove ``.<base>.<12 hex digits>.tmp`` files in ``directory``: what
+    saves of the same path left when they were killed. A file a live save
+    still writes is locked (or, without fcntl, cannot be removed while open)
+    and is left alone, as is one younger than _STALE_AFTER seconds."""
+    prefix = f".{base}."
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        token = name[len(prefix):-len(".tmp")]
+        if not (name.startswith(prefix) and name.endswith(".tmp") and len(token) == 12
+                and all(c in "0123456789abcdef" for c in token)):
+            continue
+        full = os.path.join(directory, name)
+        try:
+            if now - os.stat(full).st_mtime < _STALE_AFTER:
+                continue
+            if fcntl is None:
+                os.unlink(full)
+                continue
+            fd = os.open(full, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # fails while a save holds it
+            os.unlink(full)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 def save(opt, path) -> None:
-    """Write opt's state dict to path as an uncompressed .npz, atomically."""
+    """Write opt's state dict to path as an uncompressed .npz, atomically;
+    first remove what killed saves of the same path left behind."""
     sd = state_dict(opt)
     meta = {k: sd[k] for k in ("format", "version", "optimizer", "steps", "param_groups")}
     arrays = {_META_KEY: np.array(json.dumps(meta))}
@@ -196,10 +250,13 @@ def save(opt, path) -> None:
             arrays[f"state.{sname}.{i}"] = a
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
+    _remove_stale(directory, os.path.basename(path))
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "wb") as fh:
+        if fcntl is not None:   # held until the rename: this file is not stale
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        with os.fdopen(os.dup(fd), "wb") as fh:
             np.savez(fh, **arrays)
             fh.flush()
             os.fsync(fh.fileno())
@@ -210,6 +267,8 @@ def save(opt, path) -> None:
         except OSError:
             pass
         raise
+    finally:
+        os.close(fd)
     _fsync_directory(directory)
 
 
@@ -221,63 +280,92 @@ def load(opt, f, path) -> None:
             sd = read_npz(opt, f, fh)
         except CheckpointError as exc:
             raise CheckpointError(f"{exc} (file {path!r})") from None
-        except _READ_ERRORS as exc:
+        except (_npz.NpzError, *_READ_ERRORS) as exc:
+            what = "" if isinstance(exc, _npz.NpzError) else f"{type(exc).__name__}: "
             raise CheckpointError(
                 f"{f}: {path!r} is not a readable fastopt checkpoint (truncated, "
-                f"corrupt or not an .npz file): {type(exc).__name__}: {exc}") from exc
+                f"corrupt or not an .npz file): {what}{exc}") from None
     try:
         restore(opt, f, sd)
     except CheckpointError as exc:
         raise CheckpointError(f"{exc} (file {path!r})") from None
 
 
-def _read_meta(opt, f, z) -> dict:
-    names = set(z.files)
-    if _META_KEY not in names:
+def _max_file_bytes(opt) -> int:
+    """The largest file :func:`save` can write for opt (a generous bound)."""
+    n_entries = 1 + len(opt._STATES) * len(opt.params)
+    data = len(opt._STATES) * sum(p.nbytes for p in opt.params)
+    return data + 4 * _META_MAX_CHARS + _ENTRY_SLACK * n_entries + (64 << 10)
+
+
+def _meta_spec(f):
+    def check(h):
+        if h.shape != () or h.dtype.kind != "U" or h.dtype.itemsize > 4 * _META_MAX_CHARS:
+            raise CheckpointError(f"{f}: the file's {_META_KEY!r} entry is not a "
+                                  f"fastopt.optim header")
+    return check
+
+
+def _state_spec(f, sname, i, p):
+    """The header check of state ``sname`` of parameter ``i`` (before its data)."""
+    what = f"state {sname!r} of params[{i}]"
+
+    def check(h):
+        if h.shape != p.shape:
+            raise CheckpointError(f"{f}: the checkpoint's {what} has shape "
+                                  f"{h.shape} but params[{i}] has shape {p.shape}")
+        if native(h.dtype) != native(p.dtype):
+            raise CheckpointError(f"{f}: the checkpoint's {what} has dtype "
+                                  f"{h.dtype} but params[{i}] has {p.dtype}")
+    return check
+
+
+def _read_meta(opt, f, r) -> dict:
+    if _META_KEY not in r.keys:
         raise CheckpointError(f"{f}: the file has no {_META_KEY!r} entry; it is not "
                               f"a fastopt.optim checkpoint")
-    meta_arr = z[_META_KEY]
-    if meta_arr.dtype.kind != "U" or meta_arr.shape != ():
-        raise CheckpointError(f"{f}: the file's {_META_KEY!r} entry is not a "
-                              f"fastopt.optim header")
-    meta = json.loads(str(meta_arr[()]))
+    text = str(r.read(_META_KEY, _meta_spec(f))[()])
+    try:
+        meta = _npz.loads_json(text, max_chars=_META_MAX_CHARS)
+    except _npz.NpzError as exc:
+        raise CheckpointError(f"{f}: the file's header is unreadable: {exc}") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{f}: the file's header is not a JSON object")
     if meta.get("format") == _FORMAT and meta.get("optimizer") != type(opt).__name__:
         # say which optimizer wrote it before complaining about its entries
         raise CheckpointError(f"{f}: the checkpoint was saved by "
-                              f"fastopt.optim.{meta.get('optimizer')}, not "
+                              f"fastopt.optim.{meta.get('optimizer')!s:.80}, not "
                               f"{type(opt).__name__}")
     return meta
 
 
 def read_npz(opt, f, fh) -> dict:
-    """The state dict held by an open .npz checkpoint file (not yet checked
-    against opt beyond its entries)."""
-    z = np.load(fh, allow_pickle=False)
-    if not isinstance(z, np.lib.npyio.NpzFile):
-        raise CheckpointError(f"{f}: the file holds a single .npy array, not an .npz "
-                              f"checkpoint")
-    with z:
-        meta = _read_meta(opt, f, z)
-        names = set(z.files)
+    """The state dict held by an open .npz checkpoint file. Every entry's
+    header is checked against opt before any state data is read; raises
+    CheckpointError or fastopt._npz.NpzError."""
+    with _npz.NpzReader(fh, max_bytes=_max_file_bytes(opt)) as r:
+        meta = _read_meta(opt, f, r)
+        names = set(r.keys)
         n = len(opt.params)
-        state = {}
-        expected = {_META_KEY}
+        specs = {}
         for sname in opt._STATES:
             keys = [f"state.{sname}.{i}" for i in range(n)]
-            expected.update(keys)
             absent = [k for k in keys if k not in names]
             if absent:
                 raise CheckpointError(
                     f"{f}: the file has no {absent[0]!r} entry ({len(absent)} of the "
                     f"{n} {sname!r} arrays missing)")
-            state[sname] = [z[k] for k in keys]  # reads (and CRC-checks) each entry
-        extra = names - expected
+            for i, (key, p) in enumerate(zip(keys, opt.params)):
+                specs[key] = _state_spec(f, sname, i, p)
+        extra = names - set(specs) - {_META_KEY}
         if extra:
             raise CheckpointError(f"{f}: the file has unexpected entries "
                                   f"{sorted(extra)[:5]}; it was written for other "
                                   f"parameters or by another program")
+        for key, spec in specs.items():       # every header, before any data
+            r.header(key, spec)
+        state = {sname: [r.read(f"state.{sname}.{i}", specs[f"state.{sname}.{i}"])
+                         for i in range(n)] for sname in opt._STATES}
     sd = dict(meta)
     sd["state"] = state
     return sd

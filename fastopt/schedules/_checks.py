@@ -14,6 +14,41 @@ from typing import Any
 
 PREFIX = "fastopt.schedules."
 
+# Python ints have no bound, floats stop near 1.8e308: every formula turns a
+# huge integer (a step, a step count) into a float through as_float/ratio,
+# whose overflow is +inf (the limit the formulas then reach), never an
+# OverflowError.
+_SHOW_DIGITS = 30
+
+
+def show(value: Any) -> str:
+    """repr(value), except a huge integer is described by its digit count
+    (its repr could run to thousands of digits, or fail beyond 4300)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        v = abs(int(value))
+        if v >= 10**_SHOW_DIGITS:
+            d = int(math.log10(v)) + 1
+            d += (v >= 10**d) - (v < 10 ** (d - 1))
+            return f"an integer of {d} digits"
+    return repr(value)
+
+
+def as_float(n: int) -> float:
+    """float(n), or +-inf where n is beyond the float range."""
+    try:
+        return float(n)
+    except OverflowError:
+        return math.inf if n > 0 else -math.inf
+
+
+def ratio(a: int, b: int) -> float:
+    """a / b for ints b > 0, correctly rounded (Python's int true division),
+    +-inf where the quotient is beyond the float range."""
+    try:
+        return a / b
+    except OverflowError:
+        return math.inf if a > 0 else -math.inf
+
 
 def real(owner: str, name: str, value: Any, *, low: float = 0.0, low_open: bool = False,
          high: float | None = None) -> float:
@@ -28,7 +63,10 @@ def real(owner: str, name: str, value: Any, *, low: float = 0.0, low_open: bool 
             f"{PREFIX}{owner}: {name} must be a finite number {expected}, "
             f"got {value!r} ({type(value).__name__})"
         )
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int (or Fraction ...) beyond the float range
+        number = math.inf
     if (
         not math.isfinite(number)
         or number < low
@@ -36,7 +74,7 @@ def real(owner: str, name: str, value: Any, *, low: float = 0.0, low_open: bool 
         or (high is not None and number >= high)
     ):
         raise ValueError(
-            f"{PREFIX}{owner}: {name} must be a finite number {expected}, got {value!r}"
+            f"{PREFIX}{owner}: {name} must be a finite number {expected}, got {show(value)}"
         )
     return number
 
@@ -51,7 +89,9 @@ def integer(owner: str, name: str, value: Any, low: int = 0) -> int:
         )
     number = int(value)
     if number < low:
-        raise ValueError(f"{PREFIX}{owner}: {name} must be an integer >= {low}, got {number}")
+        raise ValueError(
+            f"{PREFIX}{owner}: {name} must be an integer >= {low}, got {show(number)}"
+        )
     return number
 
 

@@ -12,7 +12,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
-from ._checks import PREFIX, flag, integer, mapping, real
+from ._checks import PREFIX, as_float, flag, integer, mapping, real
 from .base import Schedule
 
 
@@ -68,7 +68,9 @@ class StandardDecay(Schedule):
         )
 
     def _value(self, step: int) -> float:
-        return self.eta / math.sqrt(1.0 + self.alpha * (step + 1))
+        if self.alpha == 0.0:   # (the formula gives eta; 0 * inf would give NaN)
+            return self.eta
+        return self.eta / math.sqrt(1.0 + self.alpha * as_float(step + 1))
 
     def is_interval_boundary(self, step: int) -> bool:
         """True when ``step + 1`` (the number of ``next()`` calls so far, this
@@ -118,8 +120,9 @@ class CorrectionDecay(Schedule):
         )
 
     def _value(self, step: int) -> float:
-        c = step + 1
-        return self.eta / math.sqrt(1.0 + self.alpha * c) * (1.0 - self.beta) / (1.0 - self.beta**c)
+        c = as_float(step + 1)  # inf beyond 1.8e308: the limit, eta * 0 or eta * (1 - beta)
+        root = 1.0 if self.alpha == 0.0 else math.sqrt(1.0 + self.alpha * c)
+        return self.eta / root * (1.0 - self.beta) / (1.0 - self.beta**c)
 
     def is_interval_boundary(self, step: int) -> bool:
         """True when ``step + 1`` (the number of values produced so far, this

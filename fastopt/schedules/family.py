@@ -12,8 +12,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._checks import PREFIX, flag, integer, real
+from ._checks import PREFIX, as_float, flag, integer, ratio, real
 from .base import Schedule
+
+_FLOAT_SAFE = 2**1000  # ints below convert to float, and pi times them stays finite
 
 
 class Constant(Schedule):
@@ -70,10 +72,12 @@ class InverseTime(Schedule):
         )
 
     def _value(self, step: int) -> float:
+        if self.decay_rate == 0.0:  # (the formula gives init_value; 0 * inf: NaN)
+            return self.init_value
         if self.staircase:
-            p: float = step // self.transition_steps
+            p = as_float(step // self.transition_steps)
         else:
-            p = step / self.transition_steps
+            p = ratio(step, self.transition_steps)
         return self.init_value / (1.0 + self.decay_rate * p)
 
 
@@ -132,7 +136,7 @@ class Exponential(Schedule):
             value = self.init_value
         else:
             steps = self.transition_steps
-            p: float = count // steps if self.staircase else count / steps
+            p = as_float(count // steps) if self.staircase else ratio(count, steps)
             try:
                 value = self.init_value * self.decay_rate**p
             except OverflowError:  # decay_rate > 1 over very many steps
@@ -276,7 +280,11 @@ class CosineDecay(Schedule):
 
     def _value(self, step: int) -> float:
         count = min(step, self.decay_steps)
-        cosine = max(0.0, 0.5 * (1.0 + math.cos(math.pi * count / self.decay_steps)))
+        if self.decay_steps < _FLOAT_SAFE:
+            angle = math.pi * count / self.decay_steps
+        else:  # pi * count would overflow: the same angle, from the exact ratio
+            angle = math.pi * ratio(count, self.decay_steps)
+        cosine = max(0.0, 0.5 * (1.0 + math.cos(angle)))
         return self.init_value * ((1.0 - self.alpha) * cosine**self.exponent + self.alpha)
 
 

@@ -1,0 +1,551 @@
+"""Checkpoints of a ShardedOptimizer: sharded, atomic, loadable at any world size.
+
+A checkpoint is a directory::
+
+    path/LATEST                 the name of the current version (one line)
+    path/ckpt-<steps>-<hex>/    one version
+        meta.json               layout, step count, hyperparameters, CRCs
+        rank-00000.bin ...      one file per rank: its shard of every state
+
+Saving writes a new version in a hidden temporary directory, renames it into
+place once every rank has written (and fsynced) its file, and only then
+replaces ``LATEST`` (write to a temporary file, rename): a crash at any
+point leaves ``LATEST`` naming a complete version. Older versions are then
+removed.
+
+A rank file holds, for each state (in the optimizer's order) and each dtype
+(in the layout's order), the values of the rank's ranges of the flat
+buffer, concatenated, in native byte order. ``meta.json`` records every old
+rank's ranges, so a loader at any world size reads just the byte ranges it
+needs. Files are treated as hostile: the header is checked completely and
+every file's size before any data is read, and every block of 4 MiB read is
+checked against its CRC-32.
+
+A plain :mod:`fastopt.optim` checkpoint (an .npz written by ``save``) loads
+too, and :func:`consolidate` writes one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import zipfile
+import zlib
+
+import numpy as np
+
+from fastopt.optim import CheckpointError
+
+from ._comm import mpi_type, raise_agreed
+
+FORMAT = "fastopt.distributed"
+VERSION = 1
+BLOCK = 1 << 22
+_MAX_META = 1 << 26
+
+
+def _fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _hyper_keys(opt):
+    return [k for k in opt._template["param_groups"][0] if k != "n_params"]
+
+
+def _plain(v):
+    """A hyperparameter as JSON can hold it (NumPy scalars become Python's)."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _saved_groups(opt):
+    keys = _hyper_keys(opt)
+    return [dict({k: _plain(g[k]) for k in keys}, n_params=len(g["params"]))
+            for g in opt.param_groups]
+
+
+# ---------------------------------------------------------------- packing
+
+def _pack(opt, name, dt):
+    """This rank's shard of state ``name`` for dtype dt, as one flat array."""
+    out = np.empty(opt.layout.shard_length(dt, opt.rank), dt)
+    if opt.inner is not None:
+        arrays = opt.inner.state[name]
+        for piece, a in zip(opt._inner_pieces, arrays):
+            if piece.tensor.dtype == dt:
+                out[piece.shard_offset:piece.shard_offset + a.size] = a.reshape(-1)
+    return out
+
+
+def _unpacked(opt, packed):
+    """{name: {dt: flat shard}} -> {name: [array per inner parameter]}."""
+    return {name: [packed[name][p.tensor.dtype][p.shard_offset:p.shard_offset + p.hi - p.lo]
+                   .reshape(p.shape) for p in opt._inner_pieces] for name in packed}
+
+
+# ------------------------------------------------------------------- save
+
+def _write_rank_file(opt, tmp):
+    fname = f"rank-{opt.rank:05d}.bin"
+    crcs, size, crc, filled = [], 0, 0, 0     # running CRC of the current block
+    with open(os.path.join(tmp, fname), "wb") as fh:
+        for name in opt._state_names:
+            for dt in opt.layout.dtypes:
+                data = memoryview(_pack(opt, name, dt)).cast("B")
+                fh.write(data)
+                size += len(data)
+                pos = 0
+                while pos < len(data):
+                    take = min(BLOCK - filled, len(data) - pos)
+                    crc = zlib.crc32(data[pos:pos + take], crc)
+                    filled += take
+                    pos += take
+                    if filled == BLOCK:
+                        crcs.append(crc)
+                        crc, filled = 0, 0
+        if filled:
+            crcs.append(crc)
+        fh.flush()
+        os.fsync(fh.fileno())
+    ranges = {dt.str: [list(r) for r in d.ranges(opt.rank)]
+              for dt, d in opt.layout.dtypes.items()}
+    return {"file": fname, "bytes": size, "ranges": ranges, "crc": crcs}
+
+
+def save(self, path) -> None:
+    """Write a checkpoint directory at ``path`` (collective; atomic as a whole).
+
+    Every rank writes its shard; rank 0 writes ``meta.json`` and switches
+    ``path/LATEST`` to the new version. The directory must be visible to
+    every rank (a shared file system, or one machine).
+    """
+    comm = self.comm
+    path = os.path.abspath(os.fspath(path))
+    name = comm.bcast(f"ckpt-{self._steps:08d}-{secrets.token_hex(4)}"
+                      if self.rank == 0 else None, root=0)
+    tmp = os.path.join(path, f".{name}.tmp")
+    err = None
+    if self.rank == 0:
+        try:
+            os.makedirs(path, exist_ok=True)
+            os.mkdir(tmp)
+        except OSError as exc:
+            err = exc
+    raise_agreed(comm, err)
+    info = None
+    try:
+        info = _write_rank_file(self, tmp)
+    except Exception as exc:  # noqa: BLE001 - raised on every rank below
+        err = OSError(f"fastopt.distributed.ShardedOptimizer.save: rank {self.rank} could "
+                      f"not write its shard into {tmp!r}: {type(exc).__name__}: {exc}; the "
+                      f"previous checkpoint stays the current one")
+    infos = comm.gather(info, root=0)
+    raise_agreed(comm, err)
+    if self.rank == 0:
+        try:
+            _publish(self, path, tmp, name, infos)
+        except Exception as exc:  # noqa: BLE001 - raised on every rank below
+            err = exc
+    raise_agreed(comm, err)
+
+
+def _publish(opt, path, tmp, name, infos):
+    meta = {
+        "format": FORMAT, "version": VERSION, "optimizer": opt._template["optimizer"],
+        "steps": opt._steps, "world_size": opt.world, "crc_block": BLOCK,
+        "states": list(opt._state_names),
+        "dtypes": [dt.str for dt in opt.layout.dtypes],
+        "tensors": [[t.dtype.str, list(t.shape), t.group] for t in opt.layout.tensors],
+        "param_groups": _saved_groups(opt),
+        "ranks": infos,
+    }
+    with open(os.path.join(tmp, "meta.json"), "w") as fh:
+        json.dump(meta, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    _fsync_dir(tmp)
+    os.rename(tmp, os.path.join(path, name))
+    latest_tmp = os.path.join(path, f".LATEST.{secrets.token_hex(4)}.tmp")
+    with open(latest_tmp, "w") as fh:
+        fh.write(name + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(latest_tmp, os.path.join(path, "LATEST"))
+    _fsync_dir(path)
+    for entry in os.listdir(path):   # older versions and debris of crashed saves
+        if entry != name and (entry.startswith("ckpt-") or
+                              (entry.startswith(".ckpt-") and entry.endswith(".tmp"))):
+            shutil.rmtree(os.path.join(path, entry), ignore_errors=True)
+
+
+# ------------------------------------------------------------------- load
+
+def load(self, path) -> None:
+    """Restore a checkpoint (collective): a directory written by :meth:`save`
+    at any world size, or a plain :mod:`fastopt.optim` .npz checkpoint.
+
+    Everything is read and checked on every rank before anything changes;
+    an error on any rank makes every rank raise it (CheckpointError for a
+    damaged or mismatched checkpoint) and leaves the optimizer unchanged.
+    """
+    f = "fastopt.distributed.ShardedOptimizer.load"
+    path = os.fspath(path)
+    err = new = None
+    try:
+        if os.path.isdir(path):
+            new = _read_sharded(self, f, path)
+        else:
+            new = _read_plain(self, f, path)
+    except Exception as exc:  # noqa: BLE001 - hostile files; raised on every rank below
+        if not isinstance(exc, (CheckpointError, FileNotFoundError, PermissionError)):
+            exc = CheckpointError(f"{f}: {path!r} is not a readable checkpoint: "
+                                  f"{type(exc).__name__}: {exc}")
+        err = exc
+    raise_agreed(self.comm, err)
+    steps, groups, packed = new
+    if self.inner is not None:
+        sd = dict(self._template, steps=steps, state=_unpacked(self, packed))
+        pgs = []
+        for gi, ig in enumerate(self.inner.param_groups):
+            h = {k: ig[k] for k in _hyper_keys(self)}
+            h.update({k: groups[gi][k] for k in h if k not in ("lr", "clipping")})
+            pgs.append(dict(h, n_params=len(ig["params"])))
+        sd["param_groups"] = pgs
+        self.inner.load_state_dict(sd)
+    for g, new_g in zip(self.param_groups, groups):
+        g.update(new_g)
+    self._steps = steps
+
+
+def _check_groups(opt, f, saved):
+    """Validate saved hyperparameters (through a probe of the optimizer's
+    class) and return them normalised, the schedules kept."""
+    keys = set(_hyper_keys(opt)) | {"n_params"}
+    if not isinstance(saved, list) or len(saved) != len(opt.param_groups):
+        raise CheckpointError(f"{f}: the checkpoint's parameter groups do not match the "
+                              f"optimizer's {len(opt.param_groups)}")
+    hypers = []
+    for gi, (s, g) in enumerate(zip(saved, opt.param_groups)):
+        if not isinstance(s, dict) or set(s) != keys:
+            raise CheckpointError(f"{f}: the checkpoint's param_groups[{gi}] has keys "
+                                  f"{sorted(s) if isinstance(s, dict) else s!r}, expected "
+                                  f"{sorted(keys)}")
+        if s["n_params"] != len(g["params"]):
+            raise CheckpointError(f"{f}: the checkpoint's param_groups[{gi}] has "
+                                  f"{s['n_params']} parameters, the optimizer's "
+                                  f"{len(g['params'])}")
+        h = {k: v for k, v in g.items() if k != "params"}
+        h.update({k: v for k, v in s.items() if k != "n_params"})
+        if h.get("schedule") is not None:
+            h["lr"] = None
+        for k in ("clipping", "clip_layout"):
+            a, b = h.get(k), g.get(k)
+            if (list(a) if isinstance(a, (list, tuple)) else a) != b:
+                raise CheckpointError(f"{f}: the checkpoint's param_groups[{gi}]['{k}'] is "
+                                      f"{a!r}, the optimizer's {b!r}; it fixes the shards")
+        hypers.append(h)
+    dts = [[v.dtype for v in ps] for ps in opt._group_params]
+    try:
+        probe = opt._probe(hypers, dts, n_threads=1)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{f}: the checkpoint's hyperparameters are invalid: "
+                              f"{exc}") from None
+    return [{k: v for k, v in pg.items() if k != "params"} for pg in probe.param_groups]
+
+
+def _check_steps(f, steps):
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps < 1 << 62:
+        raise CheckpointError(f"{f}: the checkpoint's step count must be an integer >= 0, "
+                              f"got {steps!r}")
+    return steps
+
+
+def _read_meta(f, vdir):
+    mpath = os.path.join(vdir, "meta.json")
+    with open(mpath, "rb") as fh:
+        raw = fh.read(_MAX_META + 1)
+    if len(raw) > _MAX_META:
+        raise CheckpointError(f"{f}: {mpath!r} is larger than {_MAX_META} bytes")
+    meta = json.loads(raw.decode("utf-8"))
+    want = {"format", "version", "optimizer", "steps", "world_size", "crc_block", "states",
+            "dtypes", "tensors", "param_groups", "ranks"}
+    if not isinstance(meta, dict) or set(meta) != want:
+        raise CheckpointError(f"{f}: {mpath!r} is not a fastopt.distributed header")
+    if meta["format"] != FORMAT or meta["version"] != VERSION:
+        raise CheckpointError(f"{f}: {mpath!r} has format {meta['format']!r} version "
+                              f"{meta['version']!r}; this fastopt reads {FORMAT} {VERSION}")
+    return meta
+
+
+def _read_sharded(opt, f, path):
+    with open(os.path.join(path, "LATEST")) as fh:
+        name = fh.read(256).strip()
+    if not re.fullmatch(r"ckpt-\d{8,}-[0-9a-f]{8}", name):
+        raise CheckpointError(f"{f}: {path!r}/LATEST names {name!r}, not a checkpoint version")
+    vdir = os.path.join(path, name)
+    meta = _read_meta(f, vdir)
+    if meta["optimizer"] != opt._template["optimizer"]:
+        raise CheckpointError(f"{f}: the checkpoint was saved by fastopt.optim."
+                              f"{meta['optimizer']}, not {opt._template['optimizer']}")
+    if meta["states"] != list(opt._state_names):
+        raise CheckpointError(f"{f}: the checkpoint holds states {meta['states']!r}, the "
+                              f"optimizer {list(opt._state_names)!r}")
+    mine = [[t.dtype.str, list(t.shape), t.group] for t in opt.layout.tensors]
+    if meta["tensors"] != mine:
+        raise CheckpointError(f"{f}: the checkpoint was written for other parameters "
+                              f"(count, shapes, dtypes or groups differ)")
+    dts = list(opt.layout.dtypes)
+    if meta["dtypes"] != [dt.str for dt in dts] or meta["crc_block"] != BLOCK:
+        raise CheckpointError(f"{f}: the checkpoint's dtype list or block size is wrong")
+    steps = _check_steps(f, meta["steps"])
+    groups = _check_groups(opt, f, meta["param_groups"])
+    files = _check_ranks(f, meta, opt, vdir)
+    packed = {}
+    for si, name_s in enumerate(opt._state_names):
+        packed[name_s] = {}
+        for di, dt in enumerate(dts):
+            out = np.empty(opt.layout.shard_length(dt, opt.rank), dt)
+            _fill(out, opt.layout.dtypes[dt].ranges(opt.rank), files, si, di, dt)
+            packed[name_s][dt] = out
+    return steps, groups, packed
+
+
+def _check_ranks(f, meta, opt, vdir):
+    """Validate every rank entry and file size; return the readers."""
+    w = meta["world_size"]
+    ranks = meta["ranks"]
+    if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 1 << 20 \
+            or not isinstance(ranks, list) or len(ranks) != w:
+        raise CheckpointError(f"{f}: the checkpoint's world size / rank list is invalid")
+    files = []
+    cover = {dt.str: [] for dt in opt.layout.dtypes}
+    for q, r in enumerate(ranks):
+        if not isinstance(r, dict) or set(r) != {"file", "bytes", "ranges", "crc"} \
+                or r["file"] != f"rank-{q:05d}.bin" or not isinstance(r["ranges"], dict) \
+                or set(r["ranges"]) != set(cover):
+            raise CheckpointError(f"{f}: the checkpoint's entry of rank {q} is invalid")
+        prefix, total = {}, 0
+        for dt, d in opt.layout.dtypes.items():
+            rs = r["ranges"][dt.str]
+            ok = isinstance(rs, list) and all(
+                isinstance(x, list) and len(x) == 2 and all(
+                    isinstance(v, int) and not isinstance(v, bool) for v in x)
+                and 0 <= x[0] < x[1] <= d.length for x in rs)
+            if not ok:
+                raise CheckpointError(f"{f}: rank {q}'s ranges of {dt.name} are invalid")
+            cover[dt.str] += [tuple(x) for x in rs]
+            prefix[dt] = sum(x[1] - x[0] for x in rs)
+        per_state = sum(prefix[dt] * dt.itemsize for dt in prefix)
+        total = per_state * len(opt._state_names)
+        nblocks = -(-total // BLOCK)
+        if r["bytes"] != total or not isinstance(r["crc"], list) or len(r["crc"]) != nblocks \
+                or not all(isinstance(c, int) and 0 <= c < 1 << 32 for c in r["crc"]):
+            raise CheckpointError(f"{f}: rank {q}'s size or checksums are inconsistent")
+        files.append(_ShardFile(f, os.path.join(vdir, r["file"]), r, prefix,
+                                list(opt.layout.dtypes)))
+    for dt, d in opt.layout.dtypes.items():
+        pos = 0
+        for lo, hi in sorted(cover[dt.str]):
+            if lo != pos:
+                raise CheckpointError(f"{f}: the ranks' ranges of {dt.name} do not cover "
+                                      f"the parameters exactly once")
+            pos = hi
+        if pos != d.length:
+            raise CheckpointError(f"{f}: the ranks' ranges of {dt.name} do not cover the "
+                                  f"parameters")
+    return files
+
+
+class _ShardFile:
+    """One old rank's file: its ranges and CRC-checked byte reads."""
+
+    def __init__(self, f, fpath, entry, counts, dts):
+        self.f, self.path, self.crc = f, fpath, entry["crc"]
+        self.size = entry["bytes"]
+        actual = os.stat(fpath).st_size
+        if actual != self.size:
+            raise CheckpointError(f"{f}: {fpath!r} has {actual} bytes, the header says "
+                                  f"{self.size} (truncated or replaced)")
+        self.ranges = {dt: [tuple(x) for x in entry["ranges"][dt.str]] for dt in dts}
+        self.per_state = sum(counts[dt] * dt.itemsize for dt in dts)
+        self.dt_offset, off = {}, 0
+        for dt in dts:
+            self.dt_offset[dt] = off
+            off += counts[dt] * dt.itemsize
+        self.cache = {}
+
+    def block(self, k):
+        b = self.cache.get(k)
+        if b is None:
+            with open(self.path, "rb") as fh:
+                fh.seek(k * BLOCK)
+                b = fh.read(min(BLOCK, self.size - k * BLOCK))
+            if zlib.crc32(b) != self.crc[k]:
+                raise CheckpointError(f"{self.f}: {self.path!r} block {k} fails its CRC-32 "
+                                      f"check (corrupt)")
+            self.cache = {k: b}
+        return b
+
+    def read(self, lo, hi):
+        out = bytearray()
+        for k in range(lo // BLOCK, -(-hi // BLOCK)):
+            b = self.block(k)
+            out += b[max(lo - k * BLOCK, 0):min(hi - k * BLOCK, len(b))]
+        return bytes(out)
+
+
+def _fill(out, ranges, files, si, di, dt):
+    """Copy the new ranges (concatenated into out) from the old files."""
+    size = dt.itemsize
+    pos = 0
+    for a, b in ranges:
+        for fl in files:
+            base = si * fl.per_state + fl.dt_offset[dt]
+            pre = 0
+            for lo, hi in fl.ranges[dt]:
+                x, y = max(a, lo), min(b, hi)
+                if y > x:
+                    data = fl.read(base + (pre + x - lo) * size, base + (pre + y - lo) * size)
+                    out[pos + x - a:pos + y - a] = np.frombuffer(data, dt)
+                pre += hi - lo
+        pos += b - a
+
+
+# --------------------------------------------------------- plain checkpoints
+
+def _entry_header(zf, member, f):
+    info = zf.getinfo(member)
+    fh = zf.open(info)
+    version = np.lib.format.read_magic(fh)
+    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+            else np.lib.format.read_array_header_2_0)
+    shape, fortran, dtype = read(fh)
+    return info, fh, shape, fortran, dtype
+
+
+def _read_plain(opt, f, path):
+    tpl = opt._template
+    with zipfile.ZipFile(path) as zf:
+        names = set(zf.namelist())
+        if "meta.npy" not in names:
+            raise CheckpointError(f"{f}: {path!r} has no 'meta' entry; it is not a "
+                                  f"fastopt.optim checkpoint")
+        _, fh, shape, _, dtype = _entry_header(zf, "meta.npy", f)
+        with fh:
+            if shape != () or dtype.kind != "U" or dtype.itemsize > _MAX_META:
+                raise CheckpointError(f"{f}: {path!r}'s 'meta' entry is not a header")
+            raw = fh.read(dtype.itemsize)
+        meta = json.loads(str(np.frombuffer(raw, dtype)[0]))
+        if not isinstance(meta, dict) or meta.get("format") != tpl["format"] \
+                or meta.get("version") != tpl["version"]:
+            raise CheckpointError(f"{f}: {path!r} is not a fastopt.optim checkpoint of "
+                                  f"version {tpl['version']}")
+        if meta.get("optimizer") != tpl["optimizer"]:
+            raise CheckpointError(f"{f}: the checkpoint was saved by fastopt.optim."
+                                  f"{meta.get('optimizer')}, not {tpl['optimizer']}")
+        steps = _check_steps(f, meta.get("steps"))
+        groups = _check_groups(opt, f, meta.get("param_groups"))
+        tensors = opt.layout.tensors
+        expected = {"meta.npy"} | {f"state.{s}.{i}.npy" for s in opt._state_names
+                                   for i in range(len(tensors))}
+        if names != expected:
+            odd = sorted(names ^ expected)[:3]
+            raise CheckpointError(f"{f}: {path!r} has missing or unexpected entries "
+                                  f"{odd}; it was written for other parameters")
+        mine = sorted({p.tensor.index for p in opt._inner_pieces})
+        packed = {s: {dt: np.empty(opt.layout.shard_length(dt, opt.rank), dt)
+                      for dt in opt.layout.dtypes} for s in opt._state_names}
+        for s in opt._state_names:
+            for i in mine:
+                full = _read_entry(zf, f"state.{s}.{i}.npy", tensors[i], f)
+                for p in opt._inner_pieces:
+                    if p.tensor.index == i:
+                        rel = p.lo - p.tensor.offset
+                        packed[s][p.tensor.dtype][p.shard_offset:p.shard_offset + p.hi
+                                                  - p.lo] = full[rel:rel + p.hi - p.lo]
+    return steps, groups, packed
+
+
+def _read_entry(zf, member, t, f):
+    info, fh, shape, fortran, dtype = _entry_header(zf, member, f)
+    with fh:
+        if tuple(shape) != t.shape or dtype.newbyteorder("=") != t.dtype:
+            raise CheckpointError(f"{f}: {member} has {dtype} {shape}, the parameter "
+                                  f"{t.dtype.name} {t.shape}")
+        nbytes = t.size * dtype.itemsize
+        if info.file_size != fh.tell() + nbytes:
+            raise CheckpointError(f"{f}: {member} has {info.file_size} bytes, expected "
+                                  f"{fh.tell() + nbytes}")
+        a = np.frombuffer(fh.read(nbytes), dtype)
+    if a.size != t.size:
+        raise CheckpointError(f"{f}: {member} is truncated")
+    return a.reshape(t.shape, order="F" if fortran else "C").reshape(-1).astype(t.dtype)
+
+
+# ------------------------------------------------------------ consolidate
+
+def consolidate(self, path) -> None:
+    """Write a plain :mod:`fastopt.optim` checkpoint of the whole state at
+    ``path`` (collective; rank 0 gathers the states and writes the file, so
+    it needs memory for the whole state, twice, for a moment)."""
+    comm, w = self.comm, self.world
+    full = {}
+    for name in self._state_names:
+        full[name] = {}
+        for dt, d in self.layout.dtypes.items():
+            mine = _pack(self, name, dt)
+            counts = [self.layout.shard_length(dt, q) for q in range(w)]
+            displs = [sum(counts[:q]) for q in range(w)]
+            recv = np.empty(d.length, dt) if self.rank == 0 else None
+            if w > 1:
+                comm.Gatherv([mine, mpi_type(dt)],
+                             [recv, (counts, displs), mpi_type(dt)] if self.rank == 0
+                             else None, root=0)
+            else:
+                recv[:] = mine
+            if self.rank == 0:
+                flat = np.empty(d.length, dt)
+                for q in range(w):
+                    pos = displs[q]
+                    for lo, hi in d.ranges(q):
+                        flat[lo:hi] = recv[pos:pos + hi - lo]
+                        pos += hi - lo
+                full[name][dt] = flat
+    err = None
+    if self.rank == 0:
+        try:
+            _write_plain(self, path, full)
+        except Exception as exc:  # noqa: BLE001 - raised on every rank below
+            err = exc
+    raise_agreed(comm, err)
+
+
+def _write_plain(opt, path, full):
+    groups = []
+    for g in opt.param_groups:
+        h = {k: v for k, v in g.items() if k != "params"}
+        if h.get("schedule") is not None:
+            h["lr"] = None
+        groups.append(dict(h, params=list(g["params"])))
+    kwargs = dict(opt._kwargs, n_threads=1)
+    plain = opt._cls(groups, *opt._args, **kwargs)
+    tensors = opt.layout.tensors
+    sd = dict(opt._template, steps=opt._steps, param_groups=_saved_groups(opt),
+              state={name: [full[name][t.dtype][t.offset:t.offset + t.size].reshape(t.shape)
+                            for t in tensors] for name in opt._state_names})
+    plain.load_state_dict(sd)
+    plain.save(path)

@@ -1,0 +1,76 @@
+"""Argument checks of ShardedOptimizer (local; the caller agrees on errors)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _native(dt) -> np.dtype:
+    return np.dtype(dt).newbyteorder("=")
+
+
+def _positive(f, label, value, *, allow_none=True):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"{f}: {label} must be a real number, got {type(value).__name__}")
+    v = float(value)
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{f}: {label} must be finite and > 0, got {value!r}")
+    return v
+
+
+def _parse_groups(f, params):
+    """params -> (list of dicts with a list 'params', whether given as groups)."""
+    if isinstance(params, np.ndarray) or not isinstance(params, (list, tuple)):
+        raise TypeError(f"{f}: params must be a list of arrays or of parameter groups "
+                        f"(dicts with 'params'), got {type(params).__name__}")
+    as_groups = len(params) > 0 and all(isinstance(p, dict) for p in params)
+    raw = [dict(p) for p in params] if as_groups else [{"params": list(params)}]
+    n, seen = 0, set()
+    for gi, g in enumerate(raw):
+        ps = g.get("params")
+        if isinstance(ps, np.ndarray):
+            ps = [ps]
+        if not isinstance(ps, (list, tuple)):
+            raise TypeError(f"{f}: param_groups[{gi}]['params'] must be a list of arrays")
+        g["params"] = list(ps)
+        for p in g["params"]:
+            if not isinstance(p, np.ndarray):
+                raise TypeError(f"{f}: params[{n}] must be a numpy.ndarray, got "
+                                f"{type(p).__name__}")
+            if _native(p.dtype) not in _FLOATS:
+                raise TypeError(f"{f}: params[{n}] has dtype {p.dtype}; fastopt updates "
+                                f"float32 or float64 arrays")
+            if id(p) in seen:
+                raise ValueError(f"{f}: params[{n}] appears twice; a parameter may appear "
+                                 f"only once")
+            seen.add(id(p))
+            n += 1
+    return raw, as_groups
+
+
+def _first_difference(a: str, b: str, r: int) -> str:
+    da, db = json.loads(a), json.loads(b)
+    if da["optimizer"] != db["optimizer"]:
+        return f"rank 0 builds {da['optimizer']}, rank {r} {db['optimizer']}"
+    ta, tb = da["tensors"], db["tensors"]
+    if len(ta) != len(tb):
+        return f"rank 0 has {len(ta)} parameters, rank {r} has {len(tb)}"
+    for i, (x, y) in enumerate(zip(ta, tb)):
+        if x != y:
+            return (f"params[{i}] is {np.dtype(x[0]).name} {tuple(x[1])} on rank 0 but "
+                    f"{np.dtype(y[0]).name} {tuple(y[1])} on rank {r}")
+    if da["groups"] != db["groups"]:
+        return f"the group sizes are {da['groups']} on rank 0 but {db['groups']} on rank {r}"
+    if da["hyper"] != db["hyper"]:
+        for gi, (x, y) in enumerate(zip(da["hyper"], db["hyper"])):
+            for k in x:
+                if x[k] != y.get(k):
+                    return (f"param_groups[{gi}]['{k}'] is {x[k]} on rank 0 but {y.get(k)} "
+                            f"on rank {r}")
+    return f"bucket_bytes is {da['bucket_bytes']} on rank 0 but {db['bucket_bytes']} on rank {r}"

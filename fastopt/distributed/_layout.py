@@ -1,0 +1,176 @@
+"""Where every element lives: flat per-dtype buffers, buckets and shards.
+
+Pure Python over shapes and sizes (no MPI), computed identically on every
+rank from the same description of the parameters, so the layout (and with
+it every result) is a function of the parameter list, the world size and
+the bucket size alone.
+
+Per dtype, the parameters of that dtype are laid out one after the other
+(in the order of ``params``, C order) in one flat buffer. The buffer is cut
+into buckets of about ``bucket_bytes``; each bucket is cut into ``world``
+nearly equal contiguous slices, slice r belonging to rank r. Rank r's shard
+is the union of its slices: it holds the optimizer state of exactly those
+elements. The cuts move to "allowed" positions: anywhere inside a tensor
+that is not AGC-clipped, at row (unit) boundaries of an AGC-clipped tensor
+whose units are rows, and only at the ends of a clipped tensor that is a
+single unit or whose units are strided (``clip_layout="io"``), so an AGC
+unit is never split between ranks.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ANY, ROWS, WHOLE = 0, 1, 2
+
+
+def agc_cut_rule(shape, clipped: bool, layout: str):
+    """(rule, unit length) for one tensor: where a shard boundary may fall."""
+    size = int(np.prod(shape, dtype=np.int64))
+    if not clipped or size == 0:
+        return ANY, 1
+    big = sum(1 for d in shape if d != 1)
+    if big <= 1:
+        return WHOLE, size
+    nu = shape[0] if layout == "oi" else shape[-1]
+    if nu == 1 or layout != "oi":
+        return WHOLE, size
+    return ROWS, size // nu
+
+
+@dataclass
+class Tensor:
+    index: int          # position in params
+    group: int
+    dtype: np.dtype
+    shape: tuple
+    offset: int         # element offset in its dtype's flat buffer
+    size: int
+    rule: int
+    unit: int           # unit length for ROWS
+
+
+@dataclass
+class Piece:
+    """The part [lo, hi) of one tensor that one rank owns inside one bucket."""
+    tensor: Tensor
+    lo: int             # flat element offsets in the dtype buffer
+    hi: int
+    shard_offset: int   # element offset in the rank's packed shard of the dtype
+
+    @property
+    def shape(self) -> tuple:
+        t = self.tensor
+        n = self.hi - self.lo
+        if t.rule == WHOLE and n == t.size:
+            return t.shape
+        if t.rule == ROWS:
+            return (n // t.unit, t.unit)
+        return (n,)
+
+
+@dataclass
+class DtypeLayout:
+    dtype: np.dtype
+    length: int
+    tensors: list
+    buckets: list = field(default_factory=list)   # [(lo, [cut_0..cut_world])]
+
+    def ranges(self, rank: int) -> list:
+        """Rank's [lo, hi) slices, one per bucket where it owns something."""
+        out = []
+        for cuts in self.buckets:
+            lo, hi = cuts[rank], cuts[rank + 1]
+            if hi > lo:
+                out.append((lo, hi))
+        return out
+
+
+class Layout:
+    """The flat layout of ``tensors`` (list of (dtype, shape, group, rule,
+    unit)) over ``world`` ranks with buckets of about ``bucket_bytes``."""
+
+    def __init__(self, specs, world: int, bucket_bytes: int):
+        self.world = world
+        self.bucket_bytes = bucket_bytes
+        self.tensors = []
+        self.dtypes: dict = {}
+        for i, (dt, shape, group, rule, unit) in enumerate(specs):
+            dt = np.dtype(dt)
+            d = self.dtypes.setdefault(dt, DtypeLayout(dt, 0, []))
+            size = int(np.prod(shape, dtype=np.int64))
+            t = Tensor(i, group, dt, tuple(shape), d.length, size, rule, unit)
+            d.tensors.append(t)
+            d.length += size
+            self.tensors.append(t)
+        for d in self.dtypes.values():
+            self._cut(d)
+
+    # ------------------------------------------------------------ cutting
+
+    @staticmethod
+    def _snap(d: DtypeLayout, starts: list, pos: int) -> int:
+        """The allowed cut nearest to pos (ties: the lower one)."""
+        if pos <= 0 or pos >= d.length:
+            return min(max(pos, 0), d.length)
+        k = bisect.bisect_right(starts, pos) - 1
+        t = d.tensors[k]
+        rel = pos - t.offset
+        if rel == 0 or t.rule == ANY:
+            return pos
+        step = t.unit if t.rule == ROWS else t.size
+        below = (rel // step) * step
+        above = min(below + step, t.size)
+        return t.offset + (below if rel - below <= above - rel else above)
+
+    @staticmethod
+    def _next_cut(d: DtypeLayout, starts: list, pos: int) -> int:
+        """The first allowed cut after pos (< d.length)."""
+        k = bisect.bisect_right(starts, pos) - 1
+        t = d.tensors[k]
+        rel = pos - t.offset
+        step = 1 if t.rule == ANY else t.unit if t.rule == ROWS else t.size
+        return t.offset + min((rel // step + 1) * step, t.size)
+
+    def _cut(self, d: DtypeLayout) -> None:
+        starts = [t.offset for t in d.tensors]
+        per = max(1, self.bucket_bytes // d.dtype.itemsize)
+        bounds = [0]
+        while bounds[-1] < d.length:
+            nxt = self._snap(d, starts, bounds[-1] + per)
+            if nxt <= bounds[-1]:   # a unit longer than a bucket: take it whole
+                nxt = self._next_cut(d, starts, bounds[-1])
+            bounds.append(nxt)
+        w = self.world
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            cuts = [lo]
+            for r in range(1, w):
+                c = self._snap(d, starts, lo + ((hi - lo) * r + w // 2) // w)
+                cuts.append(min(max(c, cuts[-1]), hi))
+            cuts.append(hi)
+            d.buckets.append(cuts)
+
+    # ------------------------------------------------------------- shards
+
+    def pieces(self, rank: int) -> dict:
+        """dtype -> [Piece] of rank's shard, in flat order."""
+        out = {}
+        for dt, d in self.dtypes.items():
+            starts = [t.offset for t in d.tensors]
+            ps, off = [], 0
+            for lo, hi in d.ranges(rank):
+                k = bisect.bisect_right(starts, lo) - 1
+                while k < len(d.tensors) and d.tensors[k].offset < hi:
+                    t = d.tensors[k]
+                    a, b = max(lo, t.offset), min(hi, t.offset + t.size)
+                    if b > a:
+                        ps.append(Piece(t, a, b, off + a - lo))
+                    k += 1
+                off += hi - lo
+            out[dt] = ps
+        return out
+
+    def shard_length(self, dt, rank: int) -> int:
+        return sum(hi - lo for lo, hi in self.dtypes[np.dtype(dt)].ranges(rank))

@@ -1,0 +1,544 @@
+"""ShardedOptimizer: ZeRO-1 over MPI around any fastopt.optim optimizer."""
+from __future__ import annotations
+
+import json
+import math
+import operator
+import time
+
+import numpy as np
+
+from . import _checkpoint
+from ._checks import _first_difference, _native, _parse_groups, _positive
+from ._comm import default_n_threads, mpi, mpi_type, raise_agreed
+from ._layout import Layout, agc_cut_rule
+
+_F = "fastopt.distributed.ShardedOptimizer"
+DEFAULT_BUCKET_BYTES = 8 << 20
+_MISSING = object()
+
+
+class ShardedOptimizer:
+    """ZeRO-1 data parallelism over MPI around a :mod:`fastopt.optim` optimizer.
+
+    Every rank passes the same parameter list (count, order, shapes,
+    dtypes) and the same hyperparameters. The parameters are copied into
+    flat per-dtype buffers (rank 0's values, broadcast): from then on the
+    arrays to train are :attr:`params` (views into those buffers, in the order
+    given); the arrays passed in are not used again and never modified. Each
+    rank keeps the optimizer state of its shard only (about 1/N of it).
+
+    ``step(grads)`` averages the ranks' gradients (reduce-scatter), updates
+    this rank's shard with one step of an inner ``optimizer_cls`` built over
+    the shard's pieces, and gathers the updated parameters on every rank
+    (allgather), bucket by bucket in a layout fixed at construction.
+
+    Parameters
+    ----------
+    optimizer_cls : class
+        :class:`fastopt.optim.Momentum`, ``Adagrad``, ``Adam`` (or any class
+        with their interface).
+    params : list of ndarray, or list of dict
+        As for ``optimizer_cls``: arrays, or parameter groups with their own
+        hyperparameters.
+    *args, **kwargs
+        The optimizer's arguments (``lr``, ``schedule``, ...). ``n_threads``
+        defaults to the node's cores divided by the ranks on the node
+        (fastopt's own default if OMP_NUM_THREADS is set).
+    comm : mpi4py.MPI.Intracomm, optional
+        The ranks that train together (default ``MPI.COMM_WORLD``).
+    bucket_bytes : int, default 8 MiB
+        Size of one communication bucket (the layout depends on it and on the
+        world size; results do not vary from run to run).
+    """
+
+    def __init__(self, optimizer_cls, params, *args, comm=None, bucket_bytes=DEFAULT_BUCKET_BYTES,
+                 **kwargs):
+        MPI = mpi()
+        if comm is None:
+            comm = MPI.COMM_WORLD
+        if not isinstance(comm, MPI.Intracomm):
+            raise TypeError(f"{_F}: comm must be an mpi4py Intracomm, got {type(comm).__name__}")
+        self.comm = comm
+        self.rank, self.world = comm.Get_rank(), comm.Get_size()
+        threads, self.ranks_on_node = default_n_threads(comm)   # collective
+        err = desc = None
+        try:
+            desc = self._prepare(optimizer_cls, params, args, kwargs, bucket_bytes, threads)
+        except Exception as exc:  # noqa: BLE001 - raised on every rank by _agree_on_params
+            err = exc
+        self._agree_on_params(err, desc)                        # collective
+        self._build()                                           # collective (Bcast)
+
+    # ------------------------------------------------------------ construction
+
+    def _prepare(self, cls, params, args, kwargs, bucket_bytes, threads):
+        f = _F
+        if not isinstance(cls, type):
+            raise TypeError(f"{f}: optimizer_cls must be a fastopt.optim optimizer class, "
+                            f"got {type(cls).__name__}")
+        bb = operator.index(bucket_bytes) if not isinstance(bucket_bytes, bool) else None
+        if bb is None or bb < 64:
+            raise ValueError(f"{f}: bucket_bytes must be an int >= 64, got {bucket_bytes!r}")
+        raw, as_groups = _parse_groups(f, params)
+        kwargs = dict(kwargs)
+        if kwargs.get("n_threads", _MISSING) is _MISSING:
+            kwargs["n_threads"] = threads
+        self._cls, self._args, self._kwargs = cls, tuple(args), kwargs
+        self._as_groups = as_groups
+        probe = self._probe([{k: v for k, v in g.items() if k != "params"} for g in raw],
+                            [[_native(p.dtype) for p in g["params"]] for g in raw])
+        for attr in ("param_groups", "state", "step", "state_dict", "load_state_dict"):
+            if not hasattr(probe, attr):
+                raise TypeError(f"{f}: {cls.__name__} is not a fastopt.optim optimizer "
+                                f"(it has no {attr!r})")
+        self._state_names = tuple(probe.state)
+        self._template = probe.state_dict()
+        self.param_groups = []
+        specs, self._originals = [], []
+        for gi, (g, pg) in enumerate(zip(raw, probe.param_groups)):
+            hyper = {k: v for k, v in pg.items() if k != "params"}
+            self.param_groups.append(dict(hyper, params=None))
+            clip = hyper.get("clipping")
+            for j, p in enumerate(g["params"]):
+                c = clip[j] if isinstance(clip, list) else clip
+                rule, unit = agc_cut_rule(p.shape, c is not None,
+                                          hyper.get("clip_layout", "oi"))
+                specs.append((_native(p.dtype), p.shape, gi, rule, unit))
+                self._originals.append(p)
+        self._specs = specs
+        self.bucket_bytes = bb
+        return json.dumps({
+            "optimizer": f"{cls.__module__}.{cls.__qualname__}",
+            "groups": [len(g["params"]) for g in raw],
+            "tensors": [[s[0].str, list(s[1])] for s in specs],
+            "hyper": [{k: (None if callable(v) else repr(v)) for k, v in g.items()
+                       if k != "params"} for g in self.param_groups],
+            "bucket_bytes": bb})
+
+    def _probe(self, hypers, dtypes, **over):
+        """An optimizer of the user's class over one-element stand-ins: it
+        validates (and normalises) the hyperparameters without allocating
+        state for the real parameters."""
+        groups = [dict(h, params=[np.zeros(1, dt) for dt in dts])
+                  for h, dts in zip(hypers, dtypes)]
+        return self._cls(groups, *self._args, **dict(self._kwargs, **over))
+
+    def _agree_on_params(self, err, desc):
+        if self.world == 1:
+            if err is not None:
+                raise err
+            return
+        flag = np.array([0.0 if err is None else 1.0])
+        MPI = mpi()
+        self.comm.Allreduce(MPI.IN_PLACE, flag, op=MPI.MAX)
+        raise_agreed(self.comm, err, flagged=bool(flag[0]))
+        descs = self.comm.allgather(desc)
+        if all(d == descs[0] for d in descs):
+            return
+        r = next(r for r, d in enumerate(descs) if d != descs[0])
+        raise ValueError(f"{_F}: the ranks were given different parameters or "
+                         f"hyperparameters: {_first_difference(descs[0], descs[r], r)}; "
+                         f"every rank must pass the same parameter list (count, order, "
+                         f"shapes, dtypes) and the same hyperparameters")
+
+    def _build(self):
+        L = Layout(self._specs, self.world, self.bucket_bytes)
+        self.layout = L
+        self._flat = {dt: np.empty(d.length, dt) for dt, d in L.dtypes.items()}
+        self._gstage = {dt: np.zeros(d.length, dt) for dt, d in L.dtypes.items()}
+        # one rank: the shard is the whole buffer (its ranges are adjacent), no copy
+        self._gshard = (self._gstage if self.world == 1 else
+                        {dt: np.empty(L.shard_length(dt, self.rank), dt) for dt in L.dtypes})
+        views = []
+        for t, p in zip(L.tensors, self._originals):
+            v = self._flat[t.dtype][t.offset:t.offset + t.size].reshape(t.shape)
+            np.copyto(v, p)
+            views.append(v)
+        del self._originals
+        if self.world > 1:
+            for dt, buf in self._flat.items():
+                self.comm.Bcast([buf, mpi_type(dt)], root=0)
+        self._views = views
+        self._grad_views = [self._gstage[t.dtype][t.offset:t.offset + t.size].reshape(t.shape)
+                            for t in L.tensors]
+        for gi, g in enumerate(self.param_groups):
+            g["params"] = tuple(v for v, t in zip(views, L.tensors) if t.group == gi)
+        self._group_params = [g["params"] for g in self.param_groups]
+        self._pieces = L.pieces(self.rank)
+        self._build_inner()
+        self._steps = 0
+        self.last_lr = [None] * len(self.param_groups)
+        self.last_timing: dict = {}
+        self.last_grad_norm = None
+        self._t_inner = 0.0
+        self._pushed = [self._hyper_key(g) for g in self.param_groups]
+
+    def _build_inner(self):
+        order = sorted((p for ps in self._pieces.values() for p in ps),
+                       key=lambda p: (p.tensor.index, p.lo))
+        self._inner_pieces = order
+        groups = []
+        for gi, g in enumerate(self.param_groups):
+            mine = [p for p in order if p.tensor.group == gi]
+            first = min((t.index for t in self.layout.tensors if t.group == gi), default=0)
+            h = self._inner_hyper(g, [p.tensor.index - first for p in mine])
+            h["params"] = [self._flat[p.tensor.dtype][p.lo:p.hi].reshape(p.shape)
+                           for p in mine]
+            groups.append(h)
+        self._inner_grads = [self._gshard[p.tensor.dtype][p.shard_offset:p.shard_offset
+                                                          + p.hi - p.lo].reshape(p.shape)
+                             for p in order]
+        self._inner_owner = np.array([p.tensor.index for p in order], np.int64)
+        self.inner = None
+        if order:
+            self.inner = self._cls(groups, *self._args, **self._kwargs)
+
+    def _inner_hyper(self, g, idx):
+        """A group's hyperparameters for the inner optimizer: the learning rate
+        is pushed every step (schedules are evaluated here, once per step),
+        per-tensor clipping lists are mapped onto the pieces."""
+        h = {k: v for k, v in g.items() if k != "params"}
+        h["schedule"] = None
+        if h.get("lr") is None:
+            h["lr"] = 0.0
+        if isinstance(h.get("clipping"), list):
+            h["clipping"] = [h["clipping"][i] for i in idx]
+        return h
+
+    # ------------------------------------------------------------- inspection
+
+    @property
+    def params(self) -> list:
+        """The parameters to train (views into the flat buffers), in order."""
+        return list(self._views)
+
+    @property
+    def grad_buffers(self) -> list:
+        """Gradient arrays owned by the optimizer, one per parameter: write the
+        gradients into these and pass them to :meth:`step` to save a copy."""
+        return list(self._grad_views)
+
+    @property
+    def steps(self) -> int:
+        return self._steps
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of optimizer state held by this rank."""
+        if self.inner is None:
+            return 0
+        return sum(a.nbytes for arrs in self.inner.state.values() for a in arrs)
+
+    def __repr__(self):
+        return (f"{_F}({self._cls.__name__}, {len(self._views)} parameters, rank "
+                f"{self.rank} of {self.world}, steps={self._steps})")
+
+    # -------------------------------------------------------------------- step
+
+    def step(self, grads, *, grad_scale=None, skip_if_nonfinite=False, max_grad_norm=None,
+             norm_type=2.0) -> bool:
+        """One data-parallel step; collective (every rank calls it).
+
+        Parameters
+        ----------
+        grads : list
+            This rank's gradients, one per parameter (or one list per group),
+            each of its parameter's dtype and broadcastable to its shape, or
+            None. The gradients of all ranks are averaged; a parameter whose
+            gradient is None on every rank is left untouched, None on some
+            ranks counts as zeros there.
+        grad_scale : float, optional
+            Divide the averaged gradients by this (> 0), in their dtype.
+        skip_if_nonfinite : bool, default False
+            Skip the step on every rank if any averaged (scaled) gradient
+            element is NaN or +-Inf (decided collectively).
+        max_grad_norm : float, optional
+            Clip by the global norm of the averaged gradients (torch's
+            ``clip_grad_norm_`` rule: multiply by ``max_grad_norm / (norm +
+            1e-6)`` when that is below 1); the norm is combined from per-rank
+            partial sums in rank order and kept in :attr:`last_grad_norm`.
+        norm_type : {2.0, inf}
+
+        Every argument must be the same on every rank (checked). A bad input
+        on any rank makes every rank raise before anything is communicated
+        or written.
+
+        Returns
+        -------
+        bool
+            True if the step was applied, False if it was skipped.
+        """
+        f = _F + ".step"
+        t0 = time.perf_counter()
+        flat, scale, mgn, lrs, has = self._agree(f, grads, grad_scale, skip_if_nonfinite,
+                                                 max_grad_norm, norm_type)
+        t1 = time.perf_counter()
+        for i, g in enumerate(flat):
+            if g is None:
+                if has[i]:
+                    self._grad_views[i].fill(0)
+            elif g is not self._grad_views[i]:
+                np.copyto(self._grad_views[i], g, casting="same_kind")
+        t2 = time.perf_counter()
+        self._reduce_scatter()
+        t3 = time.perf_counter()
+        applied = self._update(f, has, scale, bool(skip_if_nonfinite), mgn, norm_type, lrs)
+        t4 = time.perf_counter()
+        if applied:
+            self._allgather()
+        t5 = time.perf_counter()
+        # "update" is the inner optimizer's step alone; the rest of that phase
+        # (scaling, the collective decisions, waiting for the slowest rank)
+        # is counted as "sync"
+        inner = self._t_inner if applied else 0.0
+        self.last_timing = {"check": t1 - t0, "copy": t2 - t1, "reduce_scatter": t3 - t2,
+                            "update": inner, "sync": t4 - t3 - inner, "allgather": t5 - t4}
+        return applied
+
+    def _agree(self, f, grads, grad_scale, skip_if_nonfinite, max_grad_norm, norm_type):
+        """Check this rank's arguments, then agree with the others (one
+        Allreduce): raise everywhere if any rank has an error or the scalar
+        arguments differ; return what the step needs, and which parameters
+        have a gradient on some rank."""
+        MPI = mpi()
+        err, flat, lrs, scale, mgn = None, None, None, None, None
+        n = len(self._views)
+        try:
+            flat = self._check_grads(f, grads)
+            scale = _positive(f, "grad_scale", grad_scale)
+            if not isinstance(skip_if_nonfinite, (bool, np.bool_)):
+                raise TypeError(f"{f}: skip_if_nonfinite must be True or False")
+            mgn = _positive(f, "max_grad_norm", max_grad_norm)
+            if norm_type not in (2, 2.0, math.inf):
+                raise ValueError(f"{f}: norm_type must be 2.0 or inf, got {norm_type!r}")
+            lrs = self._lrs_and_hypers(f)   # calls the schedules: user code
+        except Exception as exc:  # noqa: BLE001 - raised on every rank below
+            err = exc
+        vec = np.zeros(9 + n)
+        if err is None:
+            vec[1:9] = [scale or 0, -(scale or 0), float(skip_if_nonfinite),
+                        -float(skip_if_nonfinite), mgn or 0, -(mgn or 0),
+                        float(norm_type), -float(norm_type)]
+            vec[9:] = [g is not None for g in flat]
+        else:
+            vec[0] = 1.0
+        if self.world > 1:
+            self.comm.Allreduce(MPI.IN_PLACE, vec, op=MPI.MAX)
+        raise_agreed(self.comm, err, flagged=vec[0] > 0)
+        for k, name in ((1, "grad_scale"), (3, "skip_if_nonfinite"), (5, "max_grad_norm"),
+                        (7, "norm_type")):
+            if vec[k] != -vec[k + 1]:
+                raise ValueError(f"{f}: {name} differs between the ranks; pass the same "
+                                 f"value on every rank")
+        return flat, scale, mgn, lrs, vec[9:] > 0
+
+    def _check_grads(self, f, grads):
+        if not isinstance(grads, (list, tuple)):
+            raise TypeError(f"{f}: grads must be a list with one gradient per parameter "
+                            f"(or one list per group), got {type(grads).__name__}")
+        sizes = [len(g) for g in self._group_params]
+        if (len(grads) == len(sizes) and len(sizes) > 0
+                and all(isinstance(g, (list, tuple)) for g in grads)):
+            for gi, (gg, k) in enumerate(zip(grads, sizes)):
+                if len(gg) != k:
+                    raise ValueError(f"{f}: grads[{gi}] has {len(gg)} gradients but "
+                                     f"param_groups[{gi}] has {k} parameters")
+            grads = [g for gg in grads for g in gg]
+        if len(grads) != len(self._views):
+            raise ValueError(f"{f}: grads has {len(grads)} entries but the optimizer has "
+                             f"{len(self._views)} parameters; give one gradient (or None) "
+                             f"per parameter")
+        for i, (g, p) in enumerate(zip(grads, self._views)):
+            if g is None:
+                continue
+            if not isinstance(g, np.ndarray):
+                raise TypeError(f"{f}: grads[{i}] must be a numpy.ndarray or None, got "
+                                f"{type(g).__name__}")
+            if _native(g.dtype) != p.dtype:
+                raise TypeError(f"{f}: grads[{i}] has dtype {g.dtype} but params[{i}] has "
+                                f"{p.dtype}; the gradient must match its parameter")
+            if g.shape != p.shape:
+                try:
+                    ok = np.broadcast_shapes(g.shape, p.shape) == p.shape
+                except ValueError:
+                    ok = False
+                if not ok:
+                    raise ValueError(f"{f}: grads[{i}] with shape {g.shape} cannot be "
+                                     f"broadcast to params[{i}]'s shape {p.shape}")
+        return list(grads)
+
+    @staticmethod
+    def _hyper_key(g):
+        return tuple((k, tuple(v) if isinstance(v, list) else v)
+                     for k, v in sorted(g.items()) if k != "params")
+
+    def _lrs_and_hypers(self, f):
+        """Check edits of param_groups, evaluate the schedules (once per step),
+        and push the hyperparameters into the inner optimizer."""
+        for gi, (g, ps) in enumerate(zip(self.param_groups, self._group_params)):
+            if g.get("params") is not ps:
+                raise ValueError(f"{f}: param_groups[{gi}]['params'] was replaced; the "
+                                 f"parameters are fixed when the optimizer is built")
+        changed = [gi for gi, g in enumerate(self.param_groups)
+                   if self._hyper_key(g) != self._pushed[gi]]
+        if changed:
+            self._check_edits(f, changed)
+        lrs = []
+        for gi, g in enumerate(self.param_groups):
+            sched = g.get("schedule")
+            if sched is None:
+                lrs.append(g["lr"])
+                continue
+            value = sched(self._steps)
+            try:
+                lr = float(value)
+            except (TypeError, ValueError):
+                raise TypeError(f"{f}: schedule({self._steps}) of param_groups[{gi}] "
+                                f"returned {type(value).__name__}, not a real number") from None
+            if isinstance(value, (bool, np.bool_)) or not (math.isfinite(lr) and lr >= 0):
+                raise ValueError(f"{f}: schedule({self._steps}) of param_groups[{gi}] "
+                                 f"returned {value!r}; a learning rate is finite and >= 0")
+            lrs.append(lr)
+        return lrs
+
+    def _check_edits(self, f, changed):
+        hypers = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
+        for gi in changed:
+            old = dict(self._pushed[gi])
+            for k in ("clipping", "clip_layout"):
+                new = hypers[gi].get(k)
+                new = tuple(new) if isinstance(new, list) else new
+                if old.get(k) != new:
+                    raise ValueError(f"{f}: param_groups[{gi}]['{k}'] was changed; it fixes "
+                                     f"the shard boundaries and cannot change after "
+                                     f"construction")
+        dts = [[v.dtype for v in ps] for ps in self._group_params]
+        try:
+            probe = self._probe(hypers, dts, n_threads=1)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{f}: an edited hyperparameter is invalid: {exc}") from None
+        for gi in changed:
+            norm = {k: v for k, v in probe.param_groups[gi].items() if k != "params"}
+            self.param_groups[gi].update(norm)
+            self._pushed[gi] = self._hyper_key(self.param_groups[gi])
+            if self.inner is not None:
+                ig = self.inner.param_groups[gi]
+                for k, v in self._inner_hyper(norm, []).items():
+                    if k not in ("clipping", "lr"):
+                        ig[k] = v
+
+    # ---------------------------------------------------------- communication
+
+    def _reduce_scatter(self):
+        MPI = mpi()
+        w = self.world
+        for dt, d in self.layout.dtypes.items():
+            stage, shard, typ = self._gstage[dt], self._gshard[dt], mpi_type(dt)
+            off = 0
+            for cuts in d.buckets:
+                counts = [cuts[r + 1] - cuts[r] for r in range(w)]
+                mine = counts[self.rank]
+                if w > 1:
+                    self.comm.Reduce_scatter([stage[cuts[0]:cuts[-1]], typ],
+                                             [shard[off:off + mine], typ], counts, op=MPI.SUM)
+                off += mine
+            if w > 1:
+                np.divide(shard, dt.type(w), out=shard)
+
+    def _allgather(self):
+        if self.world == 1:
+            return
+        MPI = mpi()
+        w = self.world
+        for dt, d in self.layout.dtypes.items():
+            flat, typ = self._flat[dt], mpi_type(dt)
+            for cuts in d.buckets:
+                counts = [cuts[r + 1] - cuts[r] for r in range(w)]
+                displs = [c - cuts[0] for c in cuts[:-1]]
+                self.comm.Allgatherv(MPI.IN_PLACE,
+                                     [flat[cuts[0]:cuts[-1]], (counts, displs), typ])
+
+    # ------------------------------------------------------------------ update
+
+    def _partial_sumsq(self, arrays, norm_type) -> float:
+        """This rank's part of the global norm: the sum of squares (or the
+        max |g|) of its averaged gradient pieces, accumulated in double.
+
+        Hook: a NumPy evaluation until fastopt.optim has its own global-norm
+        clipping (issue 13); then this becomes one call of fastopt's C norm.
+        """
+        if norm_type == math.inf:
+            return max((float(np.max(np.abs(a))) for a in arrays if a.size), default=0.0)
+        total = 0.0
+        for a in arrays:
+            flat = a.reshape(-1)
+            for k in range(0, flat.size, 1 << 16):
+                b = flat[k:k + (1 << 16)].astype(np.float64)
+                total += float(np.dot(b, b))
+        return total
+
+    def _update(self, f, has, scale, skip, mgn, norm_type, lrs):
+        grads = [g if has[i] else None for g, i in zip(self._inner_grads, self._inner_owner)]
+        live = [g for g in grads if g is not None]
+        with np.errstate(all="ignore"):
+            if scale is not None and scale != 1.0:
+                for g in live:
+                    np.divide(g, g.dtype.type(scale), out=g)
+            stats = np.zeros(2)
+            if skip:
+                s = [np.add.reduce(g, axis=None) for g in live]
+                finite = all(np.isfinite(x) for x in s) or all(np.isfinite(g).all() for g in live)
+                stats[0] = 0.0 if finite else 1.0
+            if mgn is not None:
+                stats[1] = self._partial_sumsq(live, norm_type)
+        if skip or mgn is not None:
+            every = np.zeros(2 * self.world)
+            if self.world > 1:
+                self.comm.Allgather(stats, every)
+            else:
+                every[:] = stats
+            if skip and every[0::2].any():
+                return False
+            if mgn is not None:
+                parts = every[1::2]
+                if norm_type == math.inf:
+                    norm = float(np.max(parts))
+                else:
+                    acc = 0.0
+                    for x in parts:          # rank order
+                        acc += float(x)
+                    norm = math.sqrt(acc)
+                self.last_grad_norm = norm
+                coef = mgn / (norm + 1e-6)
+                if coef < 1.0:
+                    with np.errstate(all="ignore"):
+                        for g in live:
+                            np.multiply(g, g.dtype.type(coef), out=g)
+        err = None
+        if self.inner is not None:
+            for gi, lr in enumerate(lrs):
+                self.inner.param_groups[gi]["lr"] = lr
+            per, k = [], 0
+            for ig in self.inner.param_groups:
+                per.append(grads[k:k + len(ig["params"])])
+                k += len(ig["params"])
+            t0 = time.perf_counter()
+            try:
+                self.inner.step(per)
+            except Exception as exc:  # noqa: BLE001 - raised on every rank below
+                err = RuntimeError(f"{f}: the shard update failed after the gradients were "
+                                   f"reduced ({type(exc).__name__}: {exc}); the ranks' states "
+                                   f"may now differ")
+            self._t_inner = time.perf_counter() - t0
+        raise_agreed(self.comm, err)
+        self._steps += 1
+        self.last_lr = list(lrs)
+        return True
+
+    # ------------------------------------------------------------- checkpoints
+
+    save = _checkpoint.save
+    load = _checkpoint.load
+    consolidate = _checkpoint.consolidate
+

@@ -1,0 +1,124 @@
+"""Rejected inputs of fastopt.optim (constructors, step, checkpoints).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bad_inputs.builders import F32, F64, Case, arr, ro
+
+
+def _optim():
+    from fastopt import optim
+    return optim
+
+
+def opt_ctor(*params, **kw):
+    return lambda: ((list(params),), kw)
+
+
+def opt_call(cls, method, *args, **kw):
+    """Arguments for a method call on a fresh optimizer over two parameters."""
+    def build():
+        opt = getattr(_optim(), cls)([arr(), arr((2, 3), F64)], lr=0.1)
+        opt.step([arr(fill=0.5), arr((2, 3), F64, 0.5)])   # non-trivial state
+        return (opt,) + tuple(a() if callable(a) else a for a in args), kw
+    return build
+
+
+def other_state_dict():
+    return _optim().Adam([arr(), arr((2, 3), F64)], lr=0.1).state_dict()
+
+
+def bad_steps_state_dict():
+    sd = _optim().Momentum([arr(), arr((2, 3), F64)], lr=0.1).state_dict()
+    sd["steps"] = -1
+    return sd
+
+
+try:
+    from fastopt.optim import CheckpointError
+except ImportError:  # pragma: no cover - before fastopt.optim existed
+    CheckpointError = ValueError
+
+OP = "fastopt.optim."
+OPTIM_CASES = [
+    Case("optim.Momentum", "params a single array (not a list)",
+         lambda: ((arr(),), {"lr": 0.1}), TypeError,
+         OP + "Momentum: params must be a list of arrays or a list of parameter groups "
+              "(dicts with 'params'), got ndarray"),
+    Case("optim.Momentum", "params empty", lambda: (([],), {"lr": 0.1}), ValueError,
+         OP + "Momentum: params is empty; give at least one parameter"),
+    Case("optim.Momentum", "neither lr nor schedule", opt_ctor(arr()), ValueError,
+         OP + "Momentum: give lr, or a schedule that supplies it"),
+    Case("optim.Momentum", "both lr and schedule",
+         opt_ctor(arr(), lr=0.1, schedule=abs), ValueError,
+         OP + "Momentum: give lr or schedule, not both: the schedule supplies the learning "
+              "rate of every step"),
+    Case("optim.Adam", "lr = -0.1", opt_ctor(arr(), lr=-0.1), ValueError,
+         OP + "Adam: lr must be a finite number >= 0, got -0.1"),
+    Case("optim.Adagrad", "a group with an unknown key",
+         lambda: (([{"params": [arr()], "momentum": 0.9}],), {"lr": 0.1}), ValueError,
+         OP + "Adagrad: param_groups[0] has unknown key(s) ['momentum']; Adagrad takes "
+              "['decay_factor', 'epsilon', 'initial_accumulator_value', 'lr', "
+              "'norm_coefficient', 'schedule']"),
+    Case("optim.Adagrad", "arrays and groups mixed",
+         lambda: (([arr(), {"params": [arr()]}],), {"lr": 0.1}), TypeError,
+         OP + "Adagrad: params mixes arrays and parameter groups; give a list of arrays or "
+              "a list of dicts"),
+    Case("optim.Adam", "the same parameter twice",
+         lambda: (lambda p: (([p, p],), {"lr": 0.1}))(arr()), ValueError,
+         OP + "Adam: params[0] and params[1] share memory; every parameter and state must "
+              "have memory of its own (a parameter may appear only once)"),
+    Case("optim.Adam", "a read-only parameter", lambda: (([arr(), ro(arr())],), {"lr": 0.1}),
+         ValueError, OP + "Adam: params[1] is read-only; it is updated in place"),
+    Case("optim.Adam", "an int64 parameter",
+         lambda: (([arr(), arr(dtype=np.int64)],), {"lr": 0.1}), TypeError,
+         OP + "Adam: params[1] has dtype int64; fastopt updates float32 or float64 arrays"),
+    Case("optim.Momentum", "nesterov = 1 (not a bool)", opt_ctor(arr(), lr=0.1, nesterov=1),
+         TypeError, OP + "Momentum: nesterov must be True or False, got int"),
+    Case("optim.Momentum", "schedule not callable", opt_ctor(arr(), schedule=0.1), TypeError,
+         OP + "Momentum: schedule must be a callable step -> lr (or None), got float"),
+    Case("optim.Momentum.step", "one gradient for two parameters",
+         opt_call("Momentum", "step", lambda: [arr()]), ValueError,
+         OP + "Momentum.step: grads has 1 entries but the optimizer has 2 parameters; give "
+              "one gradient (or None) per parameter"),
+    Case("optim.Momentum.step", "grads[1] of the wrong dtype",
+         opt_call("Momentum", "step", lambda: [arr(), arr((2, 3), F32)]), TypeError,
+         OP + "Momentum.step: grads[1] has dtype float32 but params[1] has float64; the "
+              "gradient must match its parameter"),
+    Case("optim.Momentum.step", "grads[1] not broadcastable",
+         opt_call("Momentum", "step", lambda: [arr(), arr((3, 2), F64)]), ValueError,
+         OP + "Momentum.step: grads[1] with shape (3, 2) cannot be broadcast to params[1]'s "
+              "shape (2, 3)"),
+    Case("optim.Momentum.step", "grads[1] a str",
+         opt_call("Momentum", "step", lambda: [arr(), "g"]), TypeError,
+         OP + "Momentum.step: grads[1] must be a numpy.ndarray or None, got str"),
+    Case("optim.Momentum.step", "grad_scale = 0",
+         opt_call("Momentum", "step", lambda: [arr(), arr((2, 3), F64)], grad_scale=0.0),
+         ValueError, OP + "Momentum.step: grad_scale must be > 0.0, got 0.0"),
+    Case("optim.Momentum.step", "grad_scale = nan",
+         opt_call("Momentum", "step", lambda: [arr(), arr((2, 3), F64)], grad_scale=math.nan),
+         ValueError, OP + "Momentum.step: grad_scale must be finite, got nan"),
+    Case("optim.Momentum.step", "max_grad_norm = 0",
+         opt_call("Momentum", "step", lambda: [arr(), arr((2, 3), F64)], max_grad_norm=0.0),
+         ValueError, OP + "Momentum.step: max_grad_norm must be > 0 (inf: no clipping), "
+                          "got 0.0"),
+    Case("optim.AdamW.step", "max_grad_norm = nan",
+         opt_call("AdamW", "step", lambda: [arr(), arr((2, 3), F64)], max_grad_norm=math.nan),
+         ValueError, OP + "AdamW.step: max_grad_norm must be > 0 (inf: no clipping), "
+                          "got nan"),
+    Case("optim.AdamW.step", "norm_type = 1",
+         opt_call("AdamW", "step", lambda: [arr(), arr((2, 3), F64)], max_grad_norm=1.0,
+                  norm_type=1),
+         ValueError, OP + "AdamW.step: norm_type must be 2.0 or math.inf, got 1"),
+    Case("optim.Momentum.load_state_dict", "another optimizer's state",
+         opt_call("Momentum", "load_state_dict", other_state_dict), CheckpointError,
+         OP + "Momentum.load_state_dict: the checkpoint was saved by fastopt.optim.Adam, "
+              "not Momentum"),
+    Case("optim.Momentum.load_state_dict", "a step count of -1",
+         opt_call("Momentum", "load_state_dict", bad_steps_state_dict), CheckpointError,
+         OP + "Momentum.load_state_dict: the checkpoint's step count must be an integer "
+              ">= 0 and < 2**63, got -1"),
+]

@@ -1,0 +1,214 @@
+"""fastopt.optim checkpoints: bit-exact resume, state_dict round trips, and
+mismatched, corrupt or missing files and state dicts rejected unchanged;
+save is atomic.
+"""
+import os
+import struct
+import zipfile
+
+import numpy as np
+import pytest
+from optim_cases import OPTS, assert_same, make_grads, make_params, run, snapshot
+
+from fastopt import optim
+from fastopt.optim import CheckpointError
+
+
+@pytest.mark.parametrize("name", list(OPTS))
+def test_resume_from_a_checkpoint_is_bit_exact(name, tmp_path):
+    cls, kw, _, _, _ = OPTS[name]
+    kw = dict(kw)
+    del kw["lr"]
+    from fastopt.schedules import WarmRestarts
+    sched = WarmRestarts(0.05, 0.001, interval=3)
+    params = make_params()
+    opt = cls(params, schedule=sched, **kw)
+    run(opt, params, 0, 5)
+    saved_params = [p.copy() for p in params]
+    opt.save(tmp_path / "ckpt.npz")
+    run(opt, params, 5, 5)
+
+    resumed = [p.copy() for p in saved_params]
+    opt2 = cls(resumed, schedule=sched, contiguous_state=True, **kw)
+    opt2.load(tmp_path / "ckpt.npz")
+    assert opt2.steps == 5
+    run(opt2, resumed, 5, 5)
+    for x, y in zip(params, resumed):
+        np.testing.assert_array_equal(x, y, strict=True)
+    for s in opt.state:
+        for x, y in zip(opt.state[s], opt2.state[s]):
+            np.testing.assert_array_equal(x, y, strict=True)
+    assert not [f for f in os.listdir(tmp_path) if f != "ckpt.npz"]  # no temp files
+
+
+def test_state_dict_round_trip_and_hyperparameters():
+    params = make_params()
+    opt = optim.Momentum([{"params": params[:2], "norm_coefficient": 0.25},
+                          {"params": params[2:], "lr": 0.2}], lr=0.1, nesterov=True)
+    run(opt, params, 0, 2)
+    sd = opt.state_dict()
+    assert sd["optimizer"] == "Momentum" and sd["steps"] == 2
+    assert sd["param_groups"][0]["norm_coefficient"] == 0.25
+    other = optim.Momentum([{"params": [p.copy() for p in params[:2]]},
+                            {"params": [p.copy() for p in params[2:]]}], lr=0.5)
+    other.load_state_dict(sd)
+    assert other.param_groups[0]["norm_coefficient"] == 0.25
+    assert other.param_groups[0]["lr"] == 0.1 and other.param_groups[1]["lr"] == 0.2
+    assert other.param_groups[1]["nesterov"] is True
+    assert other.steps == opt.steps == 2
+    for a, b in zip(opt.state["v"], other.state["v"]):
+        np.testing.assert_array_equal(a, b, strict=True)
+    # the snapshot holds copies: stepping on does not change it
+    v0 = sd["state"]["v"][0].copy()
+    opt.step(make_grads(params, 9))
+    np.testing.assert_array_equal(sd["state"]["v"][0], v0)
+
+
+def _trained(cls=optim.Adam, **kw):
+    params = make_params()
+    opt = cls(params, lr=0.01, **kw)
+    run(opt, params, 0, 3)
+    return opt, params
+
+
+def _check_unchanged(opt, params, fn, match):
+    before = snapshot(opt, params)
+    with pytest.raises(CheckpointError, match=match):
+        fn()
+    assert_same(before, snapshot(opt, params))
+
+
+def _rewrite(src, dst, change):
+    with np.load(src) as z:
+        entries = {k: z[k] for k in z.files}
+    change(entries)
+    np.savez(dst, **entries)
+
+
+@pytest.mark.parametrize("case", ["shape", "dtype", "missing", "extra", "optimizer",
+                                  "groups", "hyper", "meta"])
+def test_mismatched_checkpoint_file_is_rejected(case, tmp_path):
+    src = tmp_path / "ok.npz"
+    donor, _ = _trained()
+    donor.save(src)
+    opt, params = _trained()
+    opt.param_groups[0]["lr"] = 0.5   # distinct from the donor's
+    bad = tmp_path / "bad.npz"
+    match = {
+        "shape": r"state 'v' of params\[2\] has shape \(3, 4\) but params\[2\] has shape",
+        "dtype": r"state 'h' of params\[1\] has dtype float32 but params\[1\] has float64",
+        "missing": r"no 'state.h.4' entry",
+        "extra": r"unexpected entries \['state.x.0'\]",
+        "optimizer": r"saved by fastopt.optim.Momentum, not Adam",
+        "groups": r"checkpoint has 2 parameter group\(s\), the optimizer 1",
+        "hyper": r"hyperparameters are invalid.*\['alpha'\] must be < 1.0",
+        "meta": r"no 'meta' entry",
+    }[case]
+    if case == "optimizer":
+        p = make_params()
+        m = optim.Momentum(p, lr=0.1)
+        run(m, p, 0, 1)
+        m.save(bad)
+    elif case == "groups":
+        p = make_params()
+        optim.Adam([{"params": p[:1]}, {"params": p[1:]}], lr=0.1).save(bad)
+    else:
+        def change(e):
+            import json
+            if case == "shape":
+                e["state.v.2"] = e["state.v.0"]
+            elif case == "dtype":
+                e["state.h.1"] = e["state.h.1"].astype(np.float32)
+            elif case == "missing":
+                del e["state.h.4"]
+            elif case == "extra":
+                e["state.x.0"] = e["state.v.0"]
+            elif case == "hyper":
+                meta = json.loads(str(e["meta"][()]))
+                meta["param_groups"][0]["alpha"] = 1.5
+                e["meta"] = np.array(json.dumps(meta))
+            elif case == "meta":
+                del e["meta"]
+        _rewrite(src, bad, change)
+    _check_unchanged(opt, params, lambda: opt.load(bad), match)
+
+
+@pytest.mark.parametrize("case", ["truncated", "garbage", "text", "npy", "empty", "flipped"])
+def test_corrupt_checkpoint_file_is_rejected(case, tmp_path):
+    src = tmp_path / "ok.npz"
+    donor, _ = _trained()
+    donor.save(src)
+    data = src.read_bytes()
+    bad = tmp_path / "bad.npz"
+    if case == "truncated":
+        bad.write_bytes(data[: len(data) // 2])
+    elif case == "garbage":
+        bad.write_bytes(bytes(range(256)) * 10)
+    elif case == "text":
+        bad.write_text("this is not a checkpoint\n")
+    elif case == "npy":
+        with bad.open("wb") as fh:
+            np.save(fh, np.zeros(3))
+    elif case == "empty":
+        bad.write_bytes(b"")
+    elif case == "flipped":  # a byte of array data changed: the zip CRC catches it
+        with zipfile.ZipFile(src) as z:
+            h = z.getinfo("state.v.0.npy").header_offset
+        name_len, extra_len = struct.unpack("<HH", data[h + 26:h + 30])
+        pos = h + 30 + name_len + extra_len + 128 + 8   # past the .npy header
+        bad.write_bytes(data[:pos] + bytes([data[pos] ^ 0xFF]) + data[pos + 1:])
+    opt, params = _trained()
+    _check_unchanged(opt, params, lambda: opt.load(bad),
+                     "not a readable fastopt checkpoint|not an .npz|single .npy")
+
+
+def test_missing_checkpoint_file_is_file_not_found(tmp_path):
+    opt, _ = _trained()
+    with pytest.raises(FileNotFoundError):
+        opt.load(tmp_path / "nope.npz")
+
+
+@pytest.mark.parametrize("case", ["not a dict", "missing", "format", "steps", "state",
+                                  "count", "array"])
+def test_bad_state_dict_is_rejected(case):
+    donor, _ = _trained()
+    opt, params = _trained()
+    sd = donor.state_dict()
+    if case == "not a dict":
+        sd = [sd]
+    elif case == "missing":
+        del sd["steps"]
+    elif case == "format":
+        sd["format"] = "torch"
+    elif case == "steps":
+        sd["steps"] = -1
+    elif case == "state":
+        del sd["state"]["h"]
+    elif case == "count":
+        sd["state"]["v"] = sd["state"]["v"][:3]
+    elif case == "array":
+        sd["state"]["v"][2] = sd["state"]["v"][2].tolist()
+    _check_unchanged(opt, params, lambda: opt.load_state_dict(sd), "fastopt.optim.Adam")
+
+
+def test_save_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.npz"
+    opt, params = _trained()
+    opt.save(path)
+    good = path.read_bytes()
+    run(opt, params, 3, 1)
+
+    def crash(fh, **arrays):
+        fh.write(b"PK\x03\x04 half a zip")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", crash)
+    with pytest.raises(OSError, match="disk full"):
+        opt.save(path)
+    assert path.read_bytes() == good
+    assert os.listdir(tmp_path) == ["ckpt.npz"]
+    monkeypatch.undo()
+    opt.save(path)
+    fresh, _ = _trained()
+    fresh.load(path)
+    assert fresh.steps == 4
