@@ -146,8 +146,14 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         self._checked(name, defaults, None)
         super().__init__(params, defaults)
 
+    def __getstate__(self):
+        return {**super().__getstate__(), "n_threads": self.n_threads}
+
     def __setstate__(self, state):
         super().__setstate__(state)
+        self.__dict__.setdefault("n_threads", None)
+        self.last_step = None
+        self._views = self._old = {}
         for group in self.param_groups:
             for k, v in self.defaults.items():
                 group.setdefault(k, v)

@@ -410,3 +410,18 @@ def test_tensors_given_new_memory_between_steps(name):
     with pytest.raises(ValueError, match=r"has shape \(7,\)"):
         ob.step()
     same(before, snapshot(ob, b))
+
+
+@pytest.mark.parametrize("name", NAMES + ["OnnxAdam"])
+def test_pickle_and_deepcopy(name):
+    import copy
+    import pickle
+    ps = params()
+    opt = getattr(ft, name)(groups(ps), n_threads=1, **KW.get(name, {"lr": 0.01}))
+    train(opt, ps, 2)
+    for clone in (pickle.loads(pickle.dumps(opt)), copy.deepcopy(opt)):
+        assert clone.n_threads == 1
+        qs = [p for g in clone.param_groups for p in g["params"]]
+        train(clone, qs, 2, start=2)
+    train(opt, ps, 2, start=2)
+    _close(ps, qs, torch.float64)
