@@ -174,6 +174,13 @@ class Adagrad(_FastoptOptimizer):
                     self.state[p] = self._new_states(p, {}, ("sum",), None,
                                                      initial_accumulator_value)
 
+    def share_memory(self) -> None:
+        """Move the 'sum' states to shared memory (torch's Adagrad.share_memory)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if "sum" in self.state.get(p, {}):
+                    self.state[p]["sum"].share_memory_()
+
     def _group(self, h):
         fields = {"rule": _step.RULES["adagrad_torch"], "lr": h["lr"], "eps": h["eps"],
                   "decay": h["weight_decay"], "lr_decay": h["lr_decay"],

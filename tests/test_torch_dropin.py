@@ -206,6 +206,19 @@ def test_adagrad_later_groups_start_from_the_default_accumulator():
     _close(a, b, torch.float64)
 
 
+def test_adagrad_share_memory():
+    a, b = params(), params()
+    oa, ob = torch.optim.Adagrad(a, lr=0.1), ft.Adagrad(b, lr=0.1)
+    train(oa, a, 2)
+    train(ob, b, 2)
+    oa.share_memory()
+    ob.share_memory()
+    assert all(ob.state[p]["sum"].is_shared() for p in b)
+    train(oa, a, 2, start=2)
+    train(ob, b, 2, start=2)
+    _close(a, b, torch.float64)
+
+
 def test_amsgrad_turned_on_later_starts_from_zeros():
     ps = params()
     opt = ft.Adam(ps, lr=0.01)
