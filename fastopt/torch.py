@@ -1,47 +1,48 @@
-"""fastopt's Momentum, Adagrad and Adam as ``torch.optim.Optimizer`` subclasses.
+"""torch.optim optimizers whose step is one fastopt C call, on CPU tensors.
 
-For CPU float32/float64 parameters: each step passes NumPy views of the
-parameters, their gradients and the state tensors (``Tensor.numpy()`` shares
-memory, so nothing is copied) to one fastopt C call per parameter group,
-which updates them in place. A torch CPU training loop switches with one
-line::
+Drop-ins, with torch's own names, defaults and state::
 
     import fastopt.torch
-    # opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-    opt = fastopt.torch.Momentum(model.parameters(), lr=0.1, alpha=0.9, norm_coefficient=1e-4)
+    # opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+    opt = fastopt.torch.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
 
-Everything else is torch's Optimizer: ``zero_grad``, parameter groups,
-``add_param_group``, ``state_dict``/``load_state_dict`` and the
-``torch.optim.lr_scheduler`` schedulers (they edit ``group["lr"]``).
+:class:`SGD`, :class:`Adagrad`, :class:`Adam` and :class:`AdamW` take the
+arguments of the torch.optim classes of the same name (torch 2.13), keep the
+same state (``'step'``, ``'momentum_buffer'``, ``'sum'``, ``'exp_avg'``,
+``'exp_avg_sq'``, ``'max_exp_avg_sq'``; ``state_dict()`` has torch's shape,
+so checkpoints move both ways) and compute torch's update (to rounding: torch
+fuses some multiply-adds). Everything else is torch's Optimizer:
+``zero_grad``, parameter groups, ``add_param_group``, hooks and the
+``torch.optim.lr_scheduler`` schedulers. What fastopt cannot honour is
+refused with an error, not approximated: ``foreach``, ``fused``,
+``capturable`` or ``differentiable`` set to True, tensor hyperparameters of
+more than one element, parameters that are not CPU float32/float64 (complex
+included), sparse gradients.
 
-The hyperparameters are fastopt's (ONNX) names; the torch equivalents
-(SEMANTICS.md section 2):
+:class:`OnnxMomentum`, :class:`OnnxAdagrad` and :class:`OnnxAdam` are the
+ONNX training operators with their own hyperparameter names (ONNX Adam adds
+epsilon before the bias correction, unlike torch); ``Momentum`` is an alias
+of :class:`OnnxMomentum`.
 
-============================  =========================================
-torch.optim                   fastopt.torch
-============================  =========================================
-SGD momentum / dampening      Momentum alpha / beta = 1 - dampening
-SGD weight_decay / nesterov   Momentum norm_coefficient / nesterov
-Adagrad lr_decay / eps        Adagrad decay_factor / epsilon
-Adagrad weight_decay          Adagrad norm_coefficient
-Adam betas / weight_decay     Adam (alpha, beta) / norm_coefficient
-============================  =========================================
+One step, every parameter group: the parameters, their gradients and the
+states, as NumPy views of the tensors' memory (nothing copied), go to ONE C
+call (``fastopt._step``) in which every group's hyperparameters travel with
+its tensors. Every group's hyperparameters, every parameter, gradient and
+state (dtype, device, layout, shape: torch's ``load_state_dict`` does not
+check shapes) and every step count are checked before anything is written:
+a step that raises changes no parameter, state or count. Gradients are
+read as they were when ``step()`` was called, also one that shares memory
+with a parameter the step updates (torch.optim, which runs group after
+group, would read such a gradient after updating that parameter).
 
-Momentum and Adagrad then give torch's results (up to rounding). Adam
-differs from torch.optim.Adam unless ``epsilon=0``: ONNX adds epsilon before
-the bias correction (ONNX eps = torch eps * sqrt(1 - beta**t)), and
-``norm_coefficient_post`` decays after the step, unlike AdamW's decoupled
-decay before it.
-
-The update count T is kept per parameter (``state["step"]``, the number of
-updates applied to it), as torch does: a parameter without a gradient in a
-step is skipped and keeps its count. T is ``step`` for Momentum and Adagrad
-and ``step + 1`` for Adam; parameters of a group that share T (normally all
-of them) are updated by one C call.
+Step counts are per parameter, as in torch: a parameter without a gradient
+is skipped and keeps its count and state.
 
 This module imports torch; ``import fastopt`` alone never does.
 """
 from __future__ import annotations
+
+from typing import ClassVar
 
 if __name__ == "torch":  # pragma: no cover - run with fastopt/ itself on sys.path
     raise ImportError(
@@ -55,137 +56,268 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("fastopt.torch needs PyTorch (CPU build is enough), which is not "
                       "installed") from exc
 
-from . import _ops
-from . import _validation as _v
+from . import _step
+from ._torchbase import _FastoptOptimizer, _scalar, _step_tensor, _zeros
 
-__all__ = ["Momentum", "Adagrad", "Adam"]
+__all__ = [
+    "SGD",
+    "Adagrad",
+    "Adam",
+    "AdamW",
+    "Momentum",
+    "OnnxAdagrad",
+    "OnnxAdam",
+    "OnnxMomentum",
+]
 
-_DTYPES = (torch.float32, torch.float64)
+
+# ---- torch.optim drop-ins ------------------------------------------------------
+
+_MAXIMIZE = {"maximize": "bool"}
 
 
-class _FastoptOptimizer(torch.optim.Optimizer):
-    _KERNEL = None
+class SGD(_FastoptOptimizer):
+    """torch.optim.SGD (momentum, dampening, weight decay, Nesterov, maximize).
+
+    Parameters
+    ----------
+    params : iterable of Tensor or dict
+        Parameters or parameter groups, as for any torch optimizer.
+    lr : float, default 1e-3
+    momentum, dampening, weight_decay : float, default 0
+    nesterov : bool, default False
+        Needs momentum > 0 and dampening 0.
+    maximize : bool, default False
+    foreach, differentiable, fused
+        torch's; only their defaults (None/False) are supported.
+    n_threads : int, optional
+        Threads for the C step (None: fastopt's current default).
+
+    Notes
+    -----
+    State, as torch's: ``'momentum_buffer'`` (only with momentum). The first
+    update of a parameter copies its (decayed) gradient into the buffer.
+    """
+
+    _SPEC: ClassVar[dict] = {"lr": "lr", "momentum": {"low": 0.0}, "dampening": {},
+                             "weight_decay": {"low": 0.0}, "nesterov": "bool", **_MAXIMIZE}
+    _COUNTS = False
+
+    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
+                 nesterov=False, *, maximize=False, foreach=None, differentiable=False,
+                 fused=None, n_threads=None):
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("fastopt.torch.SGD: nesterov needs a momentum > 0 and "
+                             "dampening 0")
+        d = {"lr": lr, "momentum": momentum, "dampening": dampening,
+             "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize,
+             "foreach": foreach, "differentiable": differentiable, "fused": fused}
+        super().__init__(params, d, n_threads)
+
+    def _group(self, h):
+        mom = h["momentum"]
+        flags = ((_step.NESTEROV if h["nesterov"] and mom != 0 else 0)
+                 | (_step.MAXIMIZE if h["maximize"] else 0))
+        fields = {"rule": _step.RULES["sgd_torch"], "lr": h["lr"], "alpha": mom,
+                  "beta": h["dampening"], "decay": h["weight_decay"], "flags": flags}
+        return fields, (("momentum_buffer",) if mom != 0 else ())
+
+    def _new_states(self, p, st, names, h):
+        if names and st.get("momentum_buffer") is None:
+            return {"momentum_buffer": _zeros(p)}   # torch: the buffer is None
+        return {}
+
+    def _t(self, f, where, full, new):
+        return 0 if "momentum_buffer" in new else 1   # 0: buffer = gradient
+
+
+class Adagrad(_FastoptOptimizer):
+    """torch.optim.Adagrad (lr decay, weight decay, initial accumulator, maximize).
+
+    Parameters
+    ----------
+    params : iterable of Tensor or dict
+    lr : float, default 1e-2
+    lr_decay, weight_decay, initial_accumulator_value : float, default 0
+    eps : float, default 1e-10
+    foreach : None
+        torch's (positional here as there); only None/False is supported.
+    maximize : bool, default False
+    differentiable, fused
+        torch's; only their defaults are supported.
+    n_threads : int, optional
+
+    Notes
+    -----
+    State, as torch's: ``'step'`` (a float scalar tensor) and ``'sum'``,
+    created when the optimizer is built (filled with
+    initial_accumulator_value) or, for parameters added later, on their
+    first update (with the optimizer's default initial_accumulator_value,
+    as torch does).
+    """
+
+    _SPEC: ClassVar[dict] = {"lr": "lr", "lr_decay": {"low": 0.0},
+                             "weight_decay": {"low": 0.0},
+                             "initial_accumulator_value": {"low": 0.0},
+                             "eps": {"low": 0.0}, **_MAXIMIZE}
+
+    def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
+                 initial_accumulator_value=0, eps=1e-10, foreach=None, *, maximize=False,
+                 differentiable=False, fused=None, n_threads=None):
+        d = {"lr": lr, "lr_decay": lr_decay, "eps": eps, "weight_decay": weight_decay,
+             "initial_accumulator_value": initial_accumulator_value, "foreach": foreach,
+             "maximize": maximize, "differentiable": differentiable, "fused": fused}
+        super().__init__(params, d, n_threads)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.is_floating_point():   # the others are refused by step()
+                    self.state[p] = self._new_states(p, {}, ("sum",), None,
+                                                     initial_accumulator_value)
+
+    def share_memory(self) -> None:
+        """Move the 'sum' states to shared memory (torch's Adagrad.share_memory)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if "sum" in self.state.get(p, {}):
+                    self.state[p]["sum"].share_memory_()
+
+    def _group(self, h):
+        fields = {"rule": _step.RULES["adagrad_torch"], "lr": h["lr"], "eps": h["eps"],
+                  "decay": h["weight_decay"], "lr_decay": h["lr_decay"],
+                  "flags": _step.MAXIMIZE if h["maximize"] else 0}
+        return fields, ("sum",)
+
+    def _new_states(self, p, st, names, h, init=None):
+        if st:
+            return {}
+        init = self.defaults["initial_accumulator_value"] if init is None else init
+        return {"step": _step_tensor(),
+                "sum": torch.full_like(p, _scalar("", "", init),
+                                       memory_format=torch.preserve_format)}
+
+    def _t(self, f, where, full, new):
+        return self._read_count(f, where, full) + 1
+
+
+class Adam(_FastoptOptimizer):
+    """torch.optim.Adam (amsgrad, maximize; decoupled_weight_decay: AdamW).
+
+    Torch's epsilon placement: ``denom = sqrt(v) / sqrt(1 - beta2**t) + eps``
+    and step size ``lr / (1 - beta1**t)``; weight_decay is L2 (added to the
+    gradient) unless ``decoupled_weight_decay``. Not :class:`OnnxAdam`.
+
+    Parameters
+    ----------
+    params : iterable of Tensor or dict
+    lr : float, default 1e-3
+    betas : (float, float), default (0.9, 0.999)
+    eps : float, default 1e-8
+    weight_decay : float, default 0
+    amsgrad : bool, default False
+    maximize : bool, default False
+    decoupled_weight_decay : bool, default False
+        True: AdamW's decay (``x *= 1 - lr * weight_decay`` first).
+    foreach, capturable, differentiable, fused
+        torch's; only their defaults are supported.
+    n_threads : int, optional
+
+    Notes
+    -----
+    State, as torch's: ``'step'`` (a float scalar tensor), ``'exp_avg'``,
+    ``'exp_avg_sq'`` and, with amsgrad, ``'max_exp_avg_sq'`` (created from
+    zeros if amsgrad is turned on later).
+    """
+
+    _SPEC: ClassVar[dict] = {"lr": "lr", "betas": "betas", "eps": {"low": 0.0},
+                             "weight_decay": {"low": 0.0}, "amsgrad": "bool", **_MAXIMIZE,
+                             "decoupled_weight_decay": "bool"}
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+                 amsgrad=False, *, foreach=None, maximize=False, capturable=False,
+                 differentiable=False, fused=None, decoupled_weight_decay=False,
+                 n_threads=None):
+        d = {"lr": lr, "betas": tuple(betas) if isinstance(betas, list) else betas,
+             "eps": eps, "weight_decay": weight_decay, "amsgrad": amsgrad,
+             "maximize": maximize, "foreach": foreach, "capturable": capturable,
+             "differentiable": differentiable,
+             "fused": fused, "decoupled_weight_decay": decoupled_weight_decay}
+        super().__init__(params, d, n_threads)
+
+    def _group(self, h):
+        b1, b2 = h["betas"]
+        rule = "adamw_torch" if h["decoupled_weight_decay"] else "adam_torch"
+        flags = ((_step.AMSGRAD if h["amsgrad"] else 0)
+                 | (_step.MAXIMIZE if h["maximize"] else 0))
+        fields = {"rule": _step.RULES[rule], "lr": h["lr"], "alpha": b1, "beta": b2,
+                  "eps": h["eps"], "decay": h["weight_decay"], "flags": flags}
+        names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if h["amsgrad"] else ())
+        return fields, names
+
+    def _new_states(self, p, st, names, h):
+        if not st:
+            return {"step": _step_tensor(), **{n: _zeros(p) for n in names}}
+        if "max_exp_avg_sq" in names and "max_exp_avg_sq" not in st:
+            return {"max_exp_avg_sq": _zeros(p)}
+        return {}
+
+    def _t(self, f, where, full, new):
+        return self._read_count(f, where, full) + 1
+
+
+class AdamW(Adam):
+    """torch.optim.AdamW: :class:`Adam` with decoupled weight decay
+    (``x *= 1 - lr * weight_decay`` before the update), default 1e-2.
+
+    Parameters
+    ----------
+    params, lr, betas, eps, amsgrad, maximize, n_threads
+        As :class:`Adam`.
+    weight_decay : float, default 1e-2
+    foreach, capturable, differentiable, fused
+        torch's; only their defaults are supported.
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 amsgrad=False, *, maximize=False, foreach=None, capturable=False,
+                 differentiable=False, fused=None, n_threads=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
+                         maximize=maximize, capturable=capturable,
+                         differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True, n_threads=n_threads)
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group["decoupled_weight_decay"] = True
+
+
+# ---- the ONNX operators ----------------------------------------------------------
+
+class _Onnx(_FastoptOptimizer):
+    """An ONNX rule: state['step'] is an int, T = step + _T0."""
+
+    _RULE = ""
     _STATES: tuple = ()
     _T0 = 0
 
-    def __init__(self, params, defaults, n_threads):
-        name = f"fastopt.torch.{type(self).__name__}"
-        self.n_threads = _v.check_n_threads(name, n_threads)
-        super().__init__(params, defaults)
+    def _group(self, h):
+        return self._fields(h), self._STATES
 
-    # name -> "lr", "bool" or check_real bounds; the kernel's keyword arguments
-    _SPEC: dict = {}
-    _NOT_KERNEL: tuple = ()
+    def _new_states(self, p, st, names, h):
+        if st:
+            return {}
+        fill = h.get("initial_accumulator_value", 0.0)
+        new = {"step": 0}
+        for name in names:
+            new[name] = torch.full_like(p, fill, memory_format=torch.preserve_format)
+        return new
 
-    def _initial(self, hyper) -> float:
-        return 0.0
-
-    def _checked(self, f, group, gi) -> dict:
-        """The group's hyperparameters, checked (they may have been edited)."""
-        try:
-            return _hyper(f, **{k: (group[k], kind) for k, kind in self._SPEC.items()})
-        except (TypeError, ValueError) as exc:
-            if gi is None:
-                raise
-            raise type(exc)(f"{exc} (in param_groups[{gi}])") from None
-
-    def _check_param(self, f, gi, i, p):
-        where = f"param_groups[{gi}]['params'][{i}]"
-        if p.device.type != "cpu":
-            raise ValueError(f"{f}: {where} is on {p.device}; fastopt updates CPU tensors")
-        if p.dtype not in _DTYPES:
-            raise TypeError(f"{f}: {where} has dtype {p.dtype}; fastopt updates float32 or "
-                            f"float64 tensors")
-        g = p.grad
-        if g.is_sparse or g.layout != torch.strided:
-            raise TypeError(f"{f}: {where} has a sparse gradient; fastopt needs dense ones")
-        if g.dtype != p.dtype:
-            raise TypeError(f"{f}: the gradient of {where} has dtype {g.dtype} but the "
-                            f"parameter has {p.dtype}")
-        if g.shape != p.shape:
-            raise ValueError(f"{f}: the gradient of {where} has shape {tuple(g.shape)} but "
-                             f"the parameter has {tuple(p.shape)}")
-        if g.device != p.device:
-            raise ValueError(f"{f}: the gradient of {where} is on {g.device}")
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        """One update of every parameter that has a gradient.
-
-        Parameters
-        ----------
-        closure : callable, optional
-            Re-evaluates the model and returns the loss (run with grad
-            enabled before the update), as in torch.optim.
-
-        Returns
-        -------
-        The closure's loss, or None.
-        """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        f = f"fastopt.torch.{type(self).__name__}.step"
-        calls = []
-        # check every parameter first: a bad one anywhere leaves all untouched
-        for gi, group in enumerate(self.param_groups):
-            hyper = self._checked(f, group, gi)
-            buckets: dict = {}
-            for i, p in enumerate(group["params"]):
-                if p.grad is None:
-                    continue
-                self._check_param(f, gi, i, p)
-                st = self.state[p]
-                t = st.get("step", 0) + self._T0
-                b = buckets.setdefault(t, [[], [], [[] for _ in self._STATES], []])
-                b[0].append(p)
-                b[1].append(p.grad)
-                b[3].append(st)
-            calls.append((hyper, buckets))
-        kernel = type(self)._KERNEL
-        for hyper, buckets in calls:
-            kw = {k: v for k, v in hyper.items() if k not in self._NOT_KERNEL}
-            if "nesterov" in kw:
-                kw["mode"] = "nesterov" if kw.pop("nesterov") else "standard"
-            for t, (ps, gs, _, sts) in buckets.items():
-                for p, st in zip(ps, sts):
-                    if "step" not in st:  # lazy state, as torch.optim does
-                        st["step"] = 0
-                        fill = self._initial(hyper)
-                        for name in self._STATES:
-                            s = torch.zeros_like(p, memory_format=torch.preserve_format)
-                            if fill:
-                                s.fill_(fill)
-                            st[name] = s
-                xs = [p.detach().numpy() for p in ps]
-                gs_np = [g.detach().resolve_neg().numpy() for g in gs]
-                states = [[st[name].numpy() for st in sts] for name in self._STATES]
-                kernel(xs, gs_np, *states, t=t, n_threads=self.n_threads, **kw)
-                for st in sts:
-                    st["step"] += 1
-        return loss
+    def _t(self, f, where, full, new):
+        return self._read_count(f, where, full) + self._T0
 
 
-def _hyper(fname, **checks):
-    """Validate constructor hyperparameters with fastopt's checks."""
-    out = {}
-    for k, (v, kind) in checks.items():
-        if kind == "lr":
-            out[k] = _v.check_lr(fname, v, name=k)
-        elif kind == "bool":
-            # merge-note: one check_bool in _validation for this and
-            # fastopt.optim._checks.as_bool (which also takes numpy.bool_)
-            if not isinstance(v, bool):
-                raise TypeError(f"{fname}: {k} must be True or False, got {type(v).__name__}")
-            out[k] = v
-        else:
-            out[k] = _v.check_real(fname, k, v, **kind)
-    return out
-
-
-class Momentum(_FastoptOptimizer):
-    """ONNX Momentum (torch.optim.SGD with momentum) on CPU tensors.
+class OnnxMomentum(_Onnx):
+    """ONNX Momentum (torch.optim.SGD with momentum, in ONNX's names).
 
     Parameters
     ----------
@@ -200,23 +332,31 @@ class Momentum(_FastoptOptimizer):
         torch ``weight_decay``.
     nesterov : bool, default False
     n_threads : int, optional
-        Threads for the kernels (None: fastopt's current default).
+        Threads for the C step (None: fastopt's current default).
+
+    Notes
+    -----
+    State: ``'step'`` (an int, T) and ``'momentum_buffer'``.
     """
 
-    _KERNEL = staticmethod(_ops.momentum)
     _STATES = ("momentum_buffer",)
-    _T0 = 0
-    _SPEC = {"lr": "lr", "alpha": {}, "beta": {}, "norm_coefficient": {}, "nesterov": "bool"}
+    _SPEC: ClassVar[dict] = {"lr": "lr", "alpha": {}, "beta": {}, "norm_coefficient": {},
+                             "nesterov": "bool"}
 
     def __init__(self, params, lr, alpha=0.9, beta=1.0, norm_coefficient=0.0,
                  nesterov=False, *, n_threads=None):
-        d = dict(lr=lr, alpha=alpha, beta=beta, norm_coefficient=norm_coefficient,
-                 nesterov=nesterov)
-        super().__init__(params, self._checked("fastopt.torch.Momentum", d, None), n_threads)
+        d = {"lr": lr, "alpha": alpha, "beta": beta, "norm_coefficient": norm_coefficient,
+             "nesterov": nesterov}
+        super().__init__(params, d, n_threads)
+
+    def _fields(self, h):
+        return {"rule": _step.RULES["momentum"], "lr": h["lr"], "alpha": h["alpha"],
+                "beta": h["beta"], "decay": h["norm_coefficient"],
+                "flags": _step.NESTEROV if h["nesterov"] else 0}
 
 
-class Adagrad(_FastoptOptimizer):
-    """ONNX Adagrad (torch.optim.Adagrad) on CPU tensors.
+class OnnxAdagrad(_Onnx):
+    """ONNX Adagrad (torch.optim.Adagrad, in ONNX's names).
 
     Parameters
     ----------
@@ -230,32 +370,38 @@ class Adagrad(_FastoptOptimizer):
         torch ``weight_decay``.
     initial_accumulator_value : float, default 0.0
     n_threads : int, optional
+
+    Notes
+    -----
+    State: ``'step'`` (an int, T) and ``'sum'``.
     """
 
-    _KERNEL = staticmethod(_ops.adagrad)
     _STATES = ("sum",)
-    _T0 = 0
-    _SPEC = {"lr": "lr", "decay_factor": {"low": 0.0}, "epsilon": {"low": 0.0},
-             "norm_coefficient": {}, "initial_accumulator_value": {"low": 0.0}}
-    _NOT_KERNEL = ("initial_accumulator_value",)
+    _SPEC: ClassVar[dict] = {"lr": "lr", "decay_factor": {"low": 0.0},
+                             "epsilon": {"low": 0.0}, "norm_coefficient": {},
+                             "initial_accumulator_value": {"low": 0.0}}
 
     def __init__(self, params, lr, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0,
                  initial_accumulator_value=0.0, *, n_threads=None):
-        d = dict(lr=lr, decay_factor=decay_factor, epsilon=epsilon,
-                 norm_coefficient=norm_coefficient,
-                 initial_accumulator_value=initial_accumulator_value)
-        super().__init__(params, self._checked("fastopt.torch.Adagrad", d, None), n_threads)
+        d = {"lr": lr, "decay_factor": decay_factor, "epsilon": epsilon,
+             "norm_coefficient": norm_coefficient,
+             "initial_accumulator_value": initial_accumulator_value}
+        super().__init__(params, d, n_threads)
 
-    def _initial(self, hyper):
-        return hyper["initial_accumulator_value"]
+    def _fields(self, h):
+        return {"rule": _step.RULES["adagrad"], "lr": h["lr"], "eps": h["epsilon"],
+                "decay": h["norm_coefficient"], "lr_decay": h["decay_factor"]}
 
 
-class Adam(_FastoptOptimizer):
+class OnnxAdam(_Onnx):
     """ONNX Adam on CPU tensors (T = 1 on a parameter's first update).
 
     Equals torch.optim.Adam(betas=(alpha, beta), eps=0, weight_decay=
-    norm_coefficient) when ``epsilon=0`` and ``norm_coefficient_post=0``; see
-    the module docstring for why it differs otherwise.
+    norm_coefficient) when ``epsilon=0`` and ``norm_coefficient_post=0``:
+    ONNX adds epsilon before the bias correction (ONNX eps = torch eps *
+    sqrt(1 - beta**t)), and ``norm_coefficient_post`` decays after the step,
+    unlike AdamW's decoupled decay before it. For torch's Adam, use
+    :class:`Adam`.
 
     Parameters
     ----------
@@ -266,18 +412,33 @@ class Adam(_FastoptOptimizer):
     norm_coefficient : float, default 0.0
     norm_coefficient_post : float, default 0.0
     n_threads : int, optional
+
+    Notes
+    -----
+    State: ``'step'`` (an int, T - 1), ``'exp_avg'`` and ``'exp_avg_sq'``.
     """
 
-    _KERNEL = staticmethod(_ops.adam)
     _STATES = ("exp_avg", "exp_avg_sq")
     _T0 = 1
-    _SPEC = {"lr": "lr", "alpha": {"low": 0.0, "high": 1.0, "high_open": True},
-             "beta": {"low": 0.0, "high": 1.0}, "epsilon": {"low": 0.0},
-             "norm_coefficient": {}, "norm_coefficient_post": {}}
+    _SPEC: ClassVar[dict] = {"lr": "lr",
+                             "alpha": {"low": 0.0, "high": 1.0, "high_open": True},
+                             "beta": {"low": 0.0, "high": 1.0}, "epsilon": {"low": 0.0},
+                             "norm_coefficient": {}, "norm_coefficient_post": {}}
 
     def __init__(self, params, lr, alpha=0.9, beta=0.999, epsilon=1e-6,
                  norm_coefficient=0.0, norm_coefficient_post=0.0, *, n_threads=None):
-        d = dict(lr=lr, alpha=alpha, beta=beta, epsilon=epsilon,
-                 norm_coefficient=norm_coefficient,
-                 norm_coefficient_post=norm_coefficient_post)
-        super().__init__(params, self._checked("fastopt.torch.Adam", d, None), n_threads)
+        d = {"lr": lr, "alpha": alpha, "beta": beta, "epsilon": epsilon,
+             "norm_coefficient": norm_coefficient,
+             "norm_coefficient_post": norm_coefficient_post}
+        super().__init__(params, d, n_threads)
+
+    def _fields(self, h):
+        return {"rule": _step.RULES["adam"], "lr": h["lr"], "alpha": h["alpha"],
+                "beta": h["beta"],
+                "eps": h["epsilon"], "decay": h["norm_coefficient"],
+                "decay_post": h["norm_coefficient_post"]}
+
+
+#: The former name of :class:`OnnxMomentum` (fastopt.torch.Adagrad and Adam
+#: are now torch.optim's drop-ins; the ONNX ones are OnnxAdagrad, OnnxAdam).
+Momentum = OnnxMomentum

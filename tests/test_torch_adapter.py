@@ -55,27 +55,27 @@ def assert_models_close(a, b, dtype):
 
 CASES = {
     "sgd": (lambda p: torch.optim.SGD(p, lr=0.05),
-            lambda p: ft.Momentum(p, lr=0.05, alpha=0.0)),
+            lambda p: ft.OnnxMomentum(p, lr=0.05, alpha=0.0)),
     "momentum": (lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
-                 lambda p: ft.Momentum(p, lr=0.05, alpha=0.9)),
+                 lambda p: ft.OnnxMomentum(p, lr=0.05, alpha=0.9)),
     "dampening+decay": (lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.8, dampening=0.3,
                                                   weight_decay=0.01),
-                        lambda p: ft.Momentum(p, lr=0.05, alpha=0.8, beta=0.7,
+                        lambda p: ft.OnnxMomentum(p, lr=0.05, alpha=0.8, beta=0.7,
                                               norm_coefficient=0.01)),
     "nesterov": (lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True,
                                            weight_decay=0.001),
-                 lambda p: ft.Momentum(p, lr=0.05, alpha=0.9, nesterov=True,
+                 lambda p: ft.OnnxMomentum(p, lr=0.05, alpha=0.9, nesterov=True,
                                        norm_coefficient=0.001)),
     "adagrad": (lambda p: torch.optim.Adagrad(p, lr=0.1, lr_decay=0.01, eps=1e-8,
                                               weight_decay=0.01,
                                               initial_accumulator_value=0.1),
-                lambda p: ft.Adagrad(p, lr=0.1, decay_factor=0.01, epsilon=1e-8,
+                lambda p: ft.OnnxAdagrad(p, lr=0.1, decay_factor=0.01, epsilon=1e-8,
                                      norm_coefficient=0.01, initial_accumulator_value=0.1)),
     # ONNX adds epsilon before the bias correction (ONNX eps = torch eps *
     # sqrt(1 - beta2**t)): with eps = 0 the two are the same rule.
     "adam": (lambda p: torch.optim.Adam(p, lr=0.01, betas=(0.8, 0.99), eps=0.0,
                                         weight_decay=0.01),
-             lambda p: ft.Adam(p, lr=0.01, alpha=0.8, beta=0.99, epsilon=0.0,
+             lambda p: ft.OnnxAdam(p, lr=0.01, alpha=0.8, beta=0.99, epsilon=0.0,
                                norm_coefficient=0.01)),
 }
 
@@ -100,35 +100,44 @@ def test_adam_with_epsilon_differs_from_torch_as_documented():
     x.grad = torch.tensor([1e-3, -2e-3], dtype=torch.float64)
     y.grad = x.grad.clone()
     torch.optim.Adam([x], lr=0.1, betas=(0.9, beta2), eps=eps).step()
-    ft.Adam([y], lr=0.1, alpha=0.9, beta=beta2, epsilon=eps * (1 - beta2) ** 0.5).step()
+    ft.OnnxAdam([y], lr=0.1, alpha=0.9, beta=beta2, epsilon=eps * (1 - beta2) ** 0.5).step()
     np.testing.assert_allclose(x.detach().numpy(), y.detach().numpy(), rtol=1e-14)
     z = torch.nn.Parameter(torch.tensor([0.5, -1.0], dtype=torch.float64))
     z.grad = x.grad.clone()
-    ft.Adam([z], lr=0.1, alpha=0.9, beta=beta2, epsilon=eps).step()
+    ft.OnnxAdam([z], lr=0.1, alpha=0.9, beta=beta2, epsilon=eps).step()
     assert not np.allclose(x.detach().numpy(), z.detach().numpy(), rtol=1e-6)
 
 
 def test_updates_in_place_without_copies(monkeypatch):
     model = Net(torch.float32)
-    opt = ft.Momentum(model.parameters(), lr=0.1)
+    opt = ft.OnnxMomentum(model.parameters(), lr=0.1)
     ptrs = [p.data_ptr() for p in model.parameters()]
     seen = []
-    real = ft.Momentum._KERNEL
+    real = ft._step.run
 
-    def spy(xs, gs, vs, **kw):
-        for p, x, g, v in zip(model.parameters(), xs, gs, vs):
+    def spy(f, xs, gs, states, index, groups, *args):
+        for p, x, g in zip(model.parameters(), xs, gs):
             assert np.shares_memory(x, p.detach().numpy())
             assert np.shares_memory(g, p.grad.numpy())
-            assert np.shares_memory(v, opt.state[p]["momentum_buffer"].numpy())
-        seen.append(len(xs))
-        real(xs, gs, vs, **kw)
+        seen.append((xs, gs, states[0]))
+        return real(f, xs, gs, states, index, groups, *args)
 
-    monkeypatch.setattr(ft.Momentum, "_KERNEL", staticmethod(spy))
+    def check(model, k):   # the states of the last step are the optimizer's
+        for _, _, vs in seen[-1:]:
+            for p, v in zip(model.parameters(), vs):
+                assert np.shares_memory(v, opt.state[p]["momentum_buffer"].numpy())
+
+    monkeypatch.setattr(ft._step, "run", spy)
     before = [p.detach().clone() for p in model.parameters()]
-    train(model, opt, steps=2)
-    assert seen == [4, 4]   # one call per group per step
+    train(model, opt, steps=2, hook=check)
+    check(model, 2)
+    assert [len(xs) for xs, _, _ in seen] == [4, 4]   # one call per step, every group
     assert [p.data_ptr() for p in model.parameters()] == ptrs
     assert all(not torch.equal(p, q) for p, q in zip(model.parameters(), before))
+
+
+def test_momentum_is_the_old_name_of_onnx_momentum():
+    assert ft.Momentum is ft.OnnxMomentum
 
 
 def test_parameters_without_gradients_keep_their_own_count():
@@ -140,7 +149,7 @@ def test_parameters_without_gradients_keep_their_own_count():
     a, b = Net(torch.float64), Net(torch.float64)
     train(a, torch.optim.SGD(a.parameters(), lr=0.05, momentum=0.9, dampening=0.5),
           steps=20, hook=hook)
-    opt = ft.Momentum(b.parameters(), lr=0.05, alpha=0.9, beta=0.5)
+    opt = ft.OnnxMomentum(b.parameters(), lr=0.05, alpha=0.9, beta=0.5)
     train(b, opt, steps=20, hook=hook)
     assert_models_close(a, b, torch.float64)
     assert opt.state[b.out.bias]["step"] == 10 and opt.state[b.w1]["step"] == 20
@@ -157,7 +166,7 @@ def test_param_groups_and_lr_scheduler():
 
     a, b = Net(torch.float64), Net(torch.float64)
     oa = torch.optim.SGD(groups(a), lr=0.05, momentum=0.9)
-    ob = ft.Momentum(groups_fast(b), lr=0.05, alpha=0.9)
+    ob = ft.OnnxMomentum(groups_fast(b), lr=0.05, alpha=0.9)
     sa = torch.optim.lr_scheduler.StepLR(oa, step_size=10, gamma=0.5)
     sb = torch.optim.lr_scheduler.StepLR(ob, step_size=10, gamma=0.5)
     for k in range(30):
@@ -173,9 +182,9 @@ def test_param_groups_and_lr_scheduler():
 
 @pytest.mark.parametrize("cls", ["Momentum", "Adagrad", "Adam"])
 def test_state_dict_resume(cls):
-    make = {"Momentum": lambda p: ft.Momentum(p, lr=0.05, alpha=0.9, beta=0.8),
-            "Adagrad": lambda p: ft.Adagrad(p, lr=0.05, decay_factor=0.1),
-            "Adam": lambda p: ft.Adam(p, lr=0.01)}[cls]
+    make = {"Momentum": lambda p: ft.OnnxMomentum(p, lr=0.05, alpha=0.9, beta=0.8),
+            "Adagrad": lambda p: ft.OnnxAdagrad(p, lr=0.05, decay_factor=0.1),
+            "Adam": lambda p: ft.OnnxAdam(p, lr=0.01)}[cls]
     a = Net(torch.float64)
     oa = make(a.parameters())
     train(a, oa, steps=5)
@@ -203,7 +212,7 @@ def test_state_dict_resume(cls):
 
 def test_closure_and_errors():
     model = Net(torch.float32)
-    opt = ft.Adagrad(model.parameters(), lr=0.1)
+    opt = ft.OnnxAdagrad(model.parameters(), lr=0.1)
     x, y = data(torch.float32, 0)
 
     def closure():
@@ -217,14 +226,14 @@ def test_closure_and_errors():
     half.grad = torch.ones(3, dtype=torch.float16)
     other = torch.nn.Parameter(torch.ones(3))
     other.grad = torch.ones(3)
-    bad = ft.Momentum([other, half], lr=0.1)
+    bad = ft.OnnxMomentum([other, half], lr=0.1)
     with pytest.raises(TypeError, match=r"\['params'\]\[1\] has dtype torch.float16"):
         bad.step()
     assert torch.equal(other, torch.ones(3))   # nothing was written
     with pytest.raises(ValueError, match="lr must be a finite number >= 0"):
-        ft.Adam(model.parameters(), lr=-1.0)
+        ft.OnnxAdam(model.parameters(), lr=-1.0)
     with pytest.raises(ValueError, match="alpha must be < 1.0"):
-        ft.Adam(model.parameters(), lr=0.1, alpha=1.0)
+        ft.OnnxAdam(model.parameters(), lr=0.1, alpha=1.0)
     opt.param_groups[0]["epsilon"] = -1.0
     with pytest.raises(ValueError,
                        match=r"epsilon must be >= 0.0, got -1.0 \(in param_groups\[0\]\)"):

@@ -1,0 +1,344 @@
+"""The machinery of fastopt.torch: a torch.optim.Optimizer whose step is
+one fastopt step (``fastopt._step.run``) over every parameter group.
+
+A step first plans: each group's hyperparameters are checked (they may have
+been edited since), then every parameter with a gradient, its gradient and
+its states (dtype, device, layout, shape) and its step count; states a
+parameter's first update needs are made, but kept aside. Only then the one
+C call runs, and only if it applied are the new states stored and the step
+counts advanced. A gradient that shares memory with a tensor the step
+writes is copied first, so every gradient is read as it was when step()
+was called. The public classes are in fastopt/torch.py.
+"""
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+
+from . import _step
+from . import _validation as _v
+
+_DTYPES = (torch.float32, torch.float64)
+_UNSUPPORTED = ("foreach", "fused", "capturable", "differentiable")
+_NO_OPTIONS = _step.Options()
+
+
+# ---- checks ------------------------------------------------------------------
+
+def _suffix(gi):
+    return "" if gi is None else f" (in param_groups[{gi}])"
+
+
+def _scalar(f, name, v):
+    """A one-element tensor hyperparameter as a Python number."""
+    if isinstance(v, torch.Tensor):
+        if v.numel() != 1 or v.is_complex():
+            raise ValueError(f"{f}: {name} must be a real number or a one-element "
+                             f"tensor, got a tensor of shape {tuple(v.shape)}")
+        return v.item()
+    return v
+
+
+def _check(f, name, kind, v):
+    """One hyperparameter: kind "lr", "bool", "betas" or check_real bounds."""
+    if kind == "bool":
+        if not isinstance(v, bool):
+            raise TypeError(f"{f}: {name} must be True or False, got {type(v).__name__}")
+        return v
+    if kind == "betas":
+        try:
+            b1, b2 = v
+        except (TypeError, ValueError):
+            raise TypeError(f"{f}: betas must be a pair (beta1, beta2), got "
+                            f"{type(v).__name__}") from None
+        return (_check(f, "betas[0]", {"low": 0.0, "high": 1.0, "high_open": True}, b1),
+                _check(f, "betas[1]", {"low": 0.0, "high": 1.0, "high_open": True}, b2))
+    v = _scalar(f, name, v)
+    if kind == "lr":
+        return _v.check_lr(f, v, name=name)
+    return _v.check_real(f, name, v, **kind)
+
+
+def _check_param(f, where, p):
+    """A parameter that fastopt can update (raises)."""
+    if p.device.type != "cpu":
+        raise ValueError(f"{f}: {where} is on {p.device}; fastopt updates CPU tensors")
+    if p.dtype not in _DTYPES:
+        kind = "complex " if p.is_complex() else ""
+        raise TypeError(f"{f}: {where} has dtype {p.dtype}; fastopt updates float32 or "
+                        f"float64 tensors, not {kind}{p.dtype}")
+    if p.layout != torch.strided or p.is_neg():
+        raise TypeError(f"{f}: {where} is not a plain strided tensor")
+
+
+def _check_grad(f, where, p, g):
+    """The gradient g of the parameter p (raises)."""
+    if g.is_sparse or g.layout != torch.strided:
+        raise TypeError(f"{f}: {where} has a sparse gradient; fastopt needs dense ones")
+    if g.dtype != p.dtype:
+        raise TypeError(f"{f}: the gradient of {where} has dtype {g.dtype} but the "
+                        f"parameter has {p.dtype}")
+    if g.shape != p.shape:
+        raise ValueError(f"{f}: the gradient of {where} has shape {tuple(g.shape)} but "
+                         f"the parameter has {tuple(p.shape)}")
+    if g.device != p.device:
+        raise ValueError(f"{f}: the gradient of {where} is on {g.device}")
+
+
+def _check_state(f, where, p, name, s):
+    """A state tensor of its parameter's dtype, device and shape (raises)."""
+    lab = f"state[{name!r}] of {where}"
+    if s is None:
+        raise ValueError(f"{f}: {lab} is missing")
+    if not isinstance(s, torch.Tensor):
+        raise TypeError(f"{f}: {lab} must be a tensor, got {type(s).__name__}")
+    if s.layout != torch.strided or s.is_neg() or s.is_conj():
+        raise TypeError(f"{f}: {lab} is not a plain strided tensor")
+    if s.device != p.device:
+        raise ValueError(f"{f}: {lab} is on {s.device} but the parameter is on "
+                         f"{p.device}")
+    if s.dtype != p.dtype:
+        raise TypeError(f"{f}: {lab} has dtype {s.dtype} but the parameter has {p.dtype}")
+    if s.shape != p.shape:
+        raise ValueError(f"{f}: {lab} has shape {tuple(s.shape)} but the parameter has "
+                         f"{tuple(p.shape)} (a state_dict of another model?)")
+
+
+def _count(f, where, st):
+    """The update count kept in state['step'] (an int or a one-element tensor)."""
+    if "step" not in st:
+        raise ValueError(f"{f}: the state of {where} has no 'step'")
+    v = st["step"]
+    if isinstance(v, torch.Tensor):
+        v = v.item() if v.numel() == 1 and not v.is_complex() else None
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if not (ok and math.isfinite(v) and v == int(v) and 0 <= v < 2**53):
+        raise ValueError(f"{f}: state['step'] of {where} must be a whole number >= 0, "
+                         f"got {st['step']!r}")
+    return int(v)
+
+
+# ---- the base class ------------------------------------------------------------
+
+class _FastoptOptimizer(torch.optim.Optimizer):
+    """A torch Optimizer whose step is one fastopt step over all groups.
+
+    Subclasses give _SPEC (hyperparameter -> check kind) and implement
+    _group (checked hyperparameters -> the driver's group fields and the
+    state names the group needs, in s1..s3 order), _new_states (the states
+    a parameter's update creates: all of them on its first update) and _t
+    (the driver's t from the parameter's state); _COUNTS: whether
+    state['step'] advances.
+    """
+
+    _SPEC: ClassVar[dict] = {}
+    _COUNTS = True
+
+    def __init__(self, params, defaults, n_threads):
+        name = f"fastopt.torch.{type(self).__name__}"
+        self.n_threads = _v.check_n_threads(name, n_threads)
+        self.last_step = None
+        # id(tensor) -> (tensor, data_ptr, shape, strides, NumPy view), of the
+        # last step (_views) and, while a step plans, of the one before (_old)
+        self._views = self._old = {}
+        self._checked(name, defaults, None)
+        super().__init__(params, defaults)
+
+    def __getstate__(self):
+        return {**super().__getstate__(), "n_threads": self.n_threads}
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self.__dict__.setdefault("n_threads", None)
+        self.last_step = None
+        self._views = self._old = {}
+        for group in self.param_groups:
+            for k, v in self.defaults.items():
+                group.setdefault(k, v)
+
+    def _checked(self, f, group, gi) -> dict:
+        """The group's hyperparameters, checked (they may have been edited)."""
+        try:
+            for k in _UNSUPPORTED:
+                if group.get(k):
+                    raise ValueError(f"{f}: {k}=True is not supported: fastopt runs its "
+                                     f"own multi-tensor C step on CPU tensors; leave {k} "
+                                     f"at its default")
+            return {k: _check(f, k, kind, group[k]) for k, kind in self._SPEC.items()}
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{exc}{_suffix(gi)}") from None
+
+    def _view(self, old, t, make=False):
+        """The NumPy view of tensor t from the last step's cache ``old``, if t
+        still has the same memory, shape and strides (else None), or, with
+        make, a new one; either way kept for the next step."""
+        key = id(t)
+        e = old.get(key)
+        if make or e is None or e[0] is not t or e[1] != t.data_ptr() \
+                or e[2] != t.shape or e[3] != t.stride():
+            if not make:
+                return None
+            e = (t, t.data_ptr(), t.shape, t.stride(), t.detach().numpy())
+        self._views[key] = e
+        return e[4]
+
+    def _read_count(self, f, where, st):
+        """state['step'] as an int (a CPU tensor's read through a cached view)."""
+        v = st.get("step")
+        if type(v) is torch.Tensor and v.dim() == 0 and v.dtype in _DTYPES:
+            view = self._view(self._old, v)
+            if view is None and v.device.type == "cpu":
+                view = self._view(self._old, v, True)
+            if view is not None:
+                c = float(view)
+                if math.isfinite(c) and c == int(c) and 0 <= c < 2**53:
+                    return int(c)
+        return _count(f, where, st)
+
+    def _plan(self, f):
+        """Everything the step needs, checked; nothing written."""
+        xs, gs, s1, s2, s3, index, groups = [], [], [], [], [], [], []
+        where, names_of, fresh, counted = [], [], [], []
+        keys, written = {}, set()
+        old = self._old = self._views
+        self._views = {}
+        for gi, group in enumerate(self.param_groups):
+            h = self._checked(f, group, gi)
+            fields, names = self._group(h)
+            for i, p in enumerate(group["params"]):
+                if p.grad is None:
+                    continue
+                w = f"param_groups[{gi}]['params'][{i}]"
+                xv = self._view(old, p)   # None: not seen with this memory before
+                hit = xv is not None
+                if not hit:
+                    _check_param(f, w, p)
+                    xv = self._view(old, p, True)
+                g = p.grad
+                _check_grad(f, w, p, g)
+                st = self.state.get(p) or {}
+                new = self._new_states(p, st, names, h)
+                full = {**st, **new} if new else st
+                views = []
+                for name in names:
+                    s = full[name] if name in new else st.get(name)
+                    v = self._view(old, s) if hit and s is not None else None
+                    if v is None:
+                        _check_state(f, w, p, name, s)
+                        v = self._view(old, s, True)
+                    views.append(v)
+                t = self._t(f, w, full, new)
+                k = keys.setdefault((gi, t), len(groups))
+                if k == len(groups):
+                    groups.append(_step.group_tuple(t=t, **fields))
+                index.append(k)
+                xs.append(xv)
+                written.add(p.untyped_storage().data_ptr())
+                g = g.detach()
+                gs.append(g.resolve_neg() if g.is_neg() else g)
+                written.update(full[n].untyped_storage().data_ptr() for n in names)
+                views += [None] * 3
+                s1.append(views[0])
+                s2.append(views[1])
+                s3.append(views[2])
+                where.append(w)
+                names_of.append(names)
+                if new:
+                    fresh.append((p, new))
+                counted.append(p)
+        # read every gradient before anything is written: one sharing memory
+        # with a parameter or state of the step is copied first
+        gs = [(g.clone() if g.untyped_storage().data_ptr() in written else g).numpy()
+              for g in gs]
+        return (xs, gs, (s1, s2, s3), index, groups), where, names_of, fresh, counted
+
+    @torch.no_grad()
+    def step(self, closure=None, *, grad_scale=None, max_grad_norm=None, norm_type=2.0,
+             clip_convention="torch", skip_if_nonfinite=False):
+        """One update of every parameter that has a gradient, in one C call.
+
+        Called as torch's ``step(closure)``, this is torch.optim's step. The
+        keyword-only options fuse what a training loop does to the
+        gradients before it (the gradients themselves are never written).
+
+        Parameters
+        ----------
+        closure : callable, optional
+            Re-evaluates the model and returns the loss (run with grad
+            enabled before the update), as in torch.optim.
+        grad_scale : float, optional
+            Divide every gradient by this (> 0) first (GradScaler's scale).
+        max_grad_norm : float, optional
+            Clip by the global norm of all the step's gradients, as
+            ``torch.nn.utils.clip_grad_norm_(params, max_grad_norm,
+            norm_type)`` before ``step()`` (clip_convention "torch") or
+            ``optax.clip_by_global_norm`` ("optax").
+        norm_type : float, default 2.0
+            2.0 or math.inf.
+        clip_convention : {"torch", "optax"}, default "torch"
+        skip_if_nonfinite : bool, default False
+            If a gradient value is NaN or infinite, write nothing (no
+            parameter, state or count changes).
+
+        Returns
+        -------
+        The closure's loss, or None. :attr:`last_step` holds what the step
+        found (``applied``, ``norm``, ``finite``; the norm is NaN when
+        nothing asked for it).
+
+        Raises
+        ------
+        TypeError, ValueError
+            For a bad option, hyperparameter, parameter, gradient or state;
+            then nothing was written.
+        """
+        f = f"fastopt.torch.{type(self).__name__}.step"
+        opts = _NO_OPTIONS
+        if (grad_scale, max_grad_norm, skip_if_nonfinite) != (None, None, False):
+            opts = _step.check_options(f, grad_scale=grad_scale,
+                                       max_grad_norm=max_grad_norm,
+                                       norm_type=norm_type, clip_convention=clip_convention,
+                                       skip_if_nonfinite=skip_if_nonfinite)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        args, where, names_of, fresh, counted = self._plan(f)
+        if not args[0]:
+            self.last_step = _step.StepInfo(True, 0.0, True)
+            return loss
+
+        def labels():
+            out = {"x": where, "g": [f"the gradient of {w}" for w in where]}
+            for k in range(3):
+                out[f"s{k + 1}"] = [f"state[{n[k]!r}] of {w}" if k < len(n) else "-"
+                                    for w, n in zip(where, names_of)]
+            return out
+
+        self.last_step = info = _step.run(f, *args, opts, self.n_threads, labels)
+        if not info.applied:
+            return loss
+        for p, new in fresh:
+            self.state[p].update(new)
+        if self._COUNTS:
+            for p in counted:
+                st = self.state[p]
+                v = st["step"]
+                e = self._views.get(id(v)) if type(v) is torch.Tensor else None
+                if e is not None and e[0] is v:
+                    e[4][...] += 1      # the tensor's memory, without a torch op
+                else:
+                    st["step"] += 1
+        return loss
+
+
+def _zeros(p):
+    return torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
+def _step_tensor(value=0.0):
+    """torch's step count: a float scalar tensor of the default float type."""
+    dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+    return torch.tensor(float(value), dtype=dtype)
