@@ -19,7 +19,7 @@ dicts, each with ``"params"`` and any per-group hyperparameter (``lr``,
 ``norm_coefficient``, ``clipping=None`` to exclude a layer from AGC, its own
 ``schedule`` ...); the keyword arguments are the defaults of every group.
 
-The update count follows each ONNX operator's T convention (SEMANTICS.md
+The update count follows each ONNX operator's T convention (docs/semantics.md,
 section 1): the first update is made with T = 0 by Momentum and Adagrad and
 with T = 1 by Adam (bias-corrected); it advances by one after each applied
 step. ``schedule`` is any callable ``schedule(step) -> float`` (for instance
