@@ -90,13 +90,7 @@ typedef struct {
 #define FO_LANES 16
 #define FO_NAME(op) op##_f32
 #define FO_C(c, field) ((c)->field##_f)
-#include "agc.inc"
-#undef FO_T
-#undef FO_ACC
-#undef FO_ACC_NARROW
-#undef FO_LANES
-#undef FO_NAME
-#undef FO_C
+#include "agc.inc"            /* #undefs its parameters at its end */
 
 #define FO_T double
 #define FO_ACC double
@@ -104,13 +98,7 @@ typedef struct {
 #define FO_LANES 8
 #define FO_NAME(op) op##_f64
 #define FO_C(c, field) ((c)->field)
-#include "agc.inc"
-#undef FO_T
-#undef FO_ACC
-#undef FO_ACC_NARROW
-#undef FO_LANES
-#undef FO_NAME
-#undef FO_C
+#include "agc.inc"            /* #undefs its parameters at its end */
 
 /* ---- the work list ---------------------------------------------------------- */
 
@@ -350,12 +338,14 @@ static void agc_segment(int nth, agc_job *j, int64_t i0, int64_t i1,
     fo_pool_run(nth, i1 - i0, agc_task, j, bytes);
 }
 
-static int agc_drive(const fo_agc_tensor *ts, int64_t nt, double eps,
-                     const agc_mom *mom, int n_threads)
+/* Check every tensor; *total gets the call's bytes. Returns FO_OK or
+ * FO_EINVAL, before anything is written. */
+static int agc_check(const fo_agc_tensor *ts, int64_t nt, double eps,
+                     int64_t *total)
 {
     if (nt < 0 || !(eps > 0.0) || !isfinite(eps))
         return FO_EINVAL;
-    int64_t total = 0, ws_doubles = 0;
+    *total = 0;
     for (int64_t k = 0; k < nt; k++) {
         const fo_agc_tensor *t = &ts[k];
         if (t->n_units < 0 || t->unit_len < 0
@@ -363,15 +353,18 @@ static int agc_drive(const fo_agc_tensor *ts, int64_t nt, double eps,
                 || (t->kind != FO_AGC_ROWS && t->kind != FO_AGC_COLS)
                 || !(t->clipping >= 0.0) || !isfinite(t->clipping))
             return FO_EINVAL;
-        total += t->n_units * t->unit_len * agc_elsize(t);
+        *total += t->n_units * t->unit_len * agc_elsize(t);
     }
+    return FO_OK;
+}
 
-    int nth = fo_pool_threads(total, n_threads);
-
-    agc_ws *ws = (agc_ws *)calloc((size_t)(nt > 0 ? nt : 1), sizeof(agc_ws));
-    if (ws == NULL)
-        return FO_ENOMEM;
-    /* Which tensors need two passes, and their workspace. */
+/* Which tensors need two passes, and their workspace (ws[k] zeroed on
+ * entry). *mem_out gets the one block it lives in (NULL if none is needed).
+ * Returns FO_OK or FO_ENOMEM. */
+static int agc_workspace(const fo_agc_tensor *ts, int64_t nt, agc_ws *ws,
+                         double **mem_out)
+{
+    int64_t ws_doubles = 0;
     for (int64_t k = 0; k < nt; k++) {
         const fo_agc_tensor *t = &ts[k];
         agc_ws *w = &ws[k];
@@ -388,55 +381,48 @@ static int agc_drive(const fo_agc_tensor *ts, int64_t nt, double eps,
         /* px, pg: n_units * nb each; fac: n_units slots of 8 bytes */
         ws_doubles += t->n_units * (2 * w->nb + 1);
     }
-    double *mem = NULL;
-    if (ws_doubles > 0) {
-        mem = (double *)malloc((size_t)ws_doubles * sizeof(double));
-        if (mem == NULL) {
-            free(ws);
-            return FO_ENOMEM;
-        }
-        double *q = mem;
-        for (int64_t k = 0; k < nt; k++) {
-            agc_ws *w = &ws[k];
-            if (!w->two_pass)
-                continue;
-            int64_t nu = ts[k].n_units;
-            w->px = q;
-            w->pg = q + nu * w->nb;
-            w->fac = (void *)(q + 2 * nu * w->nb);
-            q += nu * (2 * w->nb + 1);
-        }
+    *mem_out = NULL;
+    if (ws_doubles == 0)
+        return FO_OK;
+    double *q = (double *)malloc((size_t)ws_doubles * sizeof(double));
+    if (q == NULL)
+        return FO_ENOMEM;
+    *mem_out = q;
+    for (int64_t k = 0; k < nt; k++) {
+        agc_ws *w = &ws[k];
+        if (!w->two_pass)
+            continue;
+        int64_t nu = ts[k].n_units;
+        w->px = q;
+        w->pg = q + nu * w->nb;
+        w->fac = (void *)(q + 2 * nu * w->nb);
+        q += nu * (2 * w->nb + 1);
     }
+    return FO_OK;
+}
 
-    /* Item size: about a quarter of each thread's share, within bounds. */
+/* Item size: about a quarter of each thread's share, within bounds; and
+ * the columns per pass-1 item of a strided tensor (a multiple of 16). */
+static int64_t agc_item_bytes(agc_plan *plan, int64_t total, int nth)
+{
     int64_t chunk = total / (4 * (int64_t)nth);
     if (chunk > fo_chunk_bytes())
         chunk = fo_chunk_bytes();
     if (chunk < 32 * 1024)
         chunk = 32 * 1024;
-    agc_plan plan;
-    plan.ts = ts;
-    plan.ws = ws;
-    plan.eps = eps;
-    plan.mom = mom;
-    /* columns per pass-1 item of a strided tensor: a multiple of 16 */
-    plan.col_width = agc_max64((chunk / 4 / FO_AGC_ROWBLOCK + 15) / 16 * 16, 16);
-    if (plan.col_width > FO_AGC_COLCHUNK)
-        plan.col_width = FO_AGC_COLCHUNK;
+    plan->col_width = agc_max64((chunk / 4 / FO_AGC_ROWBLOCK + 15) / 16 * 16, 16);
+    if (plan->col_width > FO_AGC_COLCHUNK)
+        plan->col_width = FO_AGC_COLCHUNK;
+    return chunk;
+}
 
-    agc_item *items = NULL;
-    agc_group *groups = NULL;
-    int64_t ng = agc_build(&plan, nt, chunk, &items, &groups);
-    if (ng < 0) {
-        free(mem);
-        free(ws);
-        return FO_ENOMEM;
-    }
-
-    /* Phases separated by a wait for every claimed item: pass 1 before the
-     * factors, the factors before pass 2. Pass 2 of a group and phase 1 of
-     * the next one are independent, so they form one job. */
-    agc_job job = {&plan, items};
+/* Run the groups' items. Phases are separated by a wait for every claimed
+ * item: pass 1 before the factors, the factors before pass 2. Pass 2 of a
+ * group and phase 1 of the next one are independent, so they form one job. */
+static void agc_run_groups(int nth, const agc_plan *plan, agc_item *items,
+                           const agc_group *groups, int64_t ng, int64_t total)
+{
+    agc_job job = {plan, items, 0};
     int64_t seg = 0;
     for (int64_t q = 0; q < ng; q++) {
         if (groups[q].n2 == 0)
@@ -448,7 +434,41 @@ static int agc_drive(const fo_agc_tensor *ts, int64_t nt, double eps,
     }
     agc_segment(nth, &job, seg, groups[ng - 1].start + groups[ng - 1].n1
                 + groups[ng - 1].n2 + groups[ng - 1].n3, total);
+}
 
+static int agc_drive(const fo_agc_tensor *ts, int64_t nt, double eps,
+                     const agc_mom *mom, int n_threads)
+{
+    int64_t total;
+    int rc = agc_check(ts, nt, eps, &total);
+    if (rc != FO_OK)
+        return rc;
+    int nth = fo_pool_threads(total, n_threads);
+
+    agc_ws *ws = (agc_ws *)calloc((size_t)(nt > 0 ? nt : 1), sizeof(agc_ws));
+    if (ws == NULL)
+        return FO_ENOMEM;
+    double *mem = NULL;
+    if (agc_workspace(ts, nt, ws, &mem) != FO_OK) {
+        free(ws);
+        return FO_ENOMEM;
+    }
+    agc_plan plan;
+    plan.ts = ts;
+    plan.ws = ws;
+    plan.eps = eps;
+    plan.mom = mom;
+    int64_t chunk = agc_item_bytes(&plan, total, nth);
+
+    agc_item *items = NULL;
+    agc_group *groups = NULL;
+    int64_t ng = agc_build(&plan, nt, chunk, &items, &groups);
+    if (ng < 0) {
+        free(mem);
+        free(ws);
+        return FO_ENOMEM;
+    }
+    agc_run_groups(nth, &plan, items, groups, ng, total);
     free(groups);
     free(items);
     free(mem);

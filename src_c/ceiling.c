@@ -4,6 +4,9 @@
  * and Adagrad: x, g, state); "4r3w" reads four and writes three (Adam).
  * Plain OpenMP loops with one static split (serial below 65536 elements,
  * where a parallel region costs more than it saves): no per-tensor work.
+ * These are the only OpenMP regions left in src_c/, on purpose: the probe
+ * is a ceiling for an idle machine, not a driver (it runs no user call), and
+ * it must build alone, without pool.c (see below).
  * A multi-tensor workload is probed as ONE buffer of the same total size,
  * which is the ideal a multi-tensor optimizer can approach.
  *

@@ -12,10 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "fastopt.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \

@@ -2,10 +2,11 @@
  * The norm pass of the whole step (pass 1 of fo_step, fo_global_norm):
  * each gradient is cut into blocks of FO_STEP_BLOCK elements; every block
  * is reduced alone (serially, fixed lanes) into its own slot, blocks are
- * handed to threads in any order, and the slots are added in tensor then
- * block order afterwards: the norm does not depend on the thread count or
- * on who ran what. The finiteness check rides along.
+ * handed to the pool's threads (pool.h) in any order, and the slots are
+ * added in tensor then block order afterwards: the norm does not depend on
+ * the thread count or on who ran what. The finiteness check rides along.
  */
+#include "pool.h"
 #include "step.h"
 
 /* Blocks of one work item (64 Ki elements). */
@@ -44,6 +45,63 @@ static inline int step_run_block(const step_grad *gr, int64_t b, double scale,
     return step_block_f64(m, (const double *)gr->g + o, s, mode, norm_inf, part);
 }
 
+/* Pass 1 as pool tasks: item i covers up to STEP_ITEM_BLOCKS blocks of one
+ * gradient, starting at block items[2i+1] of gradient items[2i]; every
+ * block writes its own slot of part / bad, so who runs it changes nothing. */
+typedef struct {
+    const step_grad *gr;
+    const int64_t *items;
+    double *part;
+    unsigned char *bad;
+    double scale;
+    int norm_inf;
+} step_norm_job;
+
+static void step_norm_task(void *vj, int64_t it)
+{
+    const step_norm_job *j = (const step_norm_job *)vj;
+    const step_grad *g = &j->gr[j->items[2 * it]];
+    int64_t b = j->items[2 * it + 1];
+    int64_t be = b + STEP_ITEM_BLOCKS;
+    if (be > step_nblocks(g->n))
+        be = step_nblocks(g->n);
+    for (; b < be; b++)
+        j->bad[g->b0 + b] = (unsigned char)step_run_block(
+            g, b, j->scale, j->norm_inf, &j->part[g->b0 + b]);
+}
+
+/* Fill part[] and bad[] for every block of gr[0..nt): on the pool when
+ * fo_pool_threads says so, else in order on the calling thread. */
+static int step_blocks(const step_grad *gr, int64_t nt, int64_t bytes,
+                       step_norm_job *j, int n_threads)
+{
+    int nth = fo_pool_threads(bytes, n_threads);
+    if (nth <= 1) {
+        for (int64_t k = 0; k < nt; k++)
+            for (int64_t b = 0; b < step_nblocks(gr[k].n); b++)
+                j->bad[gr[k].b0 + b] = (unsigned char)step_run_block(
+                    &gr[k], b, j->scale, j->norm_inf, &j->part[gr[k].b0 + b]);
+        return FO_OK;
+    }
+    int64_t ni = 0;
+    for (int64_t k = 0; k < nt; k++)
+        ni += (step_nblocks(gr[k].n) + STEP_ITEM_BLOCKS - 1) / STEP_ITEM_BLOCKS;
+    int64_t *items = (int64_t *)malloc((size_t)(2 * ni + 1) * sizeof(int64_t));
+    if (items == NULL)
+        return FO_ENOMEM;
+    ni = 0;
+    for (int64_t k = 0; k < nt; k++)
+        for (int64_t b = 0; b < step_nblocks(gr[k].n); b += STEP_ITEM_BLOCKS) {
+            items[2 * ni] = k;
+            items[2 * ni + 1] = b;
+            ni++;
+        }
+    j->items = items;
+    fo_pool_run(nth, ni, step_norm_task, j, bytes);
+    free(items);
+    return FO_OK;
+}
+
 /*
  * Norm of gr[0..nt) (blocks numbered by gr[k].b0, nb in all; total bytes
  * given) into res->norm / res->finite. FO_OK or FO_ENOMEM.
@@ -55,70 +113,25 @@ static int step_pass1(const step_grad *gr, int64_t nt, int64_t nb,
     int norm_inf = norm_type == FO_NORM_INF;
     double *part = (double *)malloc((size_t)(nb > 0 ? nb : 1) * sizeof(double));
     unsigned char *bad = (unsigned char *)malloc((size_t)(nb > 0 ? nb : 1));
-    if (part == NULL || bad == NULL) {
-        free(part);
-        free(bad);
-        return FO_ENOMEM;
-    }
-    int rc = FO_OK;
-#ifdef _OPENMP
-    if (n_threads > 1 && bytes >= fo_serial_bytes()) {
-        int64_t ni = 0;
-        for (int64_t k = 0; k < nt; k++)
-            ni += (step_nblocks(gr[k].n) + STEP_ITEM_BLOCKS - 1) / STEP_ITEM_BLOCKS;
-        int64_t *items = (int64_t *)malloc((size_t)(2 * ni + 1) * sizeof(int64_t));
-        if (items == NULL) {
-            rc = FO_ENOMEM;
-            goto out;
+    step_norm_job j = {gr, NULL, part, bad, scale, norm_inf};
+    int rc = part == NULL || bad == NULL ? FO_ENOMEM
+             : step_blocks(gr, nt, bytes, &j, n_threads);
+    if (rc == FO_OK) {
+        double total = 0.0;
+        int finite = 1, nan = 0;
+        for (int64_t i = 0; i < nb; i++) {  /* fixed order: tensor, block */
+            finite &= !bad[i];
+            if (!norm_inf)
+                total += part[i];
+            else if (part[i] != part[i])
+                nan = 1;
+            else if (part[i] > total)
+                total = part[i];
         }
-        ni = 0;
-        for (int64_t k = 0; k < nt; k++)
-            for (int64_t b = 0; b < step_nblocks(gr[k].n); b += STEP_ITEM_BLOCKS) {
-                items[2 * ni] = k;
-                items[2 * ni + 1] = b;
-                ni++;
-            }
-        int nth = n_threads < ni ? n_threads : (int)ni;
-        #pragma omp parallel for num_threads(nth) schedule(dynamic, 1) \
-            default(none) shared(gr, items, ni, part, bad, scale, norm_inf)
-        for (int64_t it = 0; it < ni; it++) {
-            const step_grad *g = &gr[items[2 * it]];
-            int64_t b = items[2 * it + 1];
-            int64_t be = b + STEP_ITEM_BLOCKS;
-            if (be > step_nblocks(g->n))
-                be = step_nblocks(g->n);
-            for (; b < be; b++)
-                bad[g->b0 + b] = (unsigned char)step_run_block(g, b, scale, norm_inf,
-                                                               &part[g->b0 + b]);
-        }
-        free(items);
-    } else
-#endif
-    {
-        (void)bytes;
-        (void)n_threads;
-        for (int64_t k = 0; k < nt; k++)
-            for (int64_t b = 0; b < step_nblocks(gr[k].n); b++)
-                bad[gr[k].b0 + b] = (unsigned char)step_run_block(
-                    &gr[k], b, scale, norm_inf, &part[gr[k].b0 + b]);
+        res->norm = norm_inf ? (nan ? NAN : total)
+                              : norm_type == FO_NORM_SUMSQ ? total : sqrt(total);
+        res->finite = finite;
     }
-    double total = 0.0;
-    int finite = 1, nan = 0;
-    for (int64_t j = 0; j < nb; j++) {      /* fixed order: tensor, block */
-        finite &= !bad[j];
-        if (!norm_inf)
-            total += part[j];
-        else if (part[j] != part[j])
-            nan = 1;
-        else if (part[j] > total)
-            total = part[j];
-    }
-    res->norm = norm_inf ? (nan ? NAN : total)
-                          : norm_type == FO_NORM_SUMSQ ? total : sqrt(total);
-    res->finite = finite;
-#ifdef _OPENMP
-out:
-#endif
     free(part);
     free(bad);
     return rc;
