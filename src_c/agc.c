@@ -1,5 +1,5 @@
 /*
- * Adaptive gradient clipping (AGC, NFNet; shared SEMANTICS.md section 3),
+ * Adaptive gradient clipping (AGC, NFNet; docs/semantics.md section 3),
  * standalone (fo_agc) and fused into the Momentum pass (fo_agc_momentum).
  * See the AGC section of fastopt.h for the API and agc.inc for the numerics.
  *
