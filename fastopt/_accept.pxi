@@ -86,6 +86,22 @@ cdef inline bint _count(object o, int64_t *out):
     return True
 
 
+cdef inline bint _no_step_options(object steps):
+    """steps: the public call's step options (grad_scale, max_grad_norm,
+    norm_type, clip_convention, clip_value, skip_if_nonfinite), or None.
+    True when none is set (the plain update); anything else declines, and
+    fastopt/_ops.py runs the whole step."""
+    if steps is None:
+        return True
+    if type(steps) is not tuple or PyTuple_GET_SIZE(steps) != 6:
+        return False
+    grad_scale, max_grad_norm, norm_type, convention, clip_value, skip = steps
+    return (grad_scale is None and max_grad_norm is None and clip_value is None
+            and skip is False and type(convention) is str and convention == "torch"
+            and ((type(norm_type) is float and <double>norm_type == 2.0)
+                 or (type(norm_type) is int and norm_type == 2)))
+
+
 cdef inline bint _clip_value(object c, double *out):
     """A positive finite float, or None (excluded, stored as 0)."""
     if c is None:
