@@ -263,13 +263,9 @@ def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
         Added to sqrt(h), >= 0. 1e-6 is the ONNX schema's default.
     norm_coefficient : float, default 0.0
         L2 coefficient (torch ``weight_decay``).
-    n_threads : int, optional
-        As in :func:`momentum`.
-    grad_scale, max_grad_norm, norm_type, clip_convention, clip_value, skip_if_nonfinite
-        The whole step's options, as in :func:`fastopt.adamw` (unscale,
-        non-finite skip, clip by the global norm or by value, fused into the
-        update; the gradients are not written). When any is given the call
-        returns a :class:`~fastopt.StepInfo`, else None.
+    n_threads, grad_scale, max_grad_norm, norm_type, clip_convention, clip_value, skip_if_nonfinite
+        As in :func:`momentum` (the step options make the call return a
+        :class:`~fastopt.StepInfo`).
 
     Raises
     ------
@@ -330,18 +326,14 @@ def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
         L2 coefficient folded into the gradient.
     norm_coefficient_post : float, default 0.0
         Weight decay applied after the step: ``x *= 1 - norm_coefficient_post``.
-    n_threads : int, optional
-        As in :func:`momentum`.
-    grad_scale, max_grad_norm, norm_type, clip_convention, clip_value, skip_if_nonfinite
-        The whole step's options, as in :func:`fastopt.adamw` (unscale,
-        non-finite skip, clip by the global norm or by value, fused into the
-        update; the gradients are not written). When any is given the call
-        returns a :class:`~fastopt.StepInfo`, else None.
+    n_threads, grad_scale, max_grad_norm, norm_type, clip_convention, clip_value, skip_if_nonfinite
+        See :func:`momentum`; given any step option, the call returns a
+        :class:`~fastopt.StepInfo`.
 
     Raises
     ------
     TypeError, ValueError
-        On bad input; nothing is modified then.
+        On bad input, naming the argument; then nothing is written.
 
     Examples
     --------
@@ -401,8 +393,8 @@ def agc(x: ArrayOrList, g: ArrayOrList, *, clipping: Clipping = 0.01,
     Raises
     ------
     TypeError, ValueError
-        On bad input, naming the argument and tensor index. Nothing is
-        modified when an error is raised.
+        On bad input, naming the argument and tensor index; g is left
+        untouched then.
 
     Notes
     -----
