@@ -91,6 +91,10 @@ MOMENTUM_CLIP = Op("fastopt.momentum", _ext.agc_momentum, ("x", "g", "v"),
 ADAGRAD = Op("fastopt.adagrad", _ext.adagrad, ("x", "g", "h"), _adagrad_scalars)
 ADAM = Op("fastopt.adam", _ext.adam, ("x", "g", "v", "h"), _adam_scalars)
 AGC = Op("fastopt.agc", _ext.agc, ("x", "g"), _agc_scalars, clips_g=True)
+# The fast paths as module globals: the first line of each public function
+# loads one (a global load is cheaper than the NamedTuple attribute).
+_FAST_MOMENTUM, _FAST_MOMENTUM_CLIP, _FAST_ADAGRAD, _FAST_ADAM, _FAST_AGC = (
+    op.fast for op in (MOMENTUM, MOMENTUM_CLIP, ADAGRAD, ADAM, AGC))
 
 
 # ------------------------------------------------ the whole step's groups
@@ -221,12 +225,12 @@ def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
              skip_if_nonfinite)
     if clipping is None:
         scalars = (lr, t, alpha, beta, norm_coefficient, mode, n_threads)
-        if MOMENTUM.fast(arrays, scalars, steps):
+        if _FAST_MOMENTUM(arrays, scalars, steps):
             return None
         return _onnx(MOMENTUM, arrays, scalars, steps)
     scalars = (lr, t, alpha, beta, norm_coefficient, mode, clipping, clip_eps, layout,
                n_threads)
-    if MOMENTUM_CLIP.fast(arrays, scalars, steps):
+    if _FAST_MOMENTUM_CLIP(arrays, scalars, steps):
         return None
     return _onnx(MOMENTUM_CLIP, arrays, scalars, steps)
 
@@ -284,7 +288,7 @@ def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
     scalars = (lr, t, decay_factor, epsilon, norm_coefficient, n_threads)
     steps = (grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,
              skip_if_nonfinite)
-    if ADAGRAD.fast(arrays, scalars, steps):
+    if _FAST_ADAGRAD(arrays, scalars, steps):
         return None
     return _onnx(ADAGRAD, arrays, scalars, steps)
 
@@ -348,7 +352,7 @@ def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
                n_threads)
     steps = (grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,
              skip_if_nonfinite)
-    if ADAM.fast(arrays, scalars, steps):
+    if _FAST_ADAM(arrays, scalars, steps):
         return None
     return _onnx(ADAM, arrays, scalars, steps)
 
@@ -415,7 +419,7 @@ def agc(x: ArrayOrList, g: ArrayOrList, *, clipping: Clipping = 0.01,
            [0.03, 0.04]])
     """
     arrays, scalars = (x, g), (clipping, eps, layout, n_threads)
-    if AGC.fast(arrays, scalars):
+    if _FAST_AGC(arrays, scalars):
         return None
     return run(AGC, arrays, scalars)
 
