@@ -31,7 +31,7 @@ import numpy as np
 try:  # NumPy >= 2.0
     from numpy.lib.array_utils import byte_bounds as _byte_bounds
 except ImportError:  # pragma: no cover - NumPy 1.x
-    _byte_bounds = np.byte_bounds
+    _byte_bounds = np.byte_bounds  # noqa: NPY201 (NumPy 1.x only)
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 MAX_THREADS = 1024   # as MAX_THREADS in _accept.pxi
