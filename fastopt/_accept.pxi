@@ -5,6 +5,8 @@
 
 import sys
 
+from cpython.ref cimport Py_XDECREF
+
 # Largest n_threads accepted, as _validation.MAX_THREADS (the C drivers also
 # never start more threads than a call has 64 KiB pieces of work).
 cdef enum:
@@ -17,13 +19,25 @@ cdef int _R = cnp.NPY_ARRAY_ALIGNED                              # a read array
 cdef dict _modules = sys.modules
 
 
+cdef extern from "Python.h":
+    int PyContextVar_Get(object var, PyObject *default_value, PyObject **value) except -1
+
+# set_num_threads()'s ContextVar, held in C: read through the C API on every
+# call (a Python-level .get() costs ~600 instructions, this ~60).
+cdef object _n_threads_var = _default_n_threads
+
+
 cdef inline int _n_threads(object n_threads):
     """Resolve n_threads (None: the set_num_threads() value, else OpenMP's
     default) to a positive count, or 0 to decline."""
     cdef long long v
     cdef int overflow = 0
+    cdef PyObject *chosen = NULL
     if n_threads is None:
-        n_threads = _default_n_threads.get()
+        if PyContextVar_Get(_n_threads_var, NULL, &chosen) < 0:
+            return 0
+        n_threads = <object>chosen     # a new reference of ours: drop it
+        Py_XDECREF(chosen)
         if n_threads is None:
             return fo_max_threads()
     if type(n_threads) is not int:
@@ -84,6 +98,22 @@ cdef inline bint _count(object o, int64_t *out):
         return False
     out[0] = v
     return True
+
+
+cdef inline bint _no_step_options(object steps):
+    """steps: the public call's step options (grad_scale, max_grad_norm,
+    norm_type, clip_convention, clip_value, skip_if_nonfinite), or None.
+    True when none is set (the plain update); anything else declines, and
+    fastopt/_ops.py runs the whole step."""
+    if steps is None:
+        return True
+    if type(steps) is not tuple or PyTuple_GET_SIZE(steps) != 6:
+        return False
+    grad_scale, max_grad_norm, norm_type, convention, clip_value, skip = steps
+    return (grad_scale is None and max_grad_norm is None and clip_value is None
+            and skip is False and type(convention) is str and convention == "torch"
+            and ((type(norm_type) is float and <double>norm_type == 2.0)
+                 or (type(norm_type) is int and norm_type == 2)))
 
 
 cdef inline bint _clip_value(object c, double *out):

@@ -225,15 +225,17 @@ include "_step.pxi"
 # ------------------------------------------------------------ entry points
 
 # Every fast path takes two tuples, (arrays, scalars), in the order of the
-# op's row in fastopt/_ops.py: two arguments parse faster than a dozen.
+# op's row in fastopt/_ops.py: two arguments parse faster than a dozen. The
+# ONNX rules also take the public call's step options (see _no_step_options)
+# so that a public function can offer its call as it comes, in one C call.
 
-def momentum(tuple arrays not None, tuple scalars not None):
+def momentum(tuple arrays not None, tuple scalars not None, steps=None):
     """Fast path of fastopt.momentum: arrays (x, g, v), scalars (lr, t,
     alpha, beta, norm_coefficient, mode, n_threads). True if done, False to
     decline."""
     cdef fo_momentum_args a
     cdef Call c
-    if len(arrays) != 3 or len(scalars) != 7:
+    if len(arrays) != 3 or len(scalars) != 7 or not _no_step_options(steps):
         return False
     lr, t, alpha, beta, norm_coefficient, mode, n_threads = scalars
     cdef int nth = _n_threads(n_threads)
@@ -245,12 +247,12 @@ def momentum(tuple arrays not None, tuple scalars not None):
     return _run(&OP_MOMENTUM, &a, nth, &c, arrays)
 
 
-def adagrad(tuple arrays not None, tuple scalars not None):
+def adagrad(tuple arrays not None, tuple scalars not None, steps=None):
     """Fast path of fastopt.adagrad: arrays (x, g, h), scalars (lr, t,
     decay_factor, epsilon, norm_coefficient, n_threads)."""
     cdef fo_adagrad_args a
     cdef Call c
-    if len(arrays) != 3 or len(scalars) != 6:
+    if len(arrays) != 3 or len(scalars) != 6 or not _no_step_options(steps):
         return False
     lr, t, decay_factor, epsilon, norm_coefficient, n_threads = scalars
     cdef int nth = _n_threads(n_threads)
@@ -262,12 +264,12 @@ def adagrad(tuple arrays not None, tuple scalars not None):
     return _run(&OP_ADAGRAD, &a, nth, &c, arrays)
 
 
-def adam(tuple arrays not None, tuple scalars not None):
+def adam(tuple arrays not None, tuple scalars not None, steps=None):
     """Fast path of fastopt.adam: arrays (x, g, v, h), scalars (lr, t, alpha,
     beta, epsilon, norm_coefficient, norm_coefficient_post, n_threads)."""
     cdef fo_adam_args a
     cdef Call c
-    if len(arrays) != 4 or len(scalars) != 8:
+    if len(arrays) != 4 or len(scalars) != 8 or not _no_step_options(steps):
         return False
     lr, t, alpha, beta, epsilon, norm_coefficient, norm_coefficient_post, n_threads = scalars
     cdef int nth = _n_threads(n_threads)
@@ -311,13 +313,13 @@ def agc(tuple arrays not None, tuple scalars not None):
     return _run(&OP_AGC, &a, nth, &c, arrays)
 
 
-def agc_momentum(tuple arrays not None, tuple scalars not None):
+def agc_momentum(tuple arrays not None, tuple scalars not None, steps=None):
     """Fast path of fastopt.momentum with clipping: arrays (x, g, v),
     scalars (lr, t, alpha, beta, norm_coefficient, mode, clipping, eps,
     layout, n_threads)."""
     cdef AgcArgs a
     cdef Call c
-    if len(arrays) != 3 or len(scalars) != 10:
+    if len(arrays) != 3 or len(scalars) != 10 or not _no_step_options(steps):
         return False
     lr, t, alpha, beta, norm_coefficient, mode, clipping, eps, layout, n_threads = scalars
     cdef int nth = _n_threads(n_threads)

@@ -2,9 +2,10 @@
 AGC-momentum), adagrad, adam, agc and unitwise_norm.
 
 Each op is a row of the op table below (its fast path in ``fastopt._ext``,
-its array roles, its scalar checks); each public function is one call of
-``fastopt._dispatch.run``, which holds the acceptance rule (fast path, else
-check in full, normalise, run, write back). The math is in
+its array roles, its scalar checks); each public function offers its call as it comes to
+the op's fast path (one C call, the same line in every function) and, when
+that declines, hands it to ``fastopt._dispatch.run``, which holds the
+acceptance rule (fast path, else check in full, normalise, run, write back). The math is in
 docs/semantics.md.
 
 AGC (NFNet), for each unit of a parameter x and its gradient g::
@@ -90,6 +91,50 @@ MOMENTUM_CLIP = Op("fastopt.momentum", _ext.agc_momentum, ("x", "g", "v"),
 ADAGRAD = Op("fastopt.adagrad", _ext.adagrad, ("x", "g", "h"), _adagrad_scalars)
 ADAM = Op("fastopt.adam", _ext.adam, ("x", "g", "v", "h"), _adam_scalars)
 AGC = Op("fastopt.agc", _ext.agc, ("x", "g"), _agc_scalars, clips_g=True)
+# The fast paths as module globals: the first line of each public function
+# loads one (a global load is cheaper than the NamedTuple attribute).
+_FAST_MOMENTUM, _FAST_MOMENTUM_CLIP, _FAST_ADAGRAD, _FAST_ADAM, _FAST_AGC = (
+    op.fast for op in (MOMENTUM, MOMENTUM_CLIP, ADAGRAD, ADAM, AGC))
+
+
+# ------------------------------------------------ the whole step's groups
+# The checked scalars of an ONNX rule as the group of fastopt/_step.py.
+
+def _momentum_group(c):
+    return _step.group_tuple(_step.RULES["momentum"], t=c[1], lr=c[0], alpha=c[2],
+                             beta=c[3], decay=c[4],
+                             flags=_step.NESTEROV if c[5] == "nesterov" else 0)
+
+
+def _adagrad_group(c):
+    return _step.group_tuple(_step.RULES["adagrad"], t=c[1], lr=c[0], lr_decay=c[2],
+                             eps=c[3], decay=c[4])
+
+
+def _adam_group(c):
+    return _step.group_tuple(_step.RULES["adam"], t=c[1], lr=c[0], alpha=c[2], beta=c[3],
+                             eps=c[4], decay=c[5], decay_post=c[6])
+
+
+def _onnx(op, arrays, scalars, steps):
+    """An ONNX rule's call that its fast path declined: without step options
+    through the dispatch (check, normalise, run), with them the whole step
+    (returning its StepInfo)."""
+    options = _tf.step_options(*steps)
+    if not options:
+        return run(op, arrays, scalars)
+    f = op.fname
+    x, g, *states = arrays
+    if op is MOMENTUM_CLIP:
+        group = _momentum_group(_momentum_scalars(f, (x,), scalars[:6] + scalars[-1:]))
+        clipping, eps, layout, nth = scalars[6:]
+        return _tf.agc_fused(f, x, g, states[0], group, clipping, eps, layout, nth, options)
+    group = _GROUPS[op.fname](op.check(f, (x,), scalars))
+    return _tf.onnx_fused(f, x, g, tuple(states), op.roles[2:], group, scalars[-1], options)
+
+
+_GROUPS = {MOMENTUM.fname: _momentum_group, ADAGRAD.fname: _adagrad_group,
+           ADAM.fname: _adam_group}
 
 
 # ------------------------------------------------------------------ public
@@ -175,24 +220,19 @@ def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
     >>> x
     array([0.95, 0.95, 0.95], dtype=float32)
     """
-    step_options = _tf.step_options(grad_scale, max_grad_norm, norm_type, clip_convention,
-                                    clip_value, skip_if_nonfinite)
-    if step_options:
-        c = _momentum_scalars(MOMENTUM.fname, (x,), (lr, t, alpha, beta, norm_coefficient,
-                                                      mode, n_threads))
-        group = _step.group_tuple(_step.RULES["momentum"], t=c[1], lr=c[0], alpha=c[2],
-                                  beta=c[3], decay=c[4],
-                                  flags=_step.NESTEROV if c[5] == "nesterov" else 0)
-        if clipping is not None:
-            return _tf.agc_fused(MOMENTUM.fname, x, g, v, group, clipping, clip_eps,
-                                 layout, n_threads, step_options)
-        return _tf.onnx_fused(MOMENTUM.fname, x, g, (v,), ("v",), group, n_threads,
-                              step_options)
+    arrays = (x, g, v)
+    steps = (grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,
+             skip_if_nonfinite)
     if clipping is None:
-        run(MOMENTUM, (x, g, v), (lr, t, alpha, beta, norm_coefficient, mode, n_threads))
-    else:
-        run(MOMENTUM_CLIP, (x, g, v), (lr, t, alpha, beta, norm_coefficient, mode,
-                                       clipping, clip_eps, layout, n_threads))
+        scalars = (lr, t, alpha, beta, norm_coefficient, mode, n_threads)
+        if _FAST_MOMENTUM(arrays, scalars, steps):
+            return None
+        return _onnx(MOMENTUM, arrays, scalars, steps)
+    scalars = (lr, t, alpha, beta, norm_coefficient, mode, clipping, clip_eps, layout,
+               n_threads)
+    if _FAST_MOMENTUM_CLIP(arrays, scalars, steps):
+        return None
+    return _onnx(MOMENTUM_CLIP, arrays, scalars, steps)
 
 
 def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
@@ -227,13 +267,9 @@ def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
         Added to sqrt(h), >= 0. 1e-6 is the ONNX schema's default.
     norm_coefficient : float, default 0.0
         L2 coefficient (torch ``weight_decay``).
-    n_threads : int, optional
-        As in :func:`momentum`.
-    grad_scale, max_grad_norm, norm_type, clip_convention, clip_value, skip_if_nonfinite
-        The whole step's options, as in :func:`fastopt.adamw` (unscale,
-        non-finite skip, clip by the global norm or by value, fused into the
-        update; the gradients are not written). When any is given the call
-        returns a :class:`~fastopt.StepInfo`, else None.
+    n_threads, grad_scale, max_grad_norm, norm_type, clip_convention, clip_value, skip_if_nonfinite
+        As in :func:`momentum` (the step options make the call return a
+        :class:`~fastopt.StepInfo`).
 
     Raises
     ------
@@ -248,16 +284,13 @@ def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
     >>> x, h
     (array([0.5, 1.5]), array([ 9., 16.]))
     """
-    step_options = _tf.step_options(grad_scale, max_grad_norm, norm_type, clip_convention,
-                                    clip_value, skip_if_nonfinite)
-    if step_options:
-        c = _adagrad_scalars(ADAGRAD.fname, (x,), (lr, t, decay_factor, epsilon,
-                                                   norm_coefficient, n_threads))
-        group = _step.group_tuple(_step.RULES["adagrad"], t=c[1], lr=c[0], lr_decay=c[2],
-                                  eps=c[3], decay=c[4])
-        return _tf.onnx_fused(ADAGRAD.fname, x, g, (h,), ("h",), group, n_threads,
-                              step_options)
-    run(ADAGRAD, (x, g, h), (lr, t, decay_factor, epsilon, norm_coefficient, n_threads))
+    arrays = (x, g, h)
+    scalars = (lr, t, decay_factor, epsilon, norm_coefficient, n_threads)
+    steps = (grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,
+             skip_if_nonfinite)
+    if _FAST_ADAGRAD(arrays, scalars, steps):
+        return None
+    return _onnx(ADAGRAD, arrays, scalars, steps)
 
 
 def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
@@ -297,18 +330,14 @@ def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
         L2 coefficient folded into the gradient.
     norm_coefficient_post : float, default 0.0
         Weight decay applied after the step: ``x *= 1 - norm_coefficient_post``.
-    n_threads : int, optional
-        As in :func:`momentum`.
-    grad_scale, max_grad_norm, norm_type, clip_convention, clip_value, skip_if_nonfinite
-        The whole step's options, as in :func:`fastopt.adamw` (unscale,
-        non-finite skip, clip by the global norm or by value, fused into the
-        update; the gradients are not written). When any is given the call
-        returns a :class:`~fastopt.StepInfo`, else None.
+    n_threads, grad_scale, max_grad_norm, norm_type, clip_convention, clip_value, skip_if_nonfinite
+        See :func:`momentum`; given any step option, the call returns a
+        :class:`~fastopt.StepInfo`.
 
     Raises
     ------
     TypeError, ValueError
-        On bad input; nothing is modified then.
+        On bad input, naming the argument; then nothing is written.
 
     Examples
     --------
@@ -318,17 +347,14 @@ def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
     >>> x.round(6)
     array([-0.1,  0.1])
     """
-    step_options = _tf.step_options(grad_scale, max_grad_norm, norm_type, clip_convention,
-                                    clip_value, skip_if_nonfinite)
-    if step_options:
-        c = _adam_scalars(ADAM.fname, (x,), (lr, t, alpha, beta, epsilon, norm_coefficient,
-                                             norm_coefficient_post, n_threads))
-        group = _step.group_tuple(_step.RULES["adam"], t=c[1], lr=c[0], alpha=c[2],
-                                  beta=c[3], eps=c[4], decay=c[5], decay_post=c[6])
-        return _tf.onnx_fused(ADAM.fname, x, g, (v, h), ("v", "h"), group, n_threads,
-                              step_options)
-    run(ADAM, (x, g, v, h), (lr, t, alpha, beta, epsilon, norm_coefficient,
-                             norm_coefficient_post, n_threads))
+    arrays = (x, g, v, h)
+    scalars = (lr, t, alpha, beta, epsilon, norm_coefficient, norm_coefficient_post,
+               n_threads)
+    steps = (grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,
+             skip_if_nonfinite)
+    if _FAST_ADAM(arrays, scalars, steps):
+        return None
+    return _onnx(ADAM, arrays, scalars, steps)
 
 
 def agc(x: ArrayOrList, g: ArrayOrList, *, clipping: Clipping = 0.01,
@@ -371,8 +397,8 @@ def agc(x: ArrayOrList, g: ArrayOrList, *, clipping: Clipping = 0.01,
     Raises
     ------
     TypeError, ValueError
-        On bad input, naming the argument and tensor index. Nothing is
-        modified when an error is raised.
+        On bad input, naming the argument and tensor index; g is left
+        untouched then.
 
     Notes
     -----
@@ -392,7 +418,10 @@ def agc(x: ArrayOrList, g: ArrayOrList, *, clipping: Clipping = 0.01,
     array([[0.15, 0.2 ],
            [0.03, 0.04]])
     """
-    run(AGC, (x, g), (clipping, eps, layout, n_threads))
+    arrays, scalars = (x, g), (clipping, eps, layout, n_threads)
+    if _FAST_AGC(arrays, scalars):
+        return None
+    return run(AGC, arrays, scalars)
 
 
 def unitwise_norm(x: np.ndarray, *, layout: str = "oi") -> np.ndarray:

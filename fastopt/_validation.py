@@ -85,14 +85,21 @@ def _to_float(value) -> float:
         return math.inf if value > 0 else -math.inf
 
 
+def _one_element(fname: str, name: str, value, kinds: str, what: str, word: str):
+    """value, or the item of a one-element array of a dtype kind in kinds
+    (another array raises: ``name must be what or a one-element word array``)."""
+    if not isinstance(value, np.ndarray):
+        return value
+    if value.size != 1 or value.dtype.kind not in kinds:
+        raise TypeError(
+            f"{fname}: {name} must be {what} or a one-element {word} array"
+            f", got an array of shape {value.shape} and dtype {value.dtype}")
+    return value.reshape(()).item()
+
+
 def check_lr(fname: str, lr, name: str = "lr") -> float:
     """A finite learning rate >= 0, from a real number or a one-element array."""
-    if isinstance(lr, np.ndarray):
-        if lr.size != 1 or lr.dtype.kind not in "fiu":
-            raise TypeError(
-                f"{fname}: {name} must be a real number or a one-element real "
-                f"array, got an array of shape {lr.shape} and dtype {lr.dtype}")
-        lr = lr.reshape(()).item()
+    lr = _one_element(fname, name, lr, "fiu", "a real number", "real")
     if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, numbers.Real):
         raise TypeError(f"{fname}: {name} must be a real number, got {_type_name(lr)}")
     value = _to_float(lr)
@@ -103,12 +110,7 @@ def check_lr(fname: str, lr, name: str = "lr") -> float:
 
 def check_t(fname: str, t, name: str = "t") -> int:
     """The update count T: an integer in [0, 2**63), or a one-element int array."""
-    if isinstance(t, np.ndarray):
-        if t.size != 1 or t.dtype.kind not in "iu":
-            raise TypeError(
-                f"{fname}: {name} must be an integer or a one-element integer "
-                f"array, got an array of shape {t.shape} and dtype {t.dtype}")
-        t = t.reshape(()).item()
+    t = _one_element(fname, name, t, "iu", "an integer", "integer")
     if isinstance(t, (bool, np.bool_)):
         raise TypeError(f"{fname}: {name} must be an integer, got bool")
     try:
@@ -322,17 +324,23 @@ def sharing_pairs(items):
         active.append((hi, k))
 
 
+def _sharing_read(fname: str, items, why: str):
+    """The pairs (j, k) of items (label, array, is_written) sharing memory
+    of which one is only read; raise for two written ones sharing memory."""
+    for j, k in sharing_pairs(items):
+        if items[j][2] and items[k][2]:
+            raise ValueError(f"{fname}: {items[j][0]} and {items[k][0]} share memory; {why}")
+        yield j, k
+
+
 def _overlaps(fname: str, items):
     """items: (label, array, is_output). Raise for any output sharing memory
     with another array, except a gradient that is exactly an output's view,
     which is returned (by index into items) to be copied first."""
     copy_g = set()
-    for j, k in sharing_pairs(items):
-        (la, a, oa), (lb, b, ob) = items[j], items[k]
-        if oa and ob:
-            raise ValueError(
-                f"{fname}: {la} and {lb} share memory; every parameter and "
-                f"state must have memory of its own")
+    for j, k in _sharing_read(fname, items, "every parameter and state must "
+                              "have memory of its own"):
+        (la, a, oa), (lb, b, _) = items[j], items[k]
         gk = j if not oa else k
         if _same_view(a, b):
             copy_g.add(gk)  # reading an exact alias is fine once copied
@@ -487,12 +495,9 @@ def agc_tensors(fname: str, arrays: dict, labels=None) -> Prepared:
 def _clip_overlaps(fname: str, items) -> None:
     """items: (label, array, is_written). Raise if a clipped gradient shares
     memory with any other array of the call."""
-    for j, k in sharing_pairs(items):
-        (la, _, oa), (lb, _, ob) = items[j], items[k]
-        if oa and ob:
-            raise ValueError(
-                f"{fname}: {la} and {lb} share memory; every gradient is "
-                f"clipped in place and must have memory of its own")
+    for j, k in _sharing_read(fname, items, "every gradient is clipped in "
+                              "place and must have memory of its own"):
+        (la, _, oa), (lb, _, _) = items[j], items[k]
         gl, xl = (la, lb) if oa else (lb, la)
         raise ValueError(
             f"{fname}: {gl} shares memory with {xl}; the gradient is clipped "
