@@ -255,9 +255,12 @@ class _Optimizer:
             if group["params"] is not ps:
                 raise ValueError(f"{f}: param_groups[{gi}]['params'] was replaced; the "
                                  f"parameters are fixed when the optimizer is built")
-        per = _grads.split(self, f, grads)
+        # a flat list goes to the prepared step unsplit (split only if declined)
+        per = None if _fused.deferred(self, grads) else _grads.split(self, f, grads)
         given = float("nan")
         if o.check_finite and any(g["schedule"] is not None for g in self.param_groups):
+            if per is None:
+                per = _grads.split(self, f, grads)
             pre = _fused.precheck(self, per, o)   # skip before the schedule is consulted
             if pre is not None:
                 if not pre[1]:
@@ -269,8 +272,10 @@ class _Optimizer:
                for gi, group in enumerate(self.param_groups)]
         groups = [self._group_tuple(kw) for kw in kws]
         if None in groups:                   # a group that cannot be fused (AGC)
+            if per is None:
+                per = _grads.split(self, f, grads)
             return self._step_groups(f, per, o)
-        info = _fused.run(self, f, per, groups, o, given)
+        info = _fused.run(self, f, grads, per, groups, o, given)
         self.last_grad_norm = info.norm
         self.last_step_info = info
         if not info.applied:

@@ -86,22 +86,38 @@ def precheck(opt, per, o):
     return _ext.global_norm(gs, o.grad_scale, o.norm_type, opt.n_threads)
 
 
-def run(opt, f, per, groups, o, given_norm=float("nan")):
-    """The fused step; returns its StepInfo (nothing written if not applied)."""
+def deferred(opt, grads):
+    """Can the split of grads wait (their form already that of the prepared
+    step: a flat list or tuple, one entry per parameter)? Exactly when
+    _grads.split would take them flat and cannot raise."""
+    if type(grads) is not list and type(grads) is not tuple:
+        return False
+    n = sum(map(len, opt._param_tuples))
+    return len(grads) == n and (n == 0 or not isinstance(grads[0], (list, tuple)))
+
+
+def run(opt, f, grads, per, groups, o, given_norm=float("nan")):
+    """The fused step; returns its StepInfo (nothing written if not applied).
+    per: the gradients split per group, or None when ``deferred``: grads
+    then go to the prepared step as they are (no per-tensor Python work),
+    and are split only if it declines."""
     groups = tuple(groups)
     needs = tuple(_step._needs(g) for g in groups)
     plan = opt._plan_all
     if plan is None or plan[0] != needs:        # prepared for "every gradient given"
-        xs, _, states, index, _, p = flat(opt, [[True] * len(gg) for gg in per], groups)
+        every = [[True] * len(g["params"]) for g in opt.param_groups]
+        p = flat(opt, every, groups)[-1]
         plan = opt._plan_all = (needs, p)
     if plan[1] is not None:      # the prepared step: only gradients and flags checked
-        out = plan[1].run(tuple(chain.from_iterable(per)), groups, o.grad_scale,
-                          o.max_norm, o.clip_value, o.clip, o.norm_type, o.check_finite,
-                          opt.n_threads, given_norm)
+        out = plan[1].run(grads if per is None else tuple(chain.from_iterable(per)),
+                          groups, o.grad_scale, o.max_norm, o.clip_value, o.clip,
+                          o.norm_type, o.check_finite, opt.n_threads, given_norm)
         if out is not None:
             return _step.StepInfo(*out)
     # some gradient missing or in another form, or a parameter no longer
     # writeable: the work list of this step, checked in full
+    if per is None:
+        per = _grads.split(opt, f, grads)
     xs, gs, states, index, lab, _ = flat(opt, per, groups)
     return _step.run(f, xs, gs, states, index, groups, o, opt.n_threads, lab, given_norm,
                      lambda: _grads.check_grads(opt, f, per))
