@@ -18,6 +18,8 @@
 
 /* Elements of the stack tile of transformed gradients (pass 2). */
 #define STEP_TILE 1024
+/* Pieces of at most this many elements skip the vector loops (pass 2). */
+#define STEP_SMALL 8
 
 /* Gradient transform flags (step.inc step_transform). */
 #define STEP_TF_DIV 1

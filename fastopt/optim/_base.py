@@ -258,7 +258,7 @@ class _Optimizer:
         # a flat list goes to the prepared step unsplit (split only if declined)
         per = None if _fused.deferred(self, grads) else _grads.split(self, f, grads)
         given = float("nan")
-        if o.check_finite and any(g["schedule"] is not None for g in self.param_groups):
+        if o.check_finite and self._scheduled():
             if per is None:
                 per = _grads.split(self, f, grads)
             pre = _fused.precheck(self, per, o)   # skip before the schedule is consulted
@@ -283,6 +283,13 @@ class _Optimizer:
         self._steps += 1
         self.last_lr = [kw["lr"] for kw in kws]
         return True
+
+    def _scheduled(self) -> bool:
+        """Does some group take its lr from a schedule?"""
+        for group in self.param_groups:
+            if group["schedule"] is not None:
+                return True
+        return False
 
     def _step_groups(self, f, per, o) -> bool:
         """A step with one kernel call per group (AGC has no fused form): the

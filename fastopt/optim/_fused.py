@@ -24,10 +24,11 @@ from . import _grads
 def options(opt, f, grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
             clip_convention):
     """The checked step options, cached for the last arguments seen."""
-    key = (grad_scale, skip_if_nonfinite, max_grad_norm, norm_type, clip_convention)
+    key = (grad_scale, skip_if_nonfinite, max_grad_norm, norm_type, clip_convention,
+           type(grad_scale), type(skip_if_nonfinite), type(max_grad_norm),
+           type(norm_type), type(clip_convention))
     cached = opt._opts_cache
-    if cached is not None and cached[0] == key and all(
-            type(a) is type(b) for a, b in zip(cached[0], key)):
+    if cached is not None and cached[0] == key:
         return cached[1]
     o = _step.check_options(f, grad_scale=grad_scale, max_grad_norm=max_grad_norm,
                             norm_type=norm_type, clip_convention=clip_convention,
@@ -102,7 +103,7 @@ def run(opt, f, grads, per, groups, o, given_norm=float("nan")):
     then go to the prepared step as they are (no per-tensor Python work),
     and are split only if it declines."""
     groups = tuple(groups)
-    needs = tuple(_step._needs(g) for g in groups)
+    needs = tuple(map(_step._needs, groups))
     plan = opt._plan_all
     if plan is None or plan[0] != needs:        # prepared for "every gradient given"
         every = [[True] * len(g["params"]) for g in opt.param_groups]
