@@ -222,16 +222,23 @@ def fixed_overhead(n, reps):
     per-step checks of gradients and flags, the call."""
     xs, gs = _tensors([(n,)] * 1000)
     opt = fo_optim.AdamW(xs, **ADAMW)
-    step = lambda: opt.step(gs, grad_scale=SCALE, skip_if_nonfinite=True,
-                            max_grad_norm=MAX_NORM)
+    ms = [np.zeros_like(x) for x in xs]
+    vs = [np.zeros_like(x) for x in xs]
+
+    def step():
+        return opt.step(gs, grad_scale=SCALE, skip_if_nonfinite=True,
+                        max_grad_norm=MAX_NORM)
+
+    def drive():
+        return plan._drive(1, gt)
+
+    def plain():
+        return fastopt.adamw(xs, gs, ms, vs, step=3, **ADAMW)
+
     step()
     plan, gt = opt._plan_all[1], tuple(gs)
     if plan is None:
         raise RuntimeError("bench_step: the optimizer did not prepare its step")
-    drive = lambda: plan._drive(1, gt)
-    ms = [np.zeros_like(x) for x in xs]
-    vs = [np.zeros_like(x) for x in xs]
-    plain = lambda: fastopt.adamw(xs, gs, ms, vs, step=3, **ADAMW)
     with np.errstate(all="ignore"):      # step and driver alternate: each after the other
         t_step, t_drive = _interleaved([step, drive], reps)
         return t_step, t_drive, _interleaved([plain], reps)[0]

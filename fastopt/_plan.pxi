@@ -44,20 +44,6 @@ cdef extern from *:
                 return 0;
         return 1;
     }
-    /* Ask for the cache lines of an array object's header (data, nd,
-       dims, descr, flags: offsets 16 to 68) before they are read. */
-    #if defined(__GNUC__) || defined(__clang__)
-    #define fo_prefetch(p) __builtin_prefetch(p)
-    #else
-    #define fo_prefetch(p) ((void)(p))
-    #endif
-    static inline void fo_prefetch_arr(const void *o)
-    {
-        if (o != NULL) {
-            fo_prefetch((const char *)o + 16);
-            fo_prefetch((const char *)o + 68);
-        }
-    }
     /* A written array: still at data, with every bit of flags (writeable,
        aligned, its contiguity) and of the plan's element type. Its shape is
        not re-read: the optimizer holds a reference to it, so NumPy refuses
@@ -76,12 +62,6 @@ cdef extern from *:
                      const cnp.npy_intp *dims) noexcept
     bint fo_plan_w(PyObject *o, void *data, void *descr, int type_num,
                    int flags) noexcept
-    void fo_prefetch_arr(const void *o) noexcept
-    void fo_prefetch(const void *p) noexcept
-
-
-cdef enum:
-    PLAN_AHEAD = 16         # tensors between a prefetch and the check
 
 
 cdef struct PlanTensor:
@@ -220,17 +200,6 @@ cdef class StepPlan:
                 c = mid
         return a < self.nw and self.wlo[a] < hi
 
-    cdef inline void _prefetch(self, tuple gs, Py_ssize_t i) noexcept:
-        """Start loading tensor i's array headers: after a step of tensors
-        larger than the cache they are in memory, and a miss each, taken
-        one after another, would cost more than the checks themselves."""
-        cdef PlanTensor *t = &self.pt[i]
-        fo_prefetch_arr(t.a[0])
-        fo_prefetch_arr(t.a[1])
-        fo_prefetch_arr(t.a[2])
-        fo_prefetch_arr(t.a[3])
-        fo_prefetch_arr(PyTuple_GET_ITEM(gs, i))
-
     cdef bint _accept(self, tuple gs):
         """The per-step checks (see the comment above); False to decline."""
         cdef Py_ssize_t i
@@ -241,11 +210,6 @@ cdef class StepPlan:
         cdef void *gp
         for i in range(self.nt):
             t = &self.pt[i]
-            if i + PLAN_AHEAD < self.nt:    # the objects a few tensors on
-                self._prefetch(gs, i + PLAN_AHEAD)
-            if i + PLAN_AHEAD // 2 < self.nt:   # that gradient's header is in by now
-                fo_prefetch(cnp.PyArray_DIMS(
-                    <cnp.ndarray>PyTuple_GET_ITEM(gs, i + PLAN_AHEAD // 2)))
             for k in range(4):
                 a = t.a[k]
                 if a != NULL and not fo_plan_w(a, t.p[k], t.descr, t.type_num, t.wflags):
