@@ -58,6 +58,8 @@ class _Optimizer:
         self._flat = None          # the work list (see _fused.flat)
         self._plan_all = None      # the prepared step with every gradient given
         self._opts_cache = None
+        self._fast = None          # the step when only the gradients change (_fused.fast)
+        self._prepared_ran = False
         self.last_grad_norm: float = float("nan")
         self.last_step_info = None
 
@@ -248,6 +250,16 @@ class _Optimizer:
             value from a schedule, a parameter made read-only); nothing is
             modified then and the step count does not advance.
         """
+        fast = _fused.fast(self, grads, grad_scale, skip_if_nonfinite, max_grad_norm,
+                           norm_type, clip_convention)
+        if fast is not None:            # only the gradients changed: checked in C
+            info, lrs = fast
+            self.last_grad_norm = info.norm
+            self.last_step_info = info
+            if info.applied:
+                self._steps += 1
+                self.last_lr = list(lrs)
+            return info.applied
         f = self._step_name
         o = _fused.options(self, f, grad_scale, skip_if_nonfinite, max_grad_norm,
                            norm_type, clip_convention)
@@ -276,6 +288,10 @@ class _Optimizer:
                 per = _grads.split(self, f, grads)
             return self._step_groups(f, per, o)
         info = _fused.run(self, f, grads, per, groups, o, given)
+        if self._prepared_ran and given != given:
+            _fused.remember(self, kws, groups)
+        else:
+            self._fast = None
         self.last_grad_norm = info.norm
         self.last_step_info = info
         if not info.applied:

@@ -87,6 +87,56 @@ def precheck(opt, per, o):
     return _ext.global_norm(gs, o.grad_scale, o.norm_type, opt.n_threads)
 
 
+def fast(opt, grads, grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
+         clip_convention):
+    """The step when, since the last step through the prepared plan, only
+    the gradients and the step count changed (the same options, of the same
+    types; every group's hyperparameters equal, no schedule; the same
+    parameter lists): (StepInfo, lrs), or None, with nothing written, for
+    the full route (which checks everything and raises). Remembered by
+    ``remember``."""
+    c = opt._fast
+    key = (grad_scale, skip_if_nonfinite, max_grad_norm, norm_type, clip_convention,
+           type(grad_scale), type(skip_if_nonfinite), type(max_grad_norm),
+           type(norm_type), type(clip_convention))
+    if c is None or c[0] != key:
+        return None
+    _, gkeys, parts, plan, args, lrs = c
+    keys, pgs = opt._KEYS, opt.param_groups
+    if len(pgs) != len(gkeys):
+        return None
+    groups = []
+    t = opt._steps + opt._T0
+    for group, ps, gk, (head, tail) in zip(pgs, opt._param_tuples, gkeys, parts):
+        if group["params"] is not ps or tuple(map(group.get, keys)) != gk:
+            return None
+        groups.append(head + (t,) + tail)
+    # a step after a large one finds this code cold (each page a TLB and
+    # cache miss): hence one call with the options ready, no comprehension
+    out = plan.run(grads, tuple(groups), *args, opt.n_threads)
+    return None if out is None else (tuple.__new__(_step.StepInfo, out), lrs)
+
+
+def remember(opt, kws, groups):
+    """After a step through the prepared plan: what ``fast`` reuses, if every
+    group's lr is fixed (no schedule) and its group tuple holds the step
+    count in its own slot only."""
+    opt._fast = None
+    parts = []
+    o = opt._opts_cache[1]
+    for gi, (kw, g) in enumerate(zip(kws, groups)):
+        cached = opt._cache.get(gi)
+        if cached is None or cached[1]["schedule"] is not None or g[2] != kw["t"]:
+            return
+        if opt._group_tuple(dict(kw, t=kw["t"] + 1)) != g[:2] + (kw["t"] + 1,) + g[3:]:
+            return
+        parts.append((g[:2], g[3:]))
+    opt._fast = (opt._opts_cache[0], tuple(opt._cache[gi][0] for gi in range(len(kws))),
+                 tuple(parts), opt._plan_all[1], (o.grad_scale, o.max_norm, o.clip_value,
+                                                  o.clip, o.norm_type, o.check_finite),
+                 tuple(kw["lr"] for kw in kws))
+
+
 def deferred(opt, grads):
     """Can the split of grads wait (their form already that of the prepared
     step: a flat list or tuple, one entry per parameter)? Exactly when
@@ -114,7 +164,9 @@ def run(opt, f, grads, per, groups, o, given_norm=float("nan")):
                           groups, o.grad_scale, o.max_norm, o.clip_value, o.clip,
                           o.norm_type, o.check_finite, opt.n_threads, given_norm)
         if out is not None:
+            opt._prepared_ran = True
             return _step.StepInfo(*out)
+    opt._prepared_ran = False
     # some gradient missing or in another form, or a parameter no longer
     # writeable: the work list of this step, checked in full
     if per is None:
