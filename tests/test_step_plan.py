@@ -5,7 +5,10 @@ dtype, shape, layout, byte order or alignment, a gradient reshaped in place,
 one that aliases a parameter or a state) is caught before anything is
 written: a bad one raises with no byte of any parameter, state or counter
 changed; an awkward but valid one takes the fully checked route and gives
-the bits of an optimizer that never prepared."""
+the bits of an optimizer that never prepared. And the remembered step of
+opt.step (when only the gradients changed, _fused.fast) yields to the full
+route on any other change: hyperparameters, schedules, options, threads, a
+checkpoint restored, a parameter list replaced."""
 import numpy as np
 import pytest
 
@@ -59,12 +62,15 @@ def _snapshot(opt, xs):
             {k: [a.tobytes() for a in v] for k, v in opt.state.items()}, opt.steps)
 
 
+WARM = {"grad_scale": 8.0, "skip_if_nonfinite": True, "max_grad_norm": 1.0}
+
+
 def _warm(opt, twin, rng, xs, steps=2):
     gs = _grads(rng, xs)
     for _ in range(steps):     # the same gradient arrays: the pointer cache is warm
-        _step_both(opt, twin, gs, grad_scale=8.0, skip_if_nonfinite=True,
-                   max_grad_norm=1.0)
+        _step_both(opt, twin, gs, **WARM)
     assert opt._plan_all[1] is not None
+    assert opt._fast is not None          # the next step takes the remembered call
     return gs
 
 
@@ -157,7 +163,7 @@ def test_gradient_partly_over_written_memory_writes_nothing(where):
     else:
         gs[0] = opt.state["exp_avg_sq"][4][3:8]
     with pytest.raises(ValueError, match="overlaps"):
-        opt.step(gs, max_grad_norm=1.0)
+        opt.step(gs, **WARM)
     assert _snapshot(opt, xs) == before
 
 
@@ -170,7 +176,7 @@ def test_gradient_reshaped_in_place_is_caught():
     before = _snapshot(opt, xs)
     gs[4].shape = (10, 100)
     with pytest.raises(ValueError):
-        opt.step(gs, max_grad_norm=1.0)
+        opt.step(gs, **WARM)
     assert _snapshot(opt, xs) == before
 
 
@@ -183,7 +189,7 @@ def test_gradient_moved_onto_a_parameter_after_its_pointer_was_cached():
     gs = list(_warm(opt, twin, rng, xs))
     gs_twin = list(gs)
     gs[2], gs_twin[2] = xs[2], ys[2]
-    _step_both(opt, twin, gs, gs_twin, max_grad_norm=1.0)
+    _step_both(opt, twin, gs, gs_twin, **WARM)
     _same(opt, twin, xs, ys)
 
 
@@ -196,10 +202,10 @@ def test_readonly_after_prepared_steps_writes_nothing(what):
     arr = xs[3] if what == "param" else opt.state["exp_avg_sq"][3]
     arr.flags.writeable = False
     with pytest.raises(ValueError):
-        opt.step(gs, max_grad_norm=1.0)
+        opt.step(gs, **WARM)
     arr.flags.writeable = True
     assert _snapshot(opt, xs) == before
-    _step_both(opt, twin, gs, max_grad_norm=1.0)       # prepared again
+    _step_both(opt, twin, gs, **WARM)       # prepared again
 
 
 @pytest.mark.parametrize("form", ["list", "tuple", "per_group"])
@@ -224,4 +230,86 @@ def test_nonfinite_skip_on_the_prepared_route_writes_nothing():
     before = _snapshot(opt, xs)
     gs[1] = np.array([np.inf], np.float32)
     assert not opt.step(gs, grad_scale=8.0, skip_if_nonfinite=True, max_grad_norm=1.0)
+    assert _snapshot(opt, xs) == before
+
+
+EDITS = {   # between prepared steps: each must take effect (the remembered step yields)
+    "lr": lambda opt: opt.param_groups[1].__setitem__("lr", 0.05),
+    "betas": lambda opt: opt.param_groups[0].__setitem__("betas", (0.8, 0.99)),
+    "weight_decay": lambda opt: opt.param_groups[1].__setitem__("weight_decay", 0.5),
+    "maximize": lambda opt: opt.param_groups[0].__setitem__("maximize", True),
+    "schedule": lambda opt: opt.param_groups[1].update(lr=None, schedule=lambda s: 0.1 / (s + 1)),
+    "n_threads": lambda opt: setattr(opt, "n_threads", 2),
+    "nothing": lambda opt: None,
+}
+OPTIONS = [   # step options, changing from step to step
+    {"grad_scale": 8.0, "skip_if_nonfinite": True, "max_grad_norm": 1.0},
+    {"grad_scale": 8, "skip_if_nonfinite": True, "max_grad_norm": 1.0},
+    {"max_grad_norm": 0.5, "norm_type": float("inf")},
+    {"max_grad_norm": 0.5, "clip_convention": "optax"},
+    {},
+]
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_edits_between_prepared_steps_take_effect(edit):
+    opt, twin, xs, ys = _pair(groups=True)
+    rng = np.random.default_rng(9)
+    for k in range(12):
+        if k == 5:
+            EDITS[edit](opt)
+            EDITS[edit](twin)
+        _step_both(opt, twin, _grads(rng, xs), **OPTIONS[(k // 2) % len(OPTIONS)])
+        _same(opt, twin, xs, ys)
+        assert opt.last_lr == twin.last_lr
+
+
+def test_checkpoint_between_prepared_steps():
+    opt, twin, xs, ys = _pair()
+    rng = np.random.default_rng(10)
+    gs = _warm(opt, twin, rng, xs, steps=3)
+    snap, snap_twin = opt.state_dict(), twin.state_dict()
+    saved = [x.copy() for x in xs]
+    _step_both(opt, twin, gs, **WARM)
+    opt.load_state_dict(snap)             # back one step: the step count too
+    twin.load_state_dict(snap_twin)
+    for x, y, s in zip(xs, ys, saved):
+        x[...] = s
+        y[...] = s
+    for _ in range(3):
+        _step_both(opt, twin, _grads(rng, xs), grad_scale=8.0, max_grad_norm=1.0)
+    _same(opt, twin, xs, ys)
+
+
+def test_params_list_replaced_after_prepared_steps_raises():
+    opt, twin, xs, _ = _pair()
+    rng = np.random.default_rng(11)
+    gs = _warm(opt, twin, rng, xs)
+    before = _snapshot(opt, xs)
+    opt.param_groups[0]["params"] = list(xs)
+    with pytest.raises(ValueError, match="was replaced"):
+        opt.step(gs, **WARM)
+    assert _snapshot(opt, xs) == before
+
+
+def test_amsgrad_turned_on_after_prepared_steps_raises():
+    opt, twin, xs, _ = _pair()
+    rng = np.random.default_rng(12)
+    gs = _warm(opt, twin, rng, xs)
+    before = _snapshot(opt, xs)
+    opt.param_groups[0]["amsgrad"] = True
+    with pytest.raises(ValueError, match="amsgrad"):
+        opt.step(gs, **WARM)
+    assert _snapshot(opt, xs) == before
+
+
+@pytest.mark.parametrize("bad", [{"grad_scale": 0.0}, {"max_grad_norm": -1.0},
+                                 {"norm_type": 3.0}, {"grad_scale": "8"}])
+def test_bad_options_after_prepared_steps_raise(bad):
+    opt, twin, xs, _ = _pair()
+    rng = np.random.default_rng(13)
+    gs = _warm(opt, twin, rng, xs)
+    before = _snapshot(opt, xs)
+    with pytest.raises((TypeError, ValueError)):
+        opt.step(gs, **bad)
     assert _snapshot(opt, xs) == before
