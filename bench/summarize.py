@@ -78,6 +78,10 @@ def side_by_side(data):
 WORK = ["1x1e3", "1x1e6", "1x5e7", "resnet50", "1000x1e3"]
 
 if __name__ == "__main__":
+    with open(sys.argv[1]) as f:
+        if "benchmarks" not in json.load(f):
+            sys.exit(f"{sys.argv[1]}: a trimmed run (ratios only, as the committed "
+                     f"baseline): read it with bench/compare.py, not summarize.py")
     main(sys.argv[1])
     with open(sys.argv[1]) as f:
         side_by_side(json.load(f))

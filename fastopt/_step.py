@@ -11,23 +11,27 @@ Order inside one step (docs/semantics.md, "The whole step")::
     maximize                    u = -u
     the rule                    with u as its gradient (weight decay inside)
 
-Gradients passed in are never written. :func:`run` is the acceptance rule
-for a step (as ``_dispatch.run`` for the plain update rules): the extension's
-fast path (``_ext.step``), else a full check here (raises TypeError or
-ValueError naming the function, argument and index; nothing written),
-normalisation (contiguous native copies, materialised broadcasts) and the
-fast path again, copies written back. The public functions are in
-``fastopt._torchform`` and the optimizers in ``fastopt.optim``.
+Gradients passed in are never written. :func:`run` offers a step to the
+extension's fast path (``_ext.step``) and, when that declines, hands it to
+``fastopt._dispatch.accept`` as the row ``STEP``: the same acceptance rule
+as every in-place op (check in full through ``fastopt._validation``, raising
+TypeError or ValueError naming the function, argument and index with
+nothing written; normalise; run; write back unless the step was skipped).
+``GLOBAL_NORM`` and ``CLIP_GRADS`` are the rows of the gradient-list
+functions. The public functions are in ``fastopt._torchform`` and the
+optimizers in ``fastopt.optim``.
 """
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
 
 from . import _ext
 from . import _validation as _v
+from ._dispatch import Op, accept
 
 RULES = {"momentum": 0, "adagrad": 1, "adam": 2, "sgd_torch": 3,
          "adagrad_torch": 4, "adam_torch": 5, "adamw_torch": 6}
@@ -134,150 +138,52 @@ def _needs(group: tuple) -> int:
     return len(STATES[rule])
 
 
+def _check_n_threads(at: int):
+    """The scalar check of a step-family entry point: n_threads (at index
+    ``at`` of its scalars; the others arrive checked) is the only one."""
+    def check(f, arrays, scalars):
+        _v.check_n_threads(f, scalars[at])
+        return scalars
+    return check
+
+
+def _step_fast(arrays, scalars):
+    return _ext.step(*arrays, *scalars)
+
+
+def _needs_of(scalars) -> list:
+    index, groups = scalars[0], scalars[1]
+    needs = [_needs(g) for g in groups]
+    return [needs[j] for j in index]
+
+
+# The step and the gradient-list functions as rows of the dispatch's table.
+# Their scalars: (index, groups, grad_scale, max_norm, clip_value, clip,
+# norm_type, check_finite, n_threads, given_norm) for the step, as
+# _ext.global_norm's and _ext.clip_grads' after the gradients for the others.
+STEP = Op("fastopt step", _step_fast, ("x", "g", "s1", "s2", "s3"), _check_n_threads(-2),
+          wrote=itemgetter(0), needs=_needs_of)
+GLOBAL_NORM = Op("fastopt.global_norm", lambda a, s: _ext.global_norm(a[0], *s), ("g",),
+                 _check_n_threads(-1))
+CLIP_GRADS = Op("fastopt.clip_grads", lambda a, s: _ext.clip_grads(a[0], *s), ("g",),
+                _check_n_threads(-1), clips_g=True, wrote=itemgetter(0))
+
+
 def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
         labels=None, given_norm: float = math.nan, precheck=None) -> StepInfo:
     """The step over tensors xs/gs with states (three lists, None where a
-    rule has no such state), tensor i in group index[i]. labels: role ->
-    list of names for messages (roles "x", "g", "s1".."s3"), or a callable
-    returning that dict (only called when the fast path declines).
-    given_norm: the global norm of these gradients already measured by
-    ``_ext.global_norm`` (then opts.check_finite must be False).
-    precheck: called first when the fast path declines (a caller's own
-    checks, for its own messages)."""
-    xs, gs = tuple(xs), tuple(gs)
-    s1, s2, s3 = (tuple(s) for s in states)
-    index = tuple(index)
-    groups = tuple(groups)
-    args = (opts.grad_scale, opts.max_norm, opts.clip_value, opts.clip,
-            opts.norm_type, opts.check_finite, n_threads, given_norm)
-    out = _ext.step(xs, gs, s1, s2, s3, index, groups, *args)
-    if out is not None:
-        return StepInfo(*out)
-    _v.check_n_threads(f, n_threads)
-    if precheck is not None:
-        precheck()
-    if callable(labels):
-        labels = labels()
-    prep = _check(f, xs, gs, (s1, s2, s3), index, groups, labels)
-    out = _ext.step(*prep.args, index, groups, *args)
+    rule has no such state), tensor i in group index[i]: the fast path, else
+    ``_dispatch.accept``. labels: role -> list of names for messages (roles
+    "x", "g", "s1".."s3"), or a callable returning that dict (only called
+    when the fast path declines). given_norm: the global norm of these
+    gradients already measured by ``_ext.global_norm`` (then
+    opts.check_finite must be False). precheck: called first when the fast
+    path declines (a caller's own checks, for its own messages)."""
+    arrays = (tuple(xs), tuple(gs), *(tuple(s) for s in states))
+    scalars = (tuple(index), tuple(groups), opts.grad_scale, opts.max_norm,
+               opts.clip_value, opts.clip, opts.norm_type, opts.check_finite, n_threads,
+               given_norm)
+    out = _ext.step(*arrays, *scalars)
     if out is None:
-        raise RuntimeError(f"{f}: internal error: a normalised step was declined")
-    info = StepInfo(*out)
-    if info.applied:
-        prep.finish()
-    return info
-
-
-class _Prepared:
-    __slots__ = ("args", "writeback")
-
-    def __init__(self, args, writeback):
-        self.args = args
-        self.writeback = writeback
-
-    def finish(self):
-        for dst, src in self.writeback:
-            dst[...] = src
-
-
-def _label(labels, role, i, default):
-    seq = (labels or {}).get(role)
-    return seq[i] if seq is not None else f"{default}[{i}]"
-
-
-def _check(f, xs, gs, states, index, groups, labels) -> _Prepared:
-    """Check every tensor of a step (raises; nothing written) and return it
-    normalised for the fast path."""
-    n = len(xs)
-    if len(gs) != n or any(len(s) != n for s in states) or len(index) != n:
-        raise ValueError(f"{f}: every list must have one entry per parameter")
-    items = []
-    for i in range(n):
-        x, xlab = xs[i], _label(labels, "x", i, "params")
-        _v.check_array(f, xlab, x)
-        if not x.flags.writeable:
-            raise ValueError(f"{f}: {xlab} is read-only; it is updated in place")
-        if _v._self_overlapping(x):
-            raise ValueError(f"{f}: {xlab} has elements that share memory (a broadcast "
-                             f"or as_strided view); an updated array needs memory of "
-                             f"its own for every element")
-        items.append((xlab, x, True))
-        glab = _label(labels, "g", i, "grads")
-        _v._check_role(f, glab, xlab, gs[i], x, "g", False)
-        items.append((glab, gs[i], False))
-        need = _needs(groups[index[i]])
-        names = STATES[groups[index[i]][0]]
-        for k in range(3):
-            a = states[k][i]
-            if k < need:
-                lab = _label(labels, f"s{k + 1}", i, names[k])
-                if a is None:
-                    raise ValueError(f"{f}: {lab} is missing; the rule needs it")
-                _v._check_role(f, lab, xlab, a, x, "state", True)
-                items.append((lab, a, True))
-    copy_g = _v._overlaps(f, items)
-    return _normalise(xs, gs, states, items, copy_g, index, groups)
-
-
-def _normalise(xs, gs, states, items, copy_g, index, groups) -> _Prepared:
-    """Contiguous native copies where needed (written back afterwards)."""
-    out_x, out_g, out_s = [], [], ([], [], [])
-    writeback = []
-    pos = 0
-    for i, x in enumerate(xs):
-        need = _needs(groups[index[i]])
-        outs = [x] + [states[k][i] for k in range(need)]
-        g_pos = pos + 1
-        pos += 2 + need
-        order = "C" if x.flags.c_contiguous else "F" if x.flags.f_contiguous else None
-        flag = "c_contiguous" if order == "C" else "f_contiguous"
-        if order is None or not all(a.dtype.isnative and a.flags.aligned
-                                    and getattr(a.flags, flag) for a in outs):
-            order, flag = "C", "c_contiguous"
-            copies = [np.array(a, dtype=a.dtype.newbyteorder("="), order="C") for a in outs]
-            writeback.extend(zip(outs, copies))
-            outs = copies
-        out_x.append(outs[0])
-        for k in range(3):
-            out_s[k].append(outs[1 + k] if k < need else None)
-        g = gs[i]
-        if (g_pos in copy_g or g.shape != x.shape or not g.dtype.isnative
-                or not g.flags.aligned or not getattr(g.flags, flag)):
-            g = np.array(np.broadcast_to(g, x.shape), dtype=g.dtype.newbyteorder("="),
-                         order=order)
-        out_g.append(g)
-    return _Prepared((tuple(out_x), tuple(out_g), *map(tuple, out_s)), writeback)
-
-
-# ---- gradient lists ------------------------------------------------------------
-
-def grad_list(f: str, name: str, grads, written: bool):
-    """A tuple of checked gradients (fast-path form, copies where needed)
-    and the write-back pairs."""
-    if isinstance(grads, np.ndarray):
-        grads = [grads]
-    if not isinstance(grads, (list, tuple)):
-        raise TypeError(f"{f}: {name} must be a numpy.ndarray or a list/tuple of "
-                        f"numpy.ndarray, got {type(grads).__name__}")
-    out, back, items = [], [], []
-    for i, g in enumerate(grads):
-        lab = f"{name}[{i}]"
-        _v.check_array(f, lab, g, "updates" if written else "works on")
-        if written and not g.flags.writeable:
-            raise ValueError(f"{f}: {lab} is read-only; it is clipped in place")
-        if written and _v._self_overlapping(g):
-            raise ValueError(f"{f}: {lab} has elements that share memory; a clipped "
-                             f"array needs memory of its own for every element")
-        items.append((lab, g, written))
-        if not (g.dtype.isnative and g.flags.aligned
-                and (g.flags.c_contiguous or g.flags.f_contiguous)):
-            c = np.array(g, dtype=g.dtype.newbyteorder("="), order="C")
-            if written:
-                back.append((g, c))
-            g = c
-        out.append(g)
-    if written:
-        for j, k in _v.sharing_pairs(items):
-            raise ValueError(f"{f}: {items[j][0]} and {items[k][0]} share memory; "
-                             f"each gradient is clipped in place on its own")
-    return tuple(out), back
+        out = accept(STEP, arrays, scalars, f, labels, precheck)
+    return StepInfo(*out)

@@ -15,15 +15,17 @@ import numpy as np
 
 from . import _ext
 from . import _validation as _v
+from ._dispatch import accept
 from ._step import (
     AMSGRAD,
+    CLIP_GRADS,
+    GLOBAL_NORM,
     MAXIMIZE,
     NESTEROV,
     RULES,
     StepInfo,
     check_norm_type,
     check_options,
-    grad_list,
     group_tuple,
     run,
 )
@@ -151,13 +153,11 @@ def agc_fused(f, x, g, v, group, clipping, clip_eps, layout, n_threads,
     gl = _as_list(g)
     copies = [np.array(a, dtype=a.dtype.newbyteorder("="), order="C") if
               isinstance(a, np.ndarray) else a for a in gl]
-    out = _ext.clip_grads(tuple(copies), o.grad_scale, o.max_norm, o.clip_value, o.clip,
-                          o.norm_type, o.check_finite, n_threads)
+    args = (o.grad_scale, o.max_norm, o.clip_value, o.clip, o.norm_type, o.check_finite,
+            n_threads)
+    out = _ext.clip_grads(tuple(copies), *args)
     if out is None:
-        _v.check_n_threads(f, n_threads)
-        copies, _ = grad_list(f, "g", copies, True)
-        out = _ext.clip_grads(copies, o.grad_scale, o.max_norm, o.clip_value, o.clip,
-                              o.norm_type, o.check_finite, n_threads)
+        out = accept(CLIP_GRADS, (tuple(copies),), args, f)
     info = StepInfo(*out)
     if info.applied:
         flags = group[1]
@@ -199,9 +199,7 @@ def global_norm(grads: ArrayOrList, *, grad_scale: float | None = None,
     gs = tuple(_as_list(grads)) if isinstance(grads, (np.ndarray, list, tuple)) else grads
     out = _ext.global_norm(gs, scale, nt, n_threads) if type(gs) is tuple else None
     if out is None:
-        _v.check_n_threads(f, n_threads)
-        gs, _ = grad_list(f, "grads", grads, False)
-        out = _ext.global_norm(gs, scale, nt, n_threads)
+        out = accept(GLOBAL_NORM, (gs,), (scale, nt, n_threads), f, {"g": "grads"})
     return out[0]
 
 
@@ -245,11 +243,7 @@ def clip_grads(grads: ArrayOrList, *, max_norm: float | None = None, norm_type=2
     gs = tuple(_as_list(grads)) if isinstance(grads, (np.ndarray, list, tuple)) else grads
     out = _ext.clip_grads(gs, *args) if type(gs) is tuple else None
     if out is None:
-        _v.check_n_threads(f, n_threads)
-        gs, back = grad_list(f, "grads", grads, True)
-        out = _ext.clip_grads(gs, *args)
-        for dst, src in back:
-            dst[...] = src
+        out = accept(CLIP_GRADS, (gs,), args, f, {"g": "grads"})
     return out[1]
 
 

@@ -10,8 +10,11 @@ gradients) so it can go through the fast path, with the copies written back
 afterwards. Nothing is written to any array before every check has passed.
 
 One checker per concept: lr, t, real, mode, layout, clipping, n_threads,
-array (check_array), the tensors of an update (tensors), of a clip
-(agc_tensors), and overlaps (sharing_pairs, _overlaps).
+array (check_array), an array written in place (check_written), a gradient
+or state against its parameter (_check_role), the tensors of any call
+(tensors: the in-place ops, AGC, the whole step, gradient lists), overlaps
+(sharing_pairs, _overlaps, _clip_overlaps), and one normaliser
+(_normalise).
 
 Labels: the tensor checkers name arrays by role ("x", "g", "v", "h") and
 index, as in ``g[3]``. A caller with its own names (``fastopt.optim``: say
@@ -209,8 +212,9 @@ class Prepared:
         self.writeback: list = []
 
     def args(self) -> tuple:
-        """The arrays to pass to the fast path, one argument per role."""
-        return tuple(seq[0] if self.single else seq for seq in self.roles.values())
+        """The arrays to pass to the fast path, one argument per role (an
+        array, or a tuple of them)."""
+        return tuple(seq[0] if self.single else tuple(seq) for seq in self.roles.values())
 
     def finish(self) -> None:
         """Copy the updated scratch arrays back into the user's arrays."""
@@ -264,15 +268,16 @@ def _as_list(fname: str, name: str, obj, *, x_single: bool | None, n: int | None
 
 
 def _lists(fname: str, arrays: dict, labels):
-    """The role -> list form of a call's arrays, its tensor count, whether x
-    was a single array, and the labeler."""
+    """The role -> list form of a call's arrays (the first role leads: the
+    others follow its container and length), its tensor count, whether the
+    lead was a single array, and the labeler."""
     name = labeler(labels, True).name
-    xs, single = _as_list(fname, name("x"), arrays["x"], x_single=None, n=None)
-    lists = {"x": xs}
-    for role, obj in arrays.items():
-        if role != "x":
-            lists[role] = _as_list(fname, name(role), obj, x_single=single, n=len(xs),
-                                   x_name=name("x"))[0]
+    lead, *rest = arrays
+    xs, single = _as_list(fname, name(lead), arrays[lead], x_single=None, n=None)
+    lists = {lead: xs}
+    for role in rest:
+        lists[role] = _as_list(fname, name(role), arrays[role], x_single=single,
+                               n=len(xs), x_name=name(lead))[0]
     return lists, len(xs), single, labeler(labels, single)
 
 
@@ -352,146 +357,6 @@ def _overlaps(fname: str, items):
     return copy_g
 
 
-def _check_written(fname: str, lab: str, xlab: str, a, xi, what: str) -> None:
-    """A written array of its parameter's shape with memory of its own."""
-    if a.shape != xi.shape:
-        raise ValueError(
-            f"{fname}: {lab} has shape {a.shape} but {xlab} has shape {xi.shape}; "
-            f"{what} must have its parameter's shape")
-    if not a.flags.writeable:
-        raise ValueError(f"{fname}: {lab} is read-only; it is updated in place")
-    if _self_overlapping(a):
-        raise ValueError(
-            f"{fname}: {lab} has elements that share memory (a broadcast or "
-            f"as_strided view); an updated array needs memory of its own for "
-            f"every element")
-
-
-def _check_role(fname, lab, xlab, a, xi, role, is_out) -> None:
-    """Checks of one gradient or state against its parameter xi."""
-    what = "the gradient" if role == "g" else "the state"
-    if not isinstance(a, np.ndarray):
-        raise TypeError(f"{fname}: {lab} must be a numpy.ndarray, got "
-                        f"{_type_name(a)}{_hint(a)}")
-    if _masked(a):
-        check_array(fname, lab, a)
-    if a.dtype.newbyteorder("=") != xi.dtype.newbyteorder("="):
-        raise TypeError(f"{fname}: {lab} has dtype {a.dtype} but {xlab} has "
-                        f"{xi.dtype}; {what} must match its parameter")
-    if is_out:
-        _check_written(fname, lab, xlab, a, xi, what)
-        return
-    try:
-        shape = np.broadcast_shapes(a.shape, xi.shape)
-    except ValueError:
-        shape = None
-    if shape != xi.shape:
-        raise ValueError(f"{fname}: {lab} with shape {a.shape} cannot be "
-                         f"broadcast to {xlab}'s shape {xi.shape}")
-
-
-def tensors(fname: str, arrays: dict, labels=None) -> Prepared:
-    """Check every tensor of an update; return it normalised for the fast path.
-
-    ``arrays`` maps each role to what the user passed: "x" (parameters,
-    written), "g" (gradients, read, broadcastable), then the states ("v",
-    "h": written, each of its parameter's shape). Raises TypeError/ValueError
-    naming ``fname``, the argument and the tensor index (see ``labels`` in
-    the module docstring); on error nothing has been written anywhere.
-    """
-    lists, n, single, label = _lists(fname, arrays, labels)
-    states = [r for r in lists if r not in ("x", "g")]
-    items = []   # (label, array, is_output) for the overlap check
-    for i in range(n):
-        xi, xlab = lists["x"][i], label("x", i)
-        check_array(fname, xlab, xi)
-        if not xi.flags.writeable:
-            raise ValueError(f"{fname}: {xlab} is read-only; it is updated in place")
-        if _self_overlapping(xi):
-            raise ValueError(f"{fname}: {xlab} has elements that share memory "
-                             f"(a broadcast or as_strided view); an updated array needs "
-                             f"memory of its own for every element")
-        items.append((xlab, xi, True))
-        for role in ["g"] + states:
-            a, lab = lists[role][i], label(role, i)
-            _check_role(fname, lab, xlab, a, xi, role, role != "g")
-            items.append((lab, a, role != "g"))
-    return _normalise(lists, n, single, states, _overlaps(fname, items))
-
-
-def _normalise(lists, n, single, states, copy_g) -> Prepared:
-    """Every check passed: the fast-path form of an update. Copies only here."""
-    prep = Prepared(single, {r: [] for r in lists})
-    per = 2 + len(states)
-    for i in range(n):
-        xi, gi = lists["x"][i], lists["g"][i]
-        # x's own memory order when x can go to C as it is (so AGC's unit
-        # norms are reduced in the order fastopt.agc uses for the same x),
-        # else C; only the arrays not already in that form are copied.
-        order = _fast_layout(xi) or "C"
-        flag = "c_contiguous" if order == "C" else "f_contiguous"
-        for r in ["x"] + states:
-            a = lists[r][i]
-            if not (a.dtype.isnative and a.flags.aligned and getattr(a.flags, flag)):
-                copy = np.array(a, dtype=a.dtype.newbyteorder("="), order=order)
-                prep.writeback.append((a, copy))
-                a = copy
-            prep.roles[r].append(a)
-        g_ok = (i * per + 1 not in copy_g and gi.shape == xi.shape and gi.dtype.isnative
-                and gi.flags.aligned and getattr(gi.flags, flag))
-        if not g_ok:
-            gi = np.array(np.broadcast_to(gi, xi.shape), dtype=gi.dtype.newbyteorder("="),
-                          order=order)
-        prep.roles["g"].append(gi)
-    return prep
-
-
-def _fast_layout(a: np.ndarray):
-    """'C' or 'F' if a can go to C as it is, else None."""
-    if not (a.dtype.isnative and a.flags.aligned):
-        return None
-    return "C" if a.flags.c_contiguous else "F" if a.flags.f_contiguous else None
-
-
-def agc_tensors(fname: str, arrays: dict, labels=None) -> Prepared:
-    """Check the tensors of an agc() call: x only read (read-only is fine),
-    g clipped in place (writeable, exactly x's shape and dtype, sharing no
-    memory with any x or other g); return the call normalised. Nothing is
-    written here."""
-    lists, n, single, label = _lists(fname, arrays, labels)
-    items = []
-    for i in range(n):
-        xi, gi, xlab, glab = lists["x"][i], lists["g"][i], label("x", i), label("g", i)
-        check_array(fname, xlab, xi, "works on")
-        if not isinstance(gi, np.ndarray) or _masked(gi):
-            check_array(fname, glab, gi, "works on")
-        if gi.dtype.newbyteorder("=") != xi.dtype.newbyteorder("="):
-            raise TypeError(f"{fname}: {glab} has dtype {gi.dtype} but {xlab} has "
-                            f"{xi.dtype}; the gradient must match its parameter")
-        if gi.shape != xi.shape:
-            raise ValueError(
-                f"{fname}: {glab} has shape {gi.shape} but {xlab} has shape {xi.shape}; "
-                f"the gradient is clipped in place, so it must have its parameter's shape")
-        if not gi.flags.writeable:
-            raise ValueError(f"{fname}: {glab} is read-only; it is clipped in place")
-        items += [(xlab, xi, False), (glab, gi, True)]
-    _clip_overlaps(fname, items)
-    prep = Prepared(single, {"x": [], "g": []})
-    for xi, gi in zip(lists["x"], lists["g"]):
-        order = _fast_layout(xi)
-        if order is None:
-            order = "C"
-            xi = np.array(xi, dtype=xi.dtype.newbyteorder("="), order="C")
-        flag = "c_contiguous" if order == "C" else "f_contiguous"
-        if not (gi.dtype.isnative and gi.flags.aligned and getattr(gi.flags, flag)):
-            copy = np.array(gi, dtype=gi.dtype.newbyteorder("="), order=order)
-            prep.writeback.append((gi, copy))
-            gi = copy
-        prep.roles["x"].append(xi)
-        prep.roles["g"].append(gi)
-    return prep
-
-
 def _clip_overlaps(fname: str, items) -> None:
     """items: (label, array, is_written). Raise if a clipped gradient shares
     memory with any other array of the call."""
@@ -502,3 +367,126 @@ def _clip_overlaps(fname: str, items) -> None:
         raise ValueError(
             f"{fname}: {gl} shares memory with {xl}; the gradient is clipped "
             f"in place while the parameter is read, so pass a copy of one")
+
+
+def _doing(role: str) -> str:
+    """What fastopt does to a written array of a role, for messages."""
+    return "clipped" if role == "g" else "updated"
+
+
+def check_written(fname: str, lab: str, a, doing: str = "updated") -> None:
+    """An array written in place (``doing``: "updated", or "clipped" for a
+    gradient): writeable, and with memory of its own for every element."""
+    if not a.flags.writeable:
+        raise ValueError(f"{fname}: {lab} is read-only; it is {doing} in place")
+    if _self_overlapping(a):
+        raise ValueError(
+            f"{fname}: {lab} has elements that share memory (a broadcast or "
+            f"as_strided view); {'an' if doing[0] in 'aeiou' else 'a'} {doing} array "
+            f"needs memory of its own for every element")
+
+
+def _check_role(fname, lab, xlab, a, xi, role, is_out) -> None:
+    """One gradient (role "g") or state of the parameter xi (labelled xlab):
+    an ndarray of xi's dtype. Written (a state; a gradient AGC clips):
+    exactly xi's shape, and check_written. Read (a gradient): broadcastable
+    to xi's shape."""
+    what = "the gradient" if role == "g" else "the state"
+    if not isinstance(a, np.ndarray) or _masked(a):
+        check_array(fname, lab, a)
+    if a.dtype.newbyteorder("=") != xi.dtype.newbyteorder("="):
+        raise TypeError(f"{fname}: {lab} has dtype {a.dtype} but {xlab} has "
+                        f"{xi.dtype}; {what} must match its parameter")
+    if is_out:
+        if a.shape != xi.shape:
+            why = f"{what} is clipped in place, so it" if role == "g" else what
+            raise ValueError(
+                f"{fname}: {lab} has shape {a.shape} but {xlab} has shape "
+                f"{xi.shape}; {why} must have its parameter's shape")
+        check_written(fname, lab, a, _doing(role))
+        return
+    try:
+        shape = np.broadcast_shapes(a.shape, xi.shape)
+    except ValueError:
+        shape = None
+    if shape != xi.shape:
+        raise ValueError(f"{fname}: {lab} with shape {a.shape} cannot be "
+                         f"broadcast to {xlab}'s shape {xi.shape}")
+
+
+def tensors(fname: str, arrays: dict, labels=None, written=None, needs=None) -> Prepared:
+    """Check every tensor of a call; return it normalised for the fast path.
+
+    ``arrays`` maps each role to what the user passed, the leading role
+    first: "x" (the parameters), or "g" for a call on gradients alone; then
+    "g" (the gradients) and the states ("v", "h", or "s1".."s3" for the
+    whole step), each of the lead's shape. ``written``: the roles written in
+    place (default: every role but "g"; AGC clips "g" and only reads "x");
+    a read gradient may broadcast. ``needs``: None (every role for every
+    tensor) or, per tensor, how many of the roles after "x" and "g" it has
+    (the whole step: 0-3 states by rule); a needed one that is None raises,
+    the others are passed on as None. Raises TypeError/ValueError naming
+    ``fname``, the argument and the tensor index (see ``labels`` in the
+    module docstring); on error nothing has been written anywhere.
+    """
+    lists, n, single, label = _lists(fname, arrays, labels)
+    lead, *rest = lists
+    written = [r for r in lists if r != "g"] if written is None else written
+    items, where = [], []   # (label, array, is_written) for the overlap check; (role, i)
+    for i in range(n):
+        xi, xlab = lists[lead][i], label(lead, i)
+        check_array(fname, xlab, xi, "updates" if lead in written else "works on")
+        if lead in written:
+            check_written(fname, xlab, xi, _doing(lead))
+        items.append((xlab, xi, lead in written))
+        where.append((lead, i))
+        have = len(rest) if needs is None else 1 + needs[i]
+        for role in rest[have:]:
+            lists[role][i] = None          # a state the tensor's rule does not use
+        for role in rest[:have]:
+            a, lab = lists[role][i], label(role, i)
+            if a is None and needs is not None:
+                raise ValueError(f"{fname}: {lab} is missing; the rule needs it")
+            _check_role(fname, lab, xlab, a, xi, role, role in written)
+            items.append((lab, a, role in written))
+            where.append((role, i))
+    if "g" in written:
+        _clip_overlaps(fname, items)
+        copy = set()
+    else:
+        copy = {where[k] for k in _overlaps(fname, items)}
+    return _normalise(lists, single, written, copy)
+
+
+def _normalise(lists, single, written, copy) -> Prepared:
+    """Every check passed: the fast-path form of a call. Copies only here:
+    each array not native, aligned and contiguous in its lead's order (a
+    broadcast gradient, or one in ``copy``, a written array's alias) goes
+    through a scratch copy, written back afterwards if its role is written."""
+    prep = Prepared(single, {r: [] for r in lists})
+    lead = next(iter(lists))
+    for i, xi in enumerate(lists[lead]):
+        # the lead's own memory order when it can go to C as it is (so AGC's
+        # unit norms are reduced in the order fastopt.agc uses for the same
+        # x), else C; only the arrays not already in that form are copied.
+        order = _fast_layout(xi) or "C"
+        flag = "c_contiguous" if order == "C" else "f_contiguous"
+        for role, seq in lists.items():
+            a = seq[i]
+            if a is not None and ((role, i) in copy or a.shape != xi.shape
+                                  or not (a.dtype.isnative and a.flags.aligned
+                                          and getattr(a.flags, flag))):
+                c = np.array(np.broadcast_to(a, xi.shape),
+                             dtype=a.dtype.newbyteorder("="), order=order)
+                if role in written:
+                    prep.writeback.append((a, c))
+                a = c
+            prep.roles[role].append(a)
+    return prep
+
+
+def _fast_layout(a: np.ndarray):
+    """'C' or 'F' if a can go to C as it is, else None."""
+    if not (a.dtype.isnative and a.flags.aligned):
+        return None
+    return "C" if a.flags.c_contiguous else "F" if a.flags.f_contiguous else None

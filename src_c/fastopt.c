@@ -388,6 +388,35 @@ static fo_item *sort_ranges(fo_item *a, fo_item *b, int64_t cnt, int64_t *run)
     return a;
 }
 
+/* The sweep over ranges in order of start: a written range must not start
+ * before the furthest end seen so far, a read range not before the furthest
+ * written end. With check set, order[] is only a hint: returns -1 as soon
+ * as it does not sort the ranges (nothing concluded). */
+static int sweep(const int64_t *ext, const unsigned char *is_out,
+                 const int64_t *order, int64_t cnt, int64_t m, int check,
+                 int64_t *oi, int64_t *oj)
+{
+    int64_t end_any = INT64_MIN, end_out = INT64_MIN, who_any = -1, who_out = -1;
+    int64_t prev = INT64_MIN;
+    for (int64_t s = 0; s < cnt; s++) {
+        int64_t i = order[s];
+        if (check && (i < 0 || i >= m))
+            return -1;
+        int64_t st = ext[2 * i], en = ext[2 * i + 1];
+        if (check && (st >= en || st < prev))
+            return -1;
+        prev = st;
+        if (is_out[i] ? st < end_any : st < end_out) {
+            *oi = is_out[i] ? who_any : who_out;
+            *oj = i;
+            return 1;
+        }
+        if (en > end_any) { end_any = en; who_any = i; }
+        if (is_out[i] && en > end_out) { end_out = en; who_out = i; }
+    }
+    return 0;
+}
+
 int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
                     int64_t m, int64_t *scratch, int64_t *order,
                     int64_t *norder, int64_t *oi, int64_t *oj)
@@ -395,11 +424,14 @@ int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
     fo_item *a = (fo_item *)scratch, *b = (fo_item *)scratch + m;
     int64_t cnt = 0;
     for (int64_t i = 0; i < m; i++)
-        if (ext[2 * i] < ext[2 * i + 1])
-            a[cnt++].idx = i;
+        cnt += ext[2 * i] < ext[2 * i + 1];
     if (cnt < 2)
         return 0;
     if (cnt <= 16) {              /* a few ranges: pairwise is cheapest */
+        cnt = 0;
+        for (int64_t i = 0; i < m; i++)
+            if (ext[2 * i] < ext[2 * i + 1])
+                a[cnt++].idx = i;
         for (int64_t s = 0; s < cnt; s++)
             for (int64_t u = s + 1; u < cnt; u++) {
                 int64_t i = a[s].idx, j = a[u].idx;
@@ -412,37 +444,26 @@ int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
             }
         return 0;
     }
-    /* The previous call's order, if it still sorts these ranges: it is a
-     * list of distinct indices, so if it has cnt entries, all non-empty now,
-     * it is a permutation of the current non-empty ranges. */
-    int sorted = *norder == cnt;
-    for (int64_t s = 0; sorted && s < cnt; s++) {
-        int64_t i = order[s];
-        sorted = i >= 0 && i < m && ext[2 * i] < ext[2 * i + 1]
-                 && (s == 0 || ext[2 * order[s - 1]] <= ext[2 * i]);
+    /* The previous call's order, if it still sorts these ranges: it lists
+     * distinct indices, so cnt of them, each non-empty now and in order of
+     * start, are a permutation of the current non-empty ranges. Verified
+     * during the sweep itself (one pass in a training loop). */
+    if (*norder == cnt) {
+        int r = sweep(ext, is_out, order, cnt, m, 1, oi, oj);
+        if (r >= 0)
+            return r;
     }
-    if (!sorted) {
-        for (int64_t s = 0; s < cnt; s++)
-            a[s].key = (uint64_t)ext[2 * a[s].idx];
-        fo_item *srt = sort_ranges(a, b, cnt, scratch + 4 * m);
-        for (int64_t s = 0; s < cnt; s++)
-            order[s] = srt[s].idx;
-        *norder = cnt;
-    }
-    /* Sweep: a written range must not start before the furthest end seen so
-     * far; a read range must not start before the furthest written end. */
-    int64_t end_any = INT64_MIN, end_out = INT64_MIN, who_any = -1, who_out = -1;
-    for (int64_t s = 0; s < cnt; s++) {
-        int64_t i = order[s], st = ext[2 * i], en = ext[2 * i + 1];
-        if (is_out[i] ? st < end_any : st < end_out) {
-            *oi = is_out[i] ? who_any : who_out;
-            *oj = i;
-            return 1;
+    cnt = 0;
+    for (int64_t i = 0; i < m; i++)
+        if (ext[2 * i] < ext[2 * i + 1]) {
+            a[cnt].idx = i;
+            a[cnt++].key = (uint64_t)ext[2 * i];
         }
-        if (en > end_any) { end_any = en; who_any = i; }
-        if (is_out[i] && en > end_out) { end_out = en; who_out = i; }
-    }
-    return 0;
+    fo_item *srt = sort_ranges(a, b, cnt, scratch + 4 * m);
+    for (int64_t s = 0; s < cnt; s++)
+        order[s] = srt[s].idx;
+    *norder = cnt;
+    return sweep(ext, is_out, order, cnt, m, 0, oi, oj);
 }
 
 /* ---- the elementwise driver, shared with step.c (issue 13) -------------- */

@@ -19,6 +19,8 @@ def _bad_agc_cases():
     ro.flags.writeable = False
     x0 = np.ones((3, 4), np.float32)
     shared = np.full((3, 4), 0.5, np.float32)
+    zero_stride = np.lib.stride_tricks.as_strided(np.full(4, 0.5, np.float32), (3, 4), (0, 4),
+                                                  writeable=True)
     return [
         # (xs, gs, kwargs, exception, match)
         (*_agc_case(layout="OI"), ValueError, r"fastopt.agc: layout must be 'oi'.*got 'OI'"),
@@ -57,6 +59,9 @@ def _bad_agc_cases():
          r"g\[0\] shares memory with x\[0\]; the gradient is clipped in place"),
         ([x0, np.ones((3, 4), np.float32)], [shared, shared], {}, ValueError,
          r"g\[0\] and g\[1\] share memory|g\[1\] and g\[0\] share memory"),
+        ([x0, np.ones(5)], [zero_stride, np.full(5, 0.5)], {}, ValueError,
+         r"g\[0\] has elements that share memory \(a broadcast or as_strided view\); "
+         r"a clipped array needs memory of its own"),
     ]
 
 

@@ -188,3 +188,29 @@ def test_sharded_step_is_one_update_call(monkeypatch, kw):
     for a, b in zip(opt.params, single.params):
         np.testing.assert_array_equal(a, b)
 
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nonfinite_norm_clips_as_single_process(bad):
+    """A NaN (or infinite) global norm without skip_if_nonfinite: the clip
+    coefficient max_norm / (norm + 1e-6) is NaN (0) and multiplies every
+    gradient, as in fastopt.optim (and torch's clip_grad_norm_), so the
+    sharded step stays bit-identical to the single-process one."""
+    from mpi4py import MPI
+
+    import fastopt.optim as fo
+    from fastopt.distributed import ShardedOptimizer
+    rng = np.random.default_rng(5)
+    params = [rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal(9)]
+    opt = ShardedOptimizer(fo.Momentum, [p.copy() for p in params], lr=0.1,
+                           comm=MPI.COMM_SELF)
+    single = fo.Momentum([p.copy() for p in params], lr=0.1)
+    g = _grads_like(rng, params)
+    g[1][3] = bad
+    with np.errstate(all="ignore"):
+        opt.step([x.copy() for x in g], max_grad_norm=1.0)
+        single.step([x.copy() for x in g], max_grad_norm=1.0)
+    for a, b in zip(opt.params, single.params):
+        np.testing.assert_array_equal(a, b)
+    if np.isnan(bad):    # a NaN coefficient reaches every parameter
+        assert all(np.isnan(p).all() for p in opt.params)

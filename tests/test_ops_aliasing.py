@@ -82,3 +82,27 @@ def test_shared_gradient_across_tensors():
     fastopt.momentum(xs, [g, g], vs, lr=1.0, t=0)
     np.testing.assert_array_equal(xs[0], 0.5)
     np.testing.assert_array_equal(xs[1], 0.5)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_overlap_found_after_a_stale_sorted_order(seed):
+    """A valid many-tensor call caches the sorted order of its ranges; the
+    next call permutes the tensors (the cached order no longer sorts them,
+    possibly only far into the sweep) and adds one overlap: it is still found
+    and nothing is written."""
+    rng = np.random.default_rng(seed)
+    n = 24
+    arena = np.zeros(n * 8 + 8, np.float32)
+    xs = [arena[i * 8:(i + 1) * 8] for i in range(n)]
+    gs = [np.ones(8, np.float32) for _ in range(n)]
+    vs = [np.zeros(8, np.float32) for _ in range(n)]
+    fastopt.momentum(xs, gs, vs, lr=0.1, t=1)
+    perm = rng.permutation(n)
+    xs2, gs2, vs2 = [xs[k] for k in perm], [gs[k] for k in perm], [vs[k] for k in perm]
+    j, k = (int(v) for v in rng.choice(n, 2, replace=False))
+    vs2[j] = arena[int(perm[k]) * 8 + 3:int(perm[k]) * 8 + 11]   # straddles two x
+    snap, vsnap = arena.tobytes(), [v.tobytes() for v in vs]
+    with pytest.raises(ValueError, match="share memory"):
+        fastopt.momentum(xs2, gs2, vs2, lr=0.1, t=1)
+    assert arena.tobytes() == snap
+    assert [v.tobytes() for v in vs] == vsnap

@@ -269,3 +269,43 @@ def test_bad_tensors_write_nothing(what):
         fastopt.adamw(xs, gs, ms, vs, lr=0.1, step=1, max_grad_norm=1.0)
     for a, b in zip(xs, x0):
         _same(a, b)
+
+
+def test_clip_grads_awkward_layouts_written_back():
+    """Strided and byte-swapped gradients go through the dispatch's copies,
+    written back: the same bits as contiguous native gradients."""
+    rng = np.random.default_rng(11)
+    plain = [rng.standard_normal(n).astype(dt) for n, dt in ((9, np.float32), (6, np.float64))]
+    big = np.zeros(18, np.float32)
+    big[::2] = plain[0]
+    awkward = [big[::2], plain[1].astype(">f8")]
+    want = fastopt.clip_grads([g.copy() for g in plain], max_norm=0.5, grad_scale=2.0)
+    assert fastopt.clip_grads(awkward, max_norm=0.5, grad_scale=2.0) == want
+    ref_out = [g.copy() for g in plain]
+    fastopt.clip_grads(ref_out, max_norm=0.5, grad_scale=2.0)
+    for a, b in zip(awkward, ref_out):
+        _same(a.astype(b.dtype), b)
+    assert (big[1::2] == 0).all()
+
+
+def _bad_grad_lists():
+    ro = np.ones(3, np.float32)
+    ro.flags.writeable = False
+    same = np.ones(4, np.float32)
+    zero_stride = np.lib.stride_tricks.as_strided(np.ones(4, np.float32), (3, 4), (0, 4),
+                                                  writeable=True)
+    return {"readonly": ([np.ones(2), ro], r"grads\[1\] is read-only; it is clipped in place"),
+            "self-overlap": ([zero_stride], r"grads\[0\] has elements that share memory"),
+            "shared": ([same, same], r"grads\[0\] and grads\[1\] share memory"),
+            "dtype": ([np.ones(2), np.ones(2, np.int32)], r"grads\[1\] has dtype int32"),
+            "type": ([np.ones(2), [1.0]], r"grads\[1\] must be a numpy.ndarray, got list")}
+
+
+@pytest.mark.parametrize("what", sorted(_bad_grad_lists()))
+def test_clip_grads_bad_gradients_write_nothing(what):
+    grads, match = _bad_grad_lists()[what]
+    before = [g.copy() for g in grads if isinstance(g, np.ndarray)]
+    with pytest.raises((TypeError, ValueError), match="fastopt.clip_grads: " + match):
+        fastopt.clip_grads(grads, max_norm=0.1, grad_scale=2.0)
+    for a, b in zip([g for g in grads if isinstance(g, np.ndarray)], before):
+        assert a.tobytes() == b.tobytes()

@@ -259,7 +259,7 @@ class ShardedOptimizer:
         max_grad_norm : float, optional
             Clip by the global norm of the averaged gradients (torch's
             ``clip_grad_norm_`` rule: multiply by ``max_grad_norm / (norm +
-            1e-6)`` when that is below 1); the norm is combined from per-rank
+            1e-6)`` when that is below 1 or NaN); the norm is combined from per-rank
             partial sums in rank order and kept in :attr:`last_grad_norm`.
         norm_type : {2.0, inf}
 
@@ -496,7 +496,9 @@ class ShardedOptimizer:
                 self.last_grad_norm = norm
                 coef = mgn / (norm + 1e-6)
         unscale = scale is not None and scale != 1.0
-        if coef < 1.0:           # (g / scale) * coef in g's dtype, as fo_step's transform
+        # (g / scale) * coef in g's dtype, as fo_step's transform; a NaN norm
+        # gives a NaN coef, which multiplies too (fo_step and torch do so)
+        if not coef >= 1.0:
             with np.errstate(all="ignore"):
                 for g in live:
                     if unscale:
