@@ -8,8 +8,12 @@ state or step count). Functions of the optimizer ``opt``.
 
 The prepared part: the parameters and states of a step are the same arrays
 every step, so their flattened tuples are built once per pattern of missing
-gradients and of state needs and reused (``opt._flat``); each step the C fast
-path re-checks them at C speed with the gradients.
+gradients and of state needs and reused (``opt._flat``), and checked once by
+a ``_ext.StepPlan`` (``opt._plan_all``, every gradient given), which each
+step checks only the gradients and the arrays' flags (fastopt/_plan.pxi). A
+flat gradient list reaches the plan unsplit (``deferred``), and when only
+the gradients changed since the last prepared step, ``opt.step`` is one
+remembered call (``fast``, filled by ``remember``): no per-tensor Python.
 """
 from __future__ import annotations
 
