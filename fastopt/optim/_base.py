@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from .. import _step
+from .. import _ext, _step
 from .. import _validation as _v
 from . import _fused, _grads, checkpoint
 from ._checks import as_bool
@@ -58,7 +58,7 @@ class _Optimizer:
         self._flat = None          # the work list (see _fused.flat)
         self._plan_all = None      # the prepared step with every gradient given
         self._opts_cache = None
-        self._fast = None          # the step when only the gradients change (_fused.fast)
+        self._fast = None          # the remembered step (_fused.remember)
         self._prepared_ran = False
         self.last_grad_norm: float = float("nan")
         self.last_step_info = None
@@ -250,16 +250,10 @@ class _Optimizer:
             value from a schedule, a parameter made read-only); nothing is
             modified then and the step count does not advance.
         """
-        fast = _fused.fast(self, grads, grad_scale, skip_if_nonfinite, max_grad_norm,
-                           norm_type, clip_convention)
-        if fast is not None:            # only the gradients changed: checked in C
-            info, lrs = fast
-            self.last_grad_norm = info.norm
-            self.last_step_info = info
-            if info.applied:
-                self._steps += 1
-                self.last_lr = list(lrs)
-            return info.applied
+        applied = _ext.remembered_step(self, grads, grad_scale, skip_if_nonfinite,
+                                       max_grad_norm, norm_type, clip_convention)
+        if applied is not None:         # only the gradients changed: checked in C
+            return applied
         f = self._step_name
         o = _fused.options(self, f, grad_scale, skip_if_nonfinite, max_grad_norm,
                            norm_type, clip_convention)

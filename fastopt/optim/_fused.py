@@ -13,7 +13,8 @@ a ``_ext.StepPlan`` (``opt._plan_all``, every gradient given), which each
 step checks only the gradients and the arrays' flags (fastopt/_plan.pxi). A
 flat gradient list reaches the plan unsplit (``deferred``), and when only
 the gradients changed since the last prepared step, ``opt.step`` is one
-remembered call (``fast``, filled by ``remember``): no per-tensor Python.
+remembered call (``_ext.remembered_step``, filled by ``remember``): no
+per-tensor Python, and no bytecode on that path.
 """
 from __future__ import annotations
 
@@ -91,38 +92,9 @@ def precheck(opt, per, o):
     return _ext.global_norm(gs, o.grad_scale, o.norm_type, opt.n_threads)
 
 
-def fast(opt, grads, grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
-         clip_convention):
-    """The step when, since the last step through the prepared plan, only
-    the gradients and the step count changed (the same options, of the same
-    types; every group's hyperparameters equal, no schedule; the same
-    parameter lists): (StepInfo, lrs), or None, with nothing written, for
-    the full route (which checks everything and raises). Remembered by
-    ``remember``."""
-    c = opt._fast
-    key = (grad_scale, skip_if_nonfinite, max_grad_norm, norm_type, clip_convention,
-           type(grad_scale), type(skip_if_nonfinite), type(max_grad_norm),
-           type(norm_type), type(clip_convention))
-    if c is None or c[0] != key:
-        return None
-    _, gkeys, parts, plan, args, lrs = c
-    keys, pgs = opt._KEYS, opt.param_groups
-    if len(pgs) != len(gkeys):
-        return None
-    groups = []
-    t = opt._steps + opt._T0
-    for group, ps, gk, (head, tail) in zip(pgs, opt._param_tuples, gkeys, parts):
-        if group["params"] is not ps or tuple(map(group.get, keys)) != gk:
-            return None
-        groups.append(head + (t,) + tail)
-    # a step after a large one finds this code cold (each page a TLB and
-    # cache miss): hence one call with the options ready, no comprehension
-    out = plan.run(grads, tuple(groups), *args, opt.n_threads)
-    return None if out is None else (tuple.__new__(_step.StepInfo, out), lrs)
-
-
 def remember(opt, kws, groups):
-    """After a step through the prepared plan: what ``fast`` reuses, if every
+    """After a step through the prepared plan: what the remembered step
+    (``_ext.remembered_step``, fastopt/_plan.pxi) reuses, if every
     group's lr is fixed (no schedule) and its group tuple holds the step
     count in its own slot only."""
     opt._fast = None
@@ -138,7 +110,7 @@ def remember(opt, kws, groups):
     opt._fast = (opt._opts_cache[0], tuple(opt._cache[gi][0] for gi in range(len(kws))),
                  tuple(parts), opt._plan_all[1], (o.grad_scale, o.max_norm, o.clip_value,
                                                   o.clip, o.norm_type, o.check_finite),
-                 tuple(kw["lr"] for kw in kws))
+                 tuple(kw["lr"] for kw in kws), _step.StepInfo)
 
 
 def deferred(opt, grads):
