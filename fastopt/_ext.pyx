@@ -220,6 +220,7 @@ cdef Op OP_AGC_MOMENTUM = _op(3, "WRW", sizeof(fo_agc_tensor), _emit_agc,
 
 include "_gather.pxi"
 include "_step.pxi"
+include "_plan.pxi"
 
 
 # ------------------------------------------------------------ entry points

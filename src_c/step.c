@@ -18,6 +18,8 @@
 
 /* Elements of the stack tile of transformed gradients (pass 2). */
 #define STEP_TILE 1024
+/* Pieces of at most this many elements skip the vector loops (pass 2). */
+#define STEP_SMALL 8
 
 /* Gradient transform flags (step.inc step_transform). */
 #define STEP_TF_DIV 1
@@ -330,12 +332,6 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
     step_result_init(res);
     if (nt < 0 || ng < 0 || step_check_opts(o) != FO_OK)
         return FO_EINVAL;
-    for (int64_t k = 0; k < nt; k++) {
-        const fo_step_tensor *t = &ts[k];
-        if ((t->dtype != FO_F32 && t->dtype != FO_F64) || t->n < 0
-                || t->group < 0 || t->group >= ng || !step_has_states(t, &gs[t->group]))
-            return FO_EINVAL;
-    }
     step_gcoef *gc = (step_gcoef *)malloc((size_t)(ng > 0 ? ng : 1) * sizeof(step_gcoef));
     step_grad *gr = (step_grad *)malloc((size_t)(nt > 0 ? nt : 1) * sizeof(step_grad));
     fo_tensor *view = (fo_tensor *)malloc((size_t)(nt > 0 ? nt : 1) * sizeof(fo_tensor));
@@ -343,15 +339,18 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
     if (gc == NULL || gr == NULL || view == NULL)
         goto out;
     rc = FO_EINVAL;
+    int64_t nb = 0, bytes = 0;
+    for (int64_t k = 0; k < nt; k++) {     /* check each tensor, build the views */
+        const fo_step_tensor *t = &ts[k];
+        if ((t->dtype != FO_F32 && t->dtype != FO_F64) || t->n < 0
+                || t->group < 0 || t->group >= ng || !step_has_states(t, &gs[t->group]))
+            goto out;
+        step_grad_add(&gr[k], t->g, t->n, t->dtype, &nb, &bytes);
+        step_view(&view[k], t->x, t->g, t->s1, t->s2, t->n, t->dtype);
+    }
     for (int64_t j = 0; j < ng; j++)
         if (step_group_coefs(&gs[j], &gc[j]) != FO_OK)
             goto out;
-    int64_t nb = 0, bytes = 0;
-    for (int64_t k = 0; k < nt; k++) {
-        step_grad_add(&gr[k], ts[k].g, ts[k].n, ts[k].dtype, &nb, &bytes);
-        step_view(&view[k], ts[k].x, ts[k].g, ts[k].s1, ts[k].s2, ts[k].n,
-                  ts[k].dtype);
-    }
     double norm;
     rc = step_measure(o, gr, nt, nb, bytes, res, n_threads, &norm);
     if (rc != FO_OK || (o->check_finite && !res->finite))

@@ -11,6 +11,8 @@
 
 /* Blocks of one work item (64 Ki elements). */
 #define STEP_ITEM_BLOCKS 16
+/* Blocks whose results pass 1 keeps on the stack (9 KiB). */
+#define STEP_STACK_BLOCKS 1024
 
 #define FO_T float
 #define FO_NAME(op) op##_f32
@@ -30,19 +32,38 @@
 #define FO_INFBITS 0x7ff0000000000000ull
 #include "step_norm.inc"
 
-static inline int step_run_block(const step_grad *gr, int64_t b, double scale,
-                                 int norm_inf, double *part)
+/* How pass 1 reads one dtype's gradients: u = g (mode 0), g / s (1) or
+ * g * s with s the exact inverse of a power-of-two grad_scale (2: the same
+ * bits as dividing). Worked out once per pass, not per block. */
+typedef struct {
+    double s;
+    int mode;
+} step_unscale;
+
+static void step_unscale_init(step_unscale *u, double scale, int f32)
+{
+    double inv = scale != 1.0 ? step_exact_inverse(scale, f32) : 0.0;
+    u->mode = scale == 1.0 ? 0 : inv != 0.0 ? 2 : 1;
+    u->s = u->mode == 2 ? inv : scale;
+}
+
+static inline int step_run_block(const step_grad *gr, int64_t b,
+                                 const step_unscale *us, int norm_inf,
+                                 double *part)
 {
     int64_t o = b * FO_STEP_BLOCK;
     int64_t m = gr->n - o < FO_STEP_BLOCK ? gr->n - o : FO_STEP_BLOCK;
-    int f32 = gr->dtype == FO_F32;
-    double inv = scale != 1.0 ? step_exact_inverse(scale, f32) : 0.0;
-    int mode = scale == 1.0 ? 0 : inv != 0.0 ? 2 : 1;
-    double s = mode == 2 ? inv : scale;
-    if (f32)
-        return step_block_f32(m, (const float *)gr->g + o, (float)s, mode,
-                              norm_inf, part);
-    return step_block_f64(m, (const double *)gr->g + o, s, mode, norm_inf, part);
+    if (gr->dtype == FO_F32) {
+        const float *g = (const float *)gr->g + o;
+        float s = (float)us[0].s;
+        return m <= FO_STEP_LANES
+            ? step_block_small_f32(m, g, s, us[0].mode, norm_inf, part)
+            : step_block_f32(m, g, s, us[0].mode, norm_inf, part);
+    }
+    const double *g = (const double *)gr->g + o;
+    return m <= FO_STEP_LANES
+        ? step_block_small_f64(m, g, us[1].s, us[1].mode, norm_inf, part)
+        : step_block_f64(m, g, us[1].s, us[1].mode, norm_inf, part);
 }
 
 /* Pass 1 as pool tasks: item i covers up to STEP_ITEM_BLOCKS blocks of one
@@ -53,7 +74,7 @@ typedef struct {
     const int64_t *items;
     double *part;
     unsigned char *bad;
-    double scale;
+    step_unscale us[2];     /* float32, float64 */
     int norm_inf;
 } step_norm_job;
 
@@ -67,7 +88,7 @@ static void step_norm_task(void *vj, int64_t it)
         be = step_nblocks(g->n);
     for (; b < be; b++)
         j->bad[g->b0 + b] = (unsigned char)step_run_block(
-            g, b, j->scale, j->norm_inf, &j->part[g->b0 + b]);
+            g, b, j->us, j->norm_inf, &j->part[g->b0 + b]);
 }
 
 /* Fill part[] and bad[] for every block of gr[0..nt): on the pool when
@@ -80,7 +101,7 @@ static int step_blocks(const step_grad *gr, int64_t nt, int64_t bytes,
         for (int64_t k = 0; k < nt; k++)
             for (int64_t b = 0; b < step_nblocks(gr[k].n); b++)
                 j->bad[gr[k].b0 + b] = (unsigned char)step_run_block(
-                    &gr[k], b, j->scale, j->norm_inf, &j->part[gr[k].b0 + b]);
+                    &gr[k], b, j->us, j->norm_inf, &j->part[gr[k].b0 + b]);
         return FO_OK;
     }
     int64_t ni = 0;
@@ -111,9 +132,16 @@ static int step_pass1(const step_grad *gr, int64_t nt, int64_t nb,
                       fo_step_result *res, int n_threads)
 {
     int norm_inf = norm_type == FO_NORM_INF;
-    double *part = (double *)malloc((size_t)(nb > 0 ? nb : 1) * sizeof(double));
-    unsigned char *bad = (unsigned char *)malloc((size_t)(nb > 0 ? nb : 1));
-    step_norm_job j = {gr, NULL, part, bad, scale, norm_inf};
+    /* the block results: on the stack up to STEP_STACK_BLOCKS blocks (no
+     * allocation for a step of many small tensors), else on the heap */
+    double part_st[STEP_STACK_BLOCKS];
+    unsigned char bad_st[STEP_STACK_BLOCKS];
+    int heap = nb > STEP_STACK_BLOCKS;
+    double *part = heap ? (double *)malloc((size_t)nb * sizeof(double)) : part_st;
+    unsigned char *bad = heap ? (unsigned char *)malloc((size_t)nb) : bad_st;
+    step_norm_job j = {gr, NULL, part, bad, {{0.0, 0}, {0.0, 0}}, norm_inf};
+    step_unscale_init(&j.us[0], scale, 1);
+    step_unscale_init(&j.us[1], scale, 0);
     int rc = part == NULL || bad == NULL ? FO_ENOMEM
              : step_blocks(gr, nt, bytes, &j, n_threads);
     if (rc == FO_OK) {
@@ -132,8 +160,10 @@ static int step_pass1(const step_grad *gr, int64_t nt, int64_t nb,
                               : norm_type == FO_NORM_SUMSQ ? total : sqrt(total);
         res->finite = finite;
     }
-    free(part);
-    free(bad);
+    if (heap) {
+        free(part);
+        free(bad);
+    }
     return rc;
 }
 

@@ -162,6 +162,31 @@ def test_global_norm(lib, norm_type, grad_scale):
             assert rc == 0 and res.norm == norm and res.finite == finite
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("grad_scale", [1.0, 3.0, 4.0])
+def test_global_norm_of_each_small_block(lib, dtype, grad_scale):
+    """Blocks of up to FO_STEP_LANES elements take a short path (the tree
+    over the lanes they fill): each alone, and each with a NaN or an
+    infinity in it, gives the reference's bits (grad_scale 4: the exact
+    inverse; 3: a division)."""
+    rng = np.random.default_rng(16)
+    for n in range(1, 2 * ref.LANES + 2):
+        g = (rng.standard_normal(n) * 10.0 ** rng.integers(-20, 20)).astype(dtype)
+        cases = [g]
+        for bad in (np.nan, np.inf):
+            b = g.copy()
+            b[rng.integers(n)] = bad
+            cases.append(b)
+        for gg in cases:
+            for norm_type in (2.0, math.inf):
+                norm, finite = ref.global_norm([gg], grad_scale=grad_scale,
+                                               norm_type=norm_type)
+                rc, res = cs.global_norm(lib, [gg], grad_scale, norm_type, 1)
+                assert rc == 0 and res.finite == finite, (n, gg)
+                assert res.norm == norm or (math.isnan(res.norm) and math.isnan(norm)), (
+                    n, norm_type, res.norm, norm)
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("norm_type", [2.0, math.inf])
 def test_nonfinite_skip_writes_nothing(lib, bad, norm_type):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from .. import _step
+from .. import _ext, _step
 from .. import _validation as _v
 from . import _fused, _grads, checkpoint
 from ._checks import as_bool
@@ -58,6 +58,8 @@ class _Optimizer:
         self._flat = None          # the work list (see _fused.flat)
         self._plan_all = None      # the prepared step with every gradient given
         self._opts_cache = None
+        self._fast = None          # the remembered step (_fused.remember)
+        self._prepared_ran = False
         self.last_grad_norm: float = float("nan")
         self.last_step_info = None
 
@@ -248,6 +250,10 @@ class _Optimizer:
             value from a schedule, a parameter made read-only); nothing is
             modified then and the step count does not advance.
         """
+        applied = _ext.remembered_step(self, grads, grad_scale, skip_if_nonfinite,
+                                       max_grad_norm, norm_type, clip_convention)
+        if applied is not None:         # only the gradients changed: checked in C
+            return applied
         f = self._step_name
         o = _fused.options(self, f, grad_scale, skip_if_nonfinite, max_grad_norm,
                            norm_type, clip_convention)
@@ -255,9 +261,12 @@ class _Optimizer:
             if group["params"] is not ps:
                 raise ValueError(f"{f}: param_groups[{gi}]['params'] was replaced; the "
                                  f"parameters are fixed when the optimizer is built")
-        per = _grads.split(self, f, grads)
+        # a flat list goes to the prepared step unsplit (split only if declined)
+        per = None if _fused.deferred(self, grads) else _grads.split(self, f, grads)
         given = float("nan")
-        if o.check_finite and any(g["schedule"] is not None for g in self.param_groups):
+        if o.check_finite and self._scheduled():
+            if per is None:
+                per = _grads.split(self, f, grads)
             pre = _fused.precheck(self, per, o)   # skip before the schedule is consulted
             if pre is not None:
                 if not pre[1]:
@@ -269,8 +278,14 @@ class _Optimizer:
                for gi, group in enumerate(self.param_groups)]
         groups = [self._group_tuple(kw) for kw in kws]
         if None in groups:                   # a group that cannot be fused (AGC)
+            if per is None:
+                per = _grads.split(self, f, grads)
             return self._step_groups(f, per, o)
-        info = _fused.run(self, f, per, groups, o, given)
+        info = _fused.run(self, f, grads, per, groups, o, given)
+        if self._prepared_ran and given != given:
+            _fused.remember(self, kws, groups)
+        else:
+            self._fast = None
         self.last_grad_norm = info.norm
         self.last_step_info = info
         if not info.applied:
@@ -278,6 +293,13 @@ class _Optimizer:
         self._steps += 1
         self.last_lr = [kw["lr"] for kw in kws]
         return True
+
+    def _scheduled(self) -> bool:
+        """Does some group take its lr from a schedule?"""
+        for group in self.param_groups:
+            if group["schedule"] is not None:
+                return True
+        return False
 
     def _step_groups(self, f, per, o) -> bool:
         """A step with one kernel call per group (AGC has no fused form): the

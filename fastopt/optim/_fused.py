@@ -8,8 +8,13 @@ state or step count). Functions of the optimizer ``opt``.
 
 The prepared part: the parameters and states of a step are the same arrays
 every step, so their flattened tuples are built once per pattern of missing
-gradients and of state needs and reused (``opt._flat``); each step the C fast
-path re-checks them at C speed with the gradients.
+gradients and of state needs and reused (``opt._flat``), and checked once by
+a ``_ext.StepPlan`` (``opt._plan_all``, every gradient given), which each
+step checks only the gradients and the arrays' flags (fastopt/_plan.pxi). A
+flat gradient list reaches the plan unsplit (``deferred``), and when only
+the gradients changed since the last prepared step, ``opt.step`` is one
+remembered call (``_ext.remembered_step``, filled by ``remember``): no
+per-tensor Python, and no bytecode on that path.
 """
 from __future__ import annotations
 
@@ -24,10 +29,11 @@ from . import _grads
 def options(opt, f, grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
             clip_convention):
     """The checked step options, cached for the last arguments seen."""
-    key = (grad_scale, skip_if_nonfinite, max_grad_norm, norm_type, clip_convention)
+    key = (grad_scale, skip_if_nonfinite, max_grad_norm, norm_type, clip_convention,
+           type(grad_scale), type(skip_if_nonfinite), type(max_grad_norm),
+           type(norm_type), type(clip_convention))
     cached = opt._opts_cache
-    if cached is not None and cached[0] == key and all(
-            type(a) is type(b) for a, b in zip(cached[0], key)):
+    if cached is not None and cached[0] == key:
         return cached[1]
     o = _step.check_options(f, grad_scale=grad_scale, max_grad_norm=max_grad_norm,
                             norm_type=norm_type, clip_convention=clip_convention,
@@ -86,22 +92,61 @@ def precheck(opt, per, o):
     return _ext.global_norm(gs, o.grad_scale, o.norm_type, opt.n_threads)
 
 
-def run(opt, f, per, groups, o, given_norm=float("nan")):
-    """The fused step; returns its StepInfo (nothing written if not applied)."""
+def remember(opt, kws, groups):
+    """After a step through the prepared plan: what the remembered step
+    (``_ext.remembered_step``, fastopt/_plan.pxi) reuses, if every
+    group's lr is fixed (no schedule) and its group tuple holds the step
+    count in its own slot only."""
+    opt._fast = None
+    parts = []
+    o = opt._opts_cache[1]
+    for gi, (kw, g) in enumerate(zip(kws, groups)):
+        cached = opt._cache.get(gi)
+        if cached is None or cached[1]["schedule"] is not None or g[2] != kw["t"]:
+            return
+        if opt._group_tuple(dict(kw, t=kw["t"] + 1)) != g[:2] + (kw["t"] + 1,) + g[3:]:
+            return
+        parts.append((g[:2], g[3:]))
+    opt._fast = (opt._opts_cache[0], tuple(opt._cache[gi][0] for gi in range(len(kws))),
+                 tuple(parts), opt._plan_all[1], (o.grad_scale, o.max_norm, o.clip_value,
+                                                  o.clip, o.norm_type, o.check_finite),
+                 tuple(kw["lr"] for kw in kws), _step.StepInfo)
+
+
+def deferred(opt, grads):
+    """Can the split of grads wait (their form already that of the prepared
+    step: a flat list or tuple, one entry per parameter)? Exactly when
+    _grads.split would take them flat and cannot raise."""
+    if type(grads) is not list and type(grads) is not tuple:
+        return False
+    n = sum(map(len, opt._param_tuples))
+    return len(grads) == n and (n == 0 or not isinstance(grads[0], (list, tuple)))
+
+
+def run(opt, f, grads, per, groups, o, given_norm=float("nan")):
+    """The fused step; returns its StepInfo (nothing written if not applied).
+    per: the gradients split per group, or None when ``deferred``: grads
+    then go to the prepared step as they are (no per-tensor Python work),
+    and are split only if it declines."""
     groups = tuple(groups)
-    needs = tuple(_step._needs(g) for g in groups)
+    needs = tuple(map(_step._needs, groups))
     plan = opt._plan_all
     if plan is None or plan[0] != needs:        # prepared for "every gradient given"
-        xs, _, states, index, _, p = flat(opt, [[True] * len(gg) for gg in per], groups)
+        every = [[True] * len(g["params"]) for g in opt.param_groups]
+        p = flat(opt, every, groups)[-1]
         plan = opt._plan_all = (needs, p)
     if plan[1] is not None:      # the prepared step: only gradients and flags checked
-        out = plan[1].run(tuple(chain.from_iterable(per)), groups, o.grad_scale,
-                          o.max_norm, o.clip_value, o.clip, o.norm_type, o.check_finite,
-                          opt.n_threads, given_norm)
+        out = plan[1].run(grads if per is None else tuple(chain.from_iterable(per)),
+                          groups, o.grad_scale, o.max_norm, o.clip_value, o.clip,
+                          o.norm_type, o.check_finite, opt.n_threads, given_norm)
         if out is not None:
+            opt._prepared_ran = True
             return _step.StepInfo(*out)
+    opt._prepared_ran = False
     # some gradient missing or in another form, or a parameter no longer
     # writeable: the work list of this step, checked in full
+    if per is None:
+        per = _grads.split(opt, f, grads)
     xs, gs, states, index, lab, _ = flat(opt, per, groups)
     return _step.run(f, xs, gs, states, index, groups, o, opt.n_threads, lab, given_norm,
                      lambda: _grads.check_grads(opt, f, per))

@@ -1,0 +1,335 @@
+# The prepared step (issue 13), included by _ext.pyx after _step.pxi.
+#
+# An optimizer passes the same parameters and states every step: StepPlan
+# checks them once (types, dtypes, shapes, layouts, alignment, no written
+# array overlapping another, through _step_gather) and keeps their
+# pointers and shapes. Each step then re-checks, in one loop over the
+# tensors with no reference counting:
+#   - every written array (x, s1..s3): still of the plan's data pointer,
+#     dtype and flags (writeable, aligned, its contiguity): a parameter or
+#     state made read-only, re-typed or moved declines (see fo_plan_w for
+#     its shape);
+#   - every gradient: an ndarray of the plan's dtype in native byte order,
+#     aligned, contiguous in the parameter's order, of its shape, and not
+#     overlapping any written memory. The overlap test (a binary search in
+#     the merged written ranges) runs only when a gradient's data pointer
+#     differs from the one accepted last step for that tensor: the written
+#     ranges never change, so a pointer once accepted stays clear of them.
+# Anything else declines (None, nothing written) and the caller takes the
+# fully checked path.
+
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+
+
+cdef extern from *:
+    """
+    /* The prepared step's per-array test: o (an ndarray) has every bit of
+       flags, shape dims[0..nd) and the plan's element type in native byte
+       order: the plan's dtype object itself (one compare; a descriptor
+       never changes), or another of the same type_num, not swapped. */
+    static inline int fo_plan_arr(PyObject *o, PyArray_Descr *descr, int type_num,
+                                  int flags, int nd, const npy_intp *dims)
+    {
+        PyArrayObject *a = (PyArrayObject *)o;
+        const npy_intp *d;
+        int k;
+        if ((PyArray_FLAGS(a) & flags) != flags || PyArray_NDIM(a) != nd)
+            return 0;
+        if (PyArray_DESCR(a) != descr
+                && (PyArray_TYPE(a) != type_num || !PyArray_ISNOTSWAPPED(a)))
+            return 0;
+        d = PyArray_DIMS(a);
+        for (k = 0; k < nd; k++)
+            if (d[k] != dims[k])
+                return 0;
+        return 1;
+    }
+    /* A written array: still at data, with every bit of flags (writeable,
+       aligned, its contiguity) and of the plan's element type. Its shape is
+       not re-read: the optimizer holds a reference to it, so NumPy refuses
+       to resize it (only resize(refcheck=False), which NumPy documents as
+       unsafe, could), and an in-place reshape keeps its size. */
+    static inline int fo_plan_w(PyObject *o, void *data, PyArray_Descr *descr,
+                                int type_num, int flags)
+    {
+        PyArrayObject *a = (PyArrayObject *)o;
+        return PyArray_DATA(a) == data && (PyArray_FLAGS(a) & flags) == flags
+            && (PyArray_DESCR(a) == descr
+                || (PyArray_TYPE(a) == type_num && PyArray_ISNOTSWAPPED(a)));
+    }
+    """
+    bint fo_plan_arr(PyObject *o, void *descr, int type_num, int flags, int nd,
+                     const cnp.npy_intp *dims) noexcept
+    bint fo_plan_w(PyObject *o, void *data, void *descr, int type_num,
+                   int flags) noexcept
+
+
+cdef struct PlanTensor:
+    PyObject *a[4]          # x, s1, s2, s3 (NULL: none), kept alive by StepPlan
+    void *p[4]              # their data pointers when the plan was made
+    cnp.npy_intp *dims      # x's shape then (into StepPlan.dims)
+    void *descr             # x's dtype object then (StepPlan.descrs holds it)
+    int64_t nbytes
+    int ndim
+    int type_num
+    int wflags              # what a written array must have: _W | order
+    int rflags              # what a gradient must have: _R | order
+
+
+cdef class StepPlan:
+    """Parameters and states of a step checked once (see the comment above).
+    Build with StepPlan.make(...), which returns None when they need the
+    slow path; run(grads, ...) per step."""
+    cdef fo_step_tensor *ts     # .g: the gradient accepted last (NULL: none yet)
+    cdef fo_step_group *gs
+    cdef PlanTensor *pt
+    cdef cnp.npy_intp *dims
+    cdef int64_t *wlo
+    cdef int64_t *whi
+    cdef Py_ssize_t nt, ng, nw
+    cdef tuple keep             # xs and the state tuples
+    cdef list descrs            # their dtype objects (a pointer compared must stay valid)
+    cdef fo_step_opts last      # the options of the last step run (for _drive)
+    cdef int last_nth
+    cdef bint ran
+
+    def __dealloc__(self):
+        PyMem_Free(self.ts)
+        PyMem_Free(self.gs)
+        PyMem_Free(self.pt)
+        PyMem_Free(self.dims)
+        PyMem_Free(self.wlo)
+        PyMem_Free(self.whi)
+
+    @staticmethod
+    def make(tuple xs, tuple s1s, tuple s2s, tuple s3s, tuple index, Py_ssize_t ng):
+        cdef StepPlan p = StepPlan.__new__(StepPlan)
+        cdef StepBufs b
+        cdef Py_ssize_t nt = PyTuple_GET_SIZE(xs)
+        if not (PyTuple_GET_SIZE(s1s) == PyTuple_GET_SIZE(s2s) == PyTuple_GET_SIZE(s3s)
+                == PyTuple_GET_SIZE(index) == nt):
+            return None
+        p.nt = nt
+        p.ng = ng
+        p.keep = (xs, s1s, s2s, s3s)
+        p.ts = <fo_step_tensor *>PyMem_Malloc((nt + 1) * sizeof(fo_step_tensor))
+        p.gs = <fo_step_group *>PyMem_Malloc((ng + 1) * sizeof(fo_step_group))
+        p.pt = <PlanTensor *>PyMem_Malloc((nt + 1) * sizeof(PlanTensor))
+        p.wlo = <int64_t *>PyMem_Malloc((4 * nt + 1) * sizeof(int64_t))
+        p.whi = <int64_t *>PyMem_Malloc((4 * nt + 1) * sizeof(int64_t))
+        if not (p.ts and p.gs and p.pt and p.wlo and p.whi):
+            raise MemoryError()
+        _step_alloc(&b, nt, ng, STEP_ROLES)
+        try:
+            # the gather with each x as its own gradient: checks every written
+            # array (and, g being x, nothing more: x is read as its own g)
+            if not _step_gather(&b, xs, xs, s1s, s2s, s3s, index, ng, False):
+                return None
+            p._fill(&b)
+        finally:
+            _step_free(&b)
+        p._sort_written()
+        return p
+
+    cdef int _fill(self, StepBufs *b) except -1:
+        """The per-tensor records and written ranges from a gather."""
+        cdef Py_ssize_t nt = self.nt, i, k, m = 0, nd = 0
+        cdef tuple xs = <tuple>self.keep[0]
+        cdef cnp.ndarray xa
+        cdef PlanTensor *t
+        for i in range(nt):
+            nd += cnp.PyArray_NDIM(<cnp.ndarray>PyTuple_GET_ITEM(xs, i))
+        self.dims = <cnp.npy_intp *>PyMem_Malloc((nd + 1) * sizeof(cnp.npy_intp))
+        if self.dims == NULL:
+            raise MemoryError()
+        nd = 0
+        self.descrs = []
+        for i in range(nt):
+            xa = <cnp.ndarray>PyTuple_GET_ITEM(xs, i)
+            t = &self.pt[i]
+            self.ts[i] = b.ts[i]
+            self.ts[i].g = NULL
+            t.type_num = cnp.PyArray_TYPE(xa)
+            t.descr = <void *>cnp.PyArray_DESCR(xa)
+            self.descrs.append(<object>t.descr)
+            order = (cnp.NPY_ARRAY_C_CONTIGUOUS
+                     if cnp.PyArray_FLAGS(xa) & cnp.NPY_ARRAY_C_CONTIGUOUS
+                     else cnp.NPY_ARRAY_F_CONTIGUOUS)
+            t.wflags = _W | order
+            t.rflags = _R | order
+            t.ndim = cnp.PyArray_NDIM(xa)
+            t.dims = self.dims + nd
+            for k in range(t.ndim):
+                t.dims[k] = cnp.PyArray_DIMS(xa)[k]
+            nd += t.ndim
+            t.nbytes = cnp.PyArray_SIZE(xa) * cnp.PyArray_ITEMSIZE(xa)
+            for k in range(4):
+                o = xa if k == 0 else <object>PyTuple_GET_ITEM(<tuple>self.keep[k], i)
+                t.a[k] = NULL if o is None else <PyObject *>o
+                t.p[k] = NULL if o is None else cnp.PyArray_DATA(<cnp.ndarray>o)
+        for k in (0, 2, 3, 4):               # the written roles' ranges
+            for i in range(nt):
+                lo = b.ext[2 * (k * nt + i)]
+                hi = b.ext[2 * (k * nt + i) + 1]
+                if lo < hi:
+                    self.wlo[m] = lo
+                    self.whi[m] = hi
+                    m += 1
+        self.nw = m
+        return 0
+
+    cdef int _sort_written(self) except -1:
+        cdef Py_ssize_t i, m = self.nw
+        order = np.argsort(np.array([self.wlo[i] for i in range(m)], dtype=np.int64),
+                           kind="stable")
+        los = [self.wlo[j] for j in order]
+        his = [self.whi[j] for j in order]
+        for i in range(m):
+            self.wlo[i] = los[i]
+            self.whi[i] = his[i]
+        return 0
+
+    cdef bint _written_hit(self, int64_t lo, int64_t hi) noexcept:
+        """Does [lo, hi) intersect a written range? (they are disjoint, sorted)"""
+        cdef Py_ssize_t a = 0, c = self.nw, mid
+        while a < c:                    # first range ending after lo
+            mid = (a + c) // 2
+            if self.whi[mid] <= lo:
+                a = mid + 1
+            else:
+                c = mid
+        return a < self.nw and self.wlo[a] < hi
+
+    cdef bint _accept(self, tuple gs):
+        """The per-step checks (see the comment above); False to decline."""
+        cdef Py_ssize_t i
+        cdef int k
+        cdef PlanTensor *t
+        cdef PyObject *a
+        cdef PyObject *g
+        cdef void *gp
+        for i in range(self.nt):
+            t = &self.pt[i]
+            for k in range(4):
+                a = t.a[k]
+                if a != NULL and not fo_plan_w(a, t.p[k], t.descr, t.type_num, t.wflags):
+                    return False
+            g = PyTuple_GET_ITEM(gs, i)
+            if not fo_exact_array(g) and not _is_array(<object>g):
+                return False
+            if not fo_plan_arr(g, t.descr, t.type_num, t.rflags, t.ndim, t.dims):
+                return False
+            gp = fo_data(g)
+            if gp != self.ts[i].g:
+                if t.nbytes and self._written_hit(<int64_t>gp, <int64_t>gp + t.nbytes):
+                    return False
+                self.ts[i].g = gp
+        return True
+
+    def run(self, grads, tuple groups, double grad_scale, double max_norm,
+            double clip_value, int clip, int norm_type, bint check_finite, n_threads,
+            double given_norm=NAN):
+        """The step with these gradients (a list or tuple, one array per
+        tensor of the plan): (applied, norm, finite) as step(), or None to
+        decline (nothing written)."""
+        return self._run(grads, groups, grad_scale, max_norm, clip_value, clip,
+                         norm_type, check_finite, n_threads, given_norm)
+
+    cdef object _run(self, grads, tuple groups, double grad_scale, double max_norm,
+                     double clip_value, int clip, int norm_type, bint check_finite,
+                     n_threads, double given_norm):
+        cdef fo_step_result res
+        cdef int nth = _n_threads(n_threads), rc = FO_OK
+        cdef tuple gs
+        if type(grads) is tuple:
+            gs = <tuple>grads
+        elif type(grads) is list:      # a tuple holds the arrays while the GIL is off
+            gs = tuple(<list>grads)
+        else:
+            return None
+        if (not nth or PyTuple_GET_SIZE(gs) != self.nt
+                or PyTuple_GET_SIZE(groups) != self.ng
+                or not _step_groups(groups, self.gs) or not self._accept(gs)):
+            return None
+        _step_opts(&self.last, grad_scale, max_norm, clip_value, clip, norm_type,
+                   check_finite, given_norm)
+        self.last_nth = nth
+        with nogil:
+            rc = fo_step(self.ts, self.nt, self.gs, self.ng, &self.last, &res, nth)
+        if rc == FO_EINVAL:
+            return None
+        _check_rc(rc)
+        self.ran = True
+        return (res.applied != 0, res.norm, res.finite != 0)
+
+    def _drive(self, Py_ssize_t reps, tuple grads):
+        """Benchmarks only: fo_step `reps` times, GIL released, on the
+        arrays of the last step run (grads: those gradients, checked and
+        held alive here) with its options and groups: the C driver's own
+        time for the work of one step, with no per-step check. Returns the
+        seconds of the reps calls (a monotonic clock around the C loop
+        alone). Updates the parameters as those steps would."""
+        cdef fo_step_result res
+        cdef Py_ssize_t r
+        cdef int rc = FO_OK
+        cdef timespec t0, t1
+        if not self.ran or PyTuple_GET_SIZE(grads) != self.nt or not self._accept(grads):
+            raise ValueError("StepPlan._drive: run a step with these gradients first")
+        with nogil:
+            clock_gettime(CLOCK_MONOTONIC, &t0)
+            for r in range(reps):
+                rc = fo_step(self.ts, self.nt, self.gs, self.ng, &self.last, &res,
+                             self.last_nth)
+                if rc != FO_OK:
+                    break
+            clock_gettime(CLOCK_MONOTONIC, &t1)
+        _check_rc(rc)
+        return (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9
+
+
+def remembered_step(opt, grads, grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
+                    clip_convention):
+    """fastopt.optim's step when, since its last step through the prepared
+    plan, only the gradients and the step count changed (the same options,
+    of the same types; every group's hyperparameters equal, no schedule; the
+    same parameter lists; as fastopt/optim/_fused.py ``remember`` left in
+    opt._fast): the step, its bookkeeping on opt, and whether it was
+    applied; or None, with nothing written, for the full route (which checks
+    everything and raises). Compiled: after a step over more memory than the
+    cache holds, this path runs cold, and bytecode would cost a miss a page."""
+    c = opt._fast
+    if c is None:
+        return None
+    key = (grad_scale, skip_if_nonfinite, max_grad_norm, norm_type, clip_convention,
+           type(grad_scale), type(skip_if_nonfinite), type(max_grad_norm),
+           type(norm_type), type(clip_convention))
+    cdef tuple rec = <tuple>c
+    if rec[0] != key:
+        return None
+    cdef tuple gkeys = <tuple>rec[1], parts = <tuple>rec[2], args = <tuple>rec[4]
+    cdef StepPlan plan = <StepPlan>rec[3]
+    cdef Py_ssize_t j, ng = len(gkeys)
+    pgs, pts = opt.param_groups, opt._param_tuples
+    if type(pgs) is not list or type(pts) is not list or len(pgs) != ng or len(pts) != ng:
+        return None
+    keys = opt._KEYS
+    t = opt._steps + opt._T0
+    groups = [None] * ng
+    for j in range(ng):
+        group = (<list>pgs)[j]
+        if (type(group) is not dict or group["params"] is not (<list>pts)[j]
+                or tuple(map(group.get, keys)) != gkeys[j]):
+            return None
+        head, tail = parts[j]
+        groups[j] = head + (t,) + tail
+    out = plan._run(grads, tuple(groups), args[0], args[1], args[2], args[3], args[4],
+                    args[5], opt.n_threads, NAN)
+    if out is None:
+        return None
+    info = tuple.__new__(rec[6], out)
+    opt.last_grad_norm = info[1]
+    opt.last_step_info = info
+    if info[0]:
+        opt._steps = opt._steps + 1
+        opt.last_lr = list(rec[5])
+    return info[0]
