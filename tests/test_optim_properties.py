@@ -148,6 +148,19 @@ def roundtrip(case, opt, placed):
     return twin, twin_placed
 
 
+def _bits(a):
+    """a's bytes in native order with every NaN made the same NaN. IEEE 754
+    leaves to the implementation which NaN operand's payload and sign an
+    operation returns, and the compiler may swap the operands of a commutative
+    +: the optimizer's fused step and the functional kernel are different
+    compiled loops, so a NaN from two NaN operands may differ in its sign bit
+    (seen: Adagrad, h = NaN + g*g with a NaN g). Every other value is
+    compared bit for bit."""
+    a = np.array(a, dtype=a.dtype.newbyteorder("="))
+    a[np.isnan(a)] = np.nan
+    return a.tobytes()
+
+
 @settings(suppress_health_check=SLOW_OK)
 @given(case=cases())
 def test_steps_equal_functional_calls_and_resume_bit_exactly(case):
@@ -168,12 +181,11 @@ def test_steps_equal_functional_calls_and_resume_bit_exactly(case):
             assert twin.step(grads_for(step), grad_scale=step["scale"],
                              skip_if_nonfinite=step["skip"]) == applied
         for i, p in enumerate(placed):
-            assert p.arr.astype(p.arr.dtype.newbyteorder("=")).tobytes() == \
-                emu.xs[i].tobytes(), f"params[{i}] after step {k}"
+            assert _bits(p.arr) == _bits(emu.xs[i]), f"params[{i}] after step {k}"
             assert p.untouched_outside(), f"bytes around params[{i}] changed"
         for j, name in enumerate(OPTS[case["name"]][1]):
             for i, a in enumerate(opt.state[name]):
-                assert a.tobytes() == emu.states[i][j].tobytes(), f"state {name}[{i}]"
+                assert _bits(a) == _bits(emu.states[i][j]), f"state {name}[{i}]"
     if twin is not None:
         assert twin.steps == opt.steps
         for p, q in zip(placed, twin_placed):
