@@ -3,8 +3,8 @@
 # Fast paths, as the update rules' (see the module docstring): each accepts
 # a call only when every array is already in the form the C code needs,
 # checked through NumPy's C-API, and otherwise returns None before anything
-# is written; fastopt/_step.py then checks the call in full, normalises it
-# and calls back. The scalars arrive checked by fastopt/_step.py (the
+# is written; fastopt/_dispatch.py (accept) then checks the call in full,
+# normalises it and calls back. The scalars arrive checked by fastopt/_step.py (the
 # optimizers check a group's hyperparameters once, not every step); the C
 # driver checks them again and its FO_EINVAL, returned before it writes
 # anything, is a decline too.
