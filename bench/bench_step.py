@@ -52,17 +52,6 @@ def _tensors(shapes, seed=0):
     return xs, gs
 
 
-def _time(fn, reps):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return statistics.median(ts), ts[min(len(ts) - 1, math.ceil(0.99 * len(ts)) - 1)]
-
-
 # ---- implementations ---------------------------------------------------------------
 
 def fastopt_optim(rule, xs, gs):
@@ -177,16 +166,16 @@ def run(reps: int, out=sys.stdout):
         except (ImportError, RuntimeError, TypeError, ValueError) as exc:
             # no torch, or no fused CPU path in it
             print(f"  torch: unavailable ({exc})", file=out)
-        res = {}
         ceil, factor = ceiling_step(rule, xs)
-        with np.errstate(all="ignore"):
-            for name, fn in impls.items():
-                res[name] = _time(fn, reps)
-            c50, c99 = _time(ceil, reps)
-            res["ceiling"] = (c50 * factor, c99 * factor)
-            if "torch" in impls:   # torch's time includes copying the grads back
-                copy = _time(impls["torch"].copy_only, reps)[0]
-                res["torch"] = (res["torch"][0] - copy, res["torch"][1] - copy)
+        impls["ceiling"] = ceil
+        if "torch" in impls:   # torch's time includes copying the grads back
+            impls["copy"] = impls["torch"].copy_only
+        with np.errstate(all="ignore"):   # every round runs each once: side by side
+            res = dict(zip(impls, map(_p50_p99, _samples(list(impls.values()), reps))))
+        res["ceiling"] = (res["ceiling"][0] * factor, res["ceiling"][1] * factor)
+        if "copy" in res:
+            copy = res.pop("copy")[0]
+            res["torch"] = (res["torch"][0] - copy, res["torch"][1] - copy)
         base = res["plain kernel"][0]
         for name, (p50, p99) in res.items():
             rows.append((rule, name, p50, p99, p50 / base))
@@ -197,9 +186,10 @@ def run(reps: int, out=sys.stdout):
     return rows
 
 
-def _interleaved(fns, reps):
-    """Median seconds of each fn, the calls interleaved (a load change hits
-    them alike); a fn returning a float reports its own time."""
+def _samples(fns, reps):
+    """Seconds of each fn over reps rounds, the calls interleaved (each round
+    runs every fn once, so a change of load hits them alike); a fn returning
+    a float reports its own time."""
     ts = [[] for _ in fns]
     for fn in fns:
         fn()
@@ -208,7 +198,17 @@ def _interleaved(fns, reps):
             t0 = time.perf_counter()
             own = fn()
             ts[k].append(own if isinstance(own, float) else time.perf_counter() - t0)
-    return [statistics.median(t) for t in ts]
+    return ts
+
+
+def _p50_p99(t):
+    t = sorted(t)
+    return statistics.median(t), t[min(len(t) - 1, math.ceil(0.99 * len(t)) - 1)]
+
+
+def _interleaved(fns, reps):
+    """Median seconds of each fn, the calls interleaved (see _samples)."""
+    return [statistics.median(t) for t in _samples(fns, reps)]
 
 
 def fixed_overhead(n, reps):
