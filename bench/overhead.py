@@ -1,6 +1,7 @@
 """Per-call overhead of the public in-place ops (issue 11): one call from Python
 on 1e3-element float32 arrays, for the tree on PYTHONPATH and, with
-``--against DIR``, another built tree (its root, put first on PYTHONPATH).
+``--against DIR`` (repeatable), other built trees (each root put first on
+PYTHONPATH in turn), columns named after their directories.
 
     PYTHONPATH=$PWD python bench/overhead.py                     # this tree
     PYTHONPATH=$PWD python bench/overhead.py --against /work/wt/old
@@ -100,7 +101,8 @@ def timings(tree, op: str, repeat: int, number: int):
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--against", metavar="DIR", help="a second built tree, side by side")
+    p.add_argument("--against", metavar="DIR", action="append", default=[],
+                   help="another built tree, side by side (repeatable)")
     p.add_argument("--calls", type=int, default=1000, help="calls per callgrind run")
     p.add_argument("--repeat", type=int, default=101, help="timeit samples")
     p.add_argument("--number", type=int, default=2000, help="calls per timeit sample")
@@ -111,8 +113,8 @@ def main(argv=None) -> None:
     if a.child:
         child(a.child[0], int(a.child[1]), a.number)
         return
-    trees = [("this", None)] + ([("against", os.path.abspath(a.against))]
-                                if a.against else [])
+    trees = [("this", None)] + [(os.path.basename(os.path.abspath(d)), os.path.abspath(d))
+                                for d in a.against]
     grind = shutil.which("valgrind") is not None and not a.no_callgrind
     head = ["op"]
     for name, _ in trees:
