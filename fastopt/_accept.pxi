@@ -100,20 +100,25 @@ cdef inline bint _count(object o, int64_t *out):
     return True
 
 
-cdef inline bint _no_step_options(object steps):
-    """steps: the public call's step options (grad_scale, max_grad_norm,
-    norm_type, clip_convention, clip_value, skip_if_nonfinite), or None.
+cdef inline bint _no_steps(PyObject **s):
+    """s: the public call's step options (grad_scale, max_grad_norm,
+    norm_type, clip_convention, clip_value, skip_if_nonfinite), borrowed.
     True when none is set (the plain update); anything else declines, and
     fastopt/_ops.py runs the whole step."""
-    if steps is None:
-        return True
-    if type(steps) is not tuple or PyTuple_GET_SIZE(steps) != 6:
-        return False
-    grad_scale, max_grad_norm, norm_type, convention, clip_value, skip = steps
-    return (grad_scale is None and max_grad_norm is None and clip_value is None
-            and skip is False and type(convention) is str and convention == "torch"
+    norm_type = <object>s[2]
+    convention = <object>s[3]
+    return (<object>s[0] is None and <object>s[1] is None and <object>s[4] is None
+            and <object>s[5] is False and type(convention) is str and convention == "torch"
             and ((type(norm_type) is float and <double>norm_type == 2.0)
                  or (type(norm_type) is int and norm_type == 2)))
+
+
+cdef inline bint _no_step_options(object steps):
+    """_no_steps over a tuple of the six, or None (none set)."""
+    if steps is None:
+        return True
+    return (type(steps) is tuple and PyTuple_GET_SIZE(steps) == 6
+            and _no_steps(_items(steps)))
 
 
 cdef inline bint _clip_value(object c, double *out):

@@ -3,7 +3,7 @@
 The op entry points are fast paths: True when the call ran, False when it
 was declined (nothing written); they never raise for user input.
 """
-from typing import Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -31,6 +31,14 @@ def adam(arrays: tuple[_Arrays, _Arrays, _Arrays, _Arrays], scalars: tuple) -> b
 def agc(arrays: tuple[_Arrays, _Arrays], scalars: tuple) -> bool: ...
 def agc_momentum(arrays: tuple[_Arrays, _Arrays, _Arrays], scalars: tuple) -> bool: ...
 def unit_norms(x: np.ndarray, layout: str) -> np.ndarray: ...
+
+# the public ops' C entry (_entry.pxi): @entry("momentum") over fastopt/_ops.py's
+# function; the Entry is called as that function is
+class Entry:
+    __wrapped__: Callable[..., Any]
+    def __init__(self, func: Callable[..., Any], op: str) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+def entry(op: str) -> Callable[[Callable[..., Any]], Entry]: ...
 
 # the whole step (_step.pxi, issue 13); None: declined, nothing written
 _StepOut = Optional[tuple[bool, float, bool]]

@@ -18,7 +18,10 @@ fastopt/_validation.py (the one place that raises for user input),
 normalises it and calls back. These functions never raise for bad input.
 
 Included: _accept.pxi (the acceptors), _threadfacts.pxi (OpenMP facts),
-_buildfacts.pxi (compiler and flags), _bandwidth_probe.pxi (the ceiling).
+_buildfacts.pxi (compiler and flags), _bandwidth_probe.pxi (the ceiling),
+_gather.pxi (the one gather and _run), _entry.pxi (the C entry of the public
+ops: their arguments parsed in C, the fast paths called without a tuple),
+_step.pxi (the whole step).
 
 How a tensor's memory forms AGC units (fo_agc_tensor.kind) follows from its
 shape, its memory order and the layout:
@@ -36,6 +39,7 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport PyObject
+from cpython.sequence cimport PySequence_Fast_ITEMS as _items
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.math cimport NAN, isfinite
 from libc.stdint cimport int32_t, int64_t
@@ -223,65 +227,54 @@ include "_step.pxi"
 include "_plan.pxi"
 
 
-# ------------------------------------------------------------ entry points
+# ------------------------------------------------------------ fast paths
 
-# Every fast path takes two tuples, (arrays, scalars), in the order of the
-# op's row in fastopt/_ops.py: two arguments parse faster than a dozen. The
-# ONNX rules also take the public call's step options (see _no_step_options)
-# so that a public function can offer its call as it comes, in one C call.
+# Each op's fast path is a cdef function over borrowed pointers: arrays (one
+# argument per role) and s (its scalars, in the order of the op's row in
+# fastopt/_ops.py); 1 if done, 0 to decline. The public functions reach them
+# from C (_entry.pxi); the def wrappers below take two tuples, for
+# fastopt/_dispatch.py's call of a normalised call (and the tests).
 
-def momentum(tuple arrays not None, tuple scalars not None, steps=None):
-    """Fast path of fastopt.momentum: arrays (x, g, v), scalars (lr, t,
-    alpha, beta, norm_coefficient, mode, n_threads). True if done, False to
-    decline."""
+cdef int _momentum(PyObject **arrays, PyObject **s) except -1:
+    """s: lr, t, alpha, beta, norm_coefficient, mode, n_threads."""
     cdef fo_momentum_args a
     cdef Call c
-    if len(arrays) != 3 or len(scalars) != 7 or not _no_step_options(steps):
-        return False
-    lr, t, alpha, beta, norm_coefficient, mode, n_threads = scalars
-    cdef int nth = _n_threads(n_threads)
-    a.mode = _mode(mode)
-    if not (nth and a.mode >= 0 and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
-            and _real(alpha, &a.alpha) and _real(beta, &a.beta)
-            and _real(norm_coefficient, &a.norm_coefficient)):
-        return False
+    cdef int nth = _n_threads(<object>s[6])
+    a.mode = _mode(<object>s[5])
+    if not (nth and a.mode >= 0 and _real(<object>s[0], &a.lr) and a.lr >= 0
+            and _count(<object>s[1], &a.t) and _real(<object>s[2], &a.alpha)
+            and _real(<object>s[3], &a.beta) and _real(<object>s[4], &a.norm_coefficient)):
+        return 0
     return _run(&OP_MOMENTUM, &a, nth, &c, arrays)
 
 
-def adagrad(tuple arrays not None, tuple scalars not None, steps=None):
-    """Fast path of fastopt.adagrad: arrays (x, g, h), scalars (lr, t,
-    decay_factor, epsilon, norm_coefficient, n_threads)."""
+cdef int _adagrad(PyObject **arrays, PyObject **s) except -1:
+    """s: lr, t, decay_factor, epsilon, norm_coefficient, n_threads."""
     cdef fo_adagrad_args a
     cdef Call c
-    if len(arrays) != 3 or len(scalars) != 6 or not _no_step_options(steps):
-        return False
-    lr, t, decay_factor, epsilon, norm_coefficient, n_threads = scalars
-    cdef int nth = _n_threads(n_threads)
-    if not (nth and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
-            and _real(decay_factor, &a.decay_factor) and a.decay_factor >= 0
-            and _real(epsilon, &a.epsilon) and a.epsilon >= 0
-            and _real(norm_coefficient, &a.norm_coefficient)):
-        return False
+    cdef int nth = _n_threads(<object>s[5])
+    if not (nth and _real(<object>s[0], &a.lr) and a.lr >= 0 and _count(<object>s[1], &a.t)
+            and _real(<object>s[2], &a.decay_factor) and a.decay_factor >= 0
+            and _real(<object>s[3], &a.epsilon) and a.epsilon >= 0
+            and _real(<object>s[4], &a.norm_coefficient)):
+        return 0
     return _run(&OP_ADAGRAD, &a, nth, &c, arrays)
 
 
-def adam(tuple arrays not None, tuple scalars not None, steps=None):
-    """Fast path of fastopt.adam: arrays (x, g, v, h), scalars (lr, t, alpha,
-    beta, epsilon, norm_coefficient, norm_coefficient_post, n_threads)."""
+cdef int _adam(PyObject **arrays, PyObject **s) except -1:
+    """s: lr, t, alpha, beta, epsilon, norm_coefficient,
+    norm_coefficient_post, n_threads."""
     cdef fo_adam_args a
     cdef Call c
-    if len(arrays) != 4 or len(scalars) != 8 or not _no_step_options(steps):
-        return False
-    lr, t, alpha, beta, epsilon, norm_coefficient, norm_coefficient_post, n_threads = scalars
-    cdef int nth = _n_threads(n_threads)
-    if not (nth and _real(lr, &a.lr) and a.lr >= 0 and _count(t, &a.t)
-            and _real(alpha, &a.alpha) and 0 <= a.alpha <= 1
+    cdef int nth = _n_threads(<object>s[7])
+    if not (nth and _real(<object>s[0], &a.lr) and a.lr >= 0 and _count(<object>s[1], &a.t)
+            and _real(<object>s[2], &a.alpha) and 0 <= a.alpha <= 1
             and (a.alpha < 1 or a.t == 0)
-            and _real(beta, &a.beta) and 0 <= a.beta <= 1
-            and _real(epsilon, &a.epsilon) and a.epsilon >= 0
-            and _real(norm_coefficient, &a.norm_coefficient)
-            and _real(norm_coefficient_post, &a.norm_coefficient_post)):
-        return False
+            and _real(<object>s[3], &a.beta) and 0 <= a.beta <= 1
+            and _real(<object>s[4], &a.epsilon) and a.epsilon >= 0
+            and _real(<object>s[5], &a.norm_coefficient)
+            and _real(<object>s[6], &a.norm_coefficient_post)):
+        return 0
     return _run(&OP_ADAM, &a, nth, &c, arrays)
 
 
@@ -299,40 +292,83 @@ cdef bint _clipping(Call *c, object clipping, object layout):
     return clipping is not None and _clip_value(clipping, &c.clip_all)
 
 
+cdef int _agc(PyObject **arrays, PyObject **s) except -1:
+    """s: clipping, eps, layout, n_threads."""
+    cdef AgcArgs a
+    cdef Call c
+    cdef int nth = _n_threads(<object>s[3])
+    clipping = _pin(<object>s[0])
+    if not (nth and _real(<object>s[1], &a.eps) and a.eps > 0
+            and _clipping(&c, clipping, <object>s[2])):
+        return 0
+    return _run(&OP_AGC, &a, nth, &c, arrays)
+
+
+cdef int _agc_momentum(PyObject **arrays, PyObject **s) except -1:
+    """s: lr, t, alpha, beta, norm_coefficient, mode, clipping, eps, layout,
+    n_threads."""
+    cdef AgcArgs a
+    cdef Call c
+    cdef int nth = _n_threads(<object>s[9])
+    clipping = _pin(<object>s[6])
+    a.m.mode = _mode(<object>s[5])
+    if not (nth and a.m.mode >= 0 and _real(<object>s[0], &a.m.lr) and a.m.lr >= 0
+            and _count(<object>s[1], &a.m.t) and _real(<object>s[2], &a.m.alpha)
+            and _real(<object>s[3], &a.m.beta)
+            and _real(<object>s[4], &a.m.norm_coefficient)
+            and _real(<object>s[7], &a.eps) and a.eps > 0
+            and _clipping(&c, clipping, <object>s[8])):
+        return 0
+    return _run(&OP_AGC_MOMENTUM, &a, nth, &c, arrays)
+
+
+include "_entry.pxi"
+
+
+# The same fast paths over two tuples, (arrays, scalars) in the order of the
+# op's row in fastopt/_ops.py; the ONNX rules also take the public call's
+# step options (see _no_step_options). True if done, False to decline.
+
+cdef inline bint _fits(tuple arrays, Py_ssize_t n_arrays, tuple scalars, Py_ssize_t n_scalars,
+                       object steps):
+    return (PyTuple_GET_SIZE(arrays) == n_arrays and PyTuple_GET_SIZE(scalars) == n_scalars
+            and _no_step_options(steps))
+
+
+def momentum(tuple arrays not None, tuple scalars not None, steps=None):
+    """Fast path of fastopt.momentum: arrays (x, g, v), scalars (lr, t,
+    alpha, beta, norm_coefficient, mode, n_threads). True if done, False to
+    decline."""
+    return _fits(arrays, 3, scalars, 7, steps) and _momentum(_items(arrays),
+                                                             _items(scalars)) == 1
+
+
+def adagrad(tuple arrays not None, tuple scalars not None, steps=None):
+    """Fast path of fastopt.adagrad: arrays (x, g, h), scalars (lr, t,
+    decay_factor, epsilon, norm_coefficient, n_threads)."""
+    return _fits(arrays, 3, scalars, 6, steps) and _adagrad(_items(arrays),
+                                                            _items(scalars)) == 1
+
+
+def adam(tuple arrays not None, tuple scalars not None, steps=None):
+    """Fast path of fastopt.adam: arrays (x, g, v, h), scalars (lr, t, alpha,
+    beta, epsilon, norm_coefficient, norm_coefficient_post, n_threads)."""
+    return _fits(arrays, 4, scalars, 8, steps) and _adam(_items(arrays),
+                                                         _items(scalars)) == 1
+
+
 def agc(tuple arrays not None, tuple scalars not None):
     """Fast path of fastopt.agc: arrays (x, g), scalars (clipping, eps,
     layout, n_threads)."""
-    cdef AgcArgs a
-    cdef Call c
-    if len(arrays) != 2 or len(scalars) != 4:
-        return False
-    clipping, eps, layout, n_threads = scalars
-    cdef int nth = _n_threads(n_threads)
-    clipping = _pin(clipping)
-    if not (nth and _real(eps, &a.eps) and a.eps > 0 and _clipping(&c, clipping, layout)):
-        return False
-    return _run(&OP_AGC, &a, nth, &c, arrays)
+    return _fits(arrays, 2, scalars, 4, None) and _agc(_items(arrays), _items(scalars)) == 1
 
 
 def agc_momentum(tuple arrays not None, tuple scalars not None, steps=None):
     """Fast path of fastopt.momentum with clipping: arrays (x, g, v),
     scalars (lr, t, alpha, beta, norm_coefficient, mode, clipping, eps,
     layout, n_threads)."""
-    cdef AgcArgs a
-    cdef Call c
-    if len(arrays) != 3 or len(scalars) != 10 or not _no_step_options(steps):
-        return False
-    lr, t, alpha, beta, norm_coefficient, mode, clipping, eps, layout, n_threads = scalars
-    cdef int nth = _n_threads(n_threads)
-    clipping = _pin(clipping)
-    a.m.mode = _mode(mode)
-    if not (nth and a.m.mode >= 0 and _real(lr, &a.m.lr) and a.m.lr >= 0
-            and _count(t, &a.m.t) and _real(alpha, &a.m.alpha)
-            and _real(beta, &a.m.beta)
-            and _real(norm_coefficient, &a.m.norm_coefficient)
-            and _real(eps, &a.eps) and a.eps > 0 and _clipping(&c, clipping, layout)):
-        return False
-    return _run(&OP_AGC_MOMENTUM, &a, nth, &c, arrays)
+    return _fits(arrays, 3, scalars, 10, steps) and _agc_momentum(_items(arrays),
+                                                                  _items(scalars)) == 1
 
 
 def unit_norms(cnp.ndarray x not None, layout):

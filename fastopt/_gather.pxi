@@ -138,16 +138,17 @@ cdef int _gather(Call *c, const Op *op, PyObject **args, Py_ssize_t *nt_out) exc
     return 1
 
 
-cdef object _run(const Op *op, const void *args, int nth, Call *c, tuple arrays):
+cdef int _run(const Op *op, const void *args, int nth, Call *c,
+              PyObject **arrays) except -1:
     """Gather the call's tensors and run op's driver on them without the GIL:
-    True if done, False (nothing written) to decline. arrays: one argument
-    per role of op (checked by the caller to have op.n_roles items)."""
+    1 if done, 0 (nothing written) to decline. arrays: op.n_roles borrowed
+    arguments, one per role of op."""
     cdef PyObject *arrs[MAX_ROLES]
     cdef Py_ssize_t nt = 0
     cdef int rc = FO_OK, k
     cdef list pinned = None
     for k in range(op.n_roles):
-        arrs[k] = PyTuple_GET_ITEM(arrays, k)
+        arrs[k] = arrays[k]
         if type(<object>arrs[k]) is list:
             # pinned: held here, so every array stays alive during the nogil
             # call even if another thread empties the caller's list
@@ -158,10 +159,10 @@ cdef object _run(const Op *op, const void *args, int nth, Call *c, tuple arrays)
     _init(c)
     try:
         if not _gather(c, op, arrs, &nt):
-            return False
+            return 0
         with nogil:
             rc = op.driver(c.ts, nt, args, nth)
     finally:
         _release(c)
     _check_rc(rc)
-    return True
+    return 1

@@ -1,12 +1,17 @@
 """The public in-place operations: momentum (with ``clipping=``: fused
 AGC-momentum), adagrad, adam, agc and unitwise_norm.
 
+Each public function below is written once, here: its signature, its
+docstring and, as its body, its slow path. ``@_ext.entry(...)`` puts a C
+entry in front of it (fastopt/_entry.pxi, compiled into ``fastopt._ext``):
+a call parses its arguments in C against this signature and runs the op's
+fast path (one C call) when every argument is already in the form the C
+code needs. Otherwise (a decline, a missing or unknown argument) the call
+runs the Python body below, which hands it to ``fastopt._dispatch.run``
+(check in full, normalise, run, write back) or to the whole step.
+
 Each op is a row of the op table below (its fast path in ``fastopt._ext``,
-its array roles, its scalar checks); each public function offers its call as it comes to
-the op's fast path (one C call, the same line in every function) and, when
-that declines, hands it to ``fastopt._dispatch.run``, which holds the
-acceptance rule (fast path, else check in full, normalise, run, write back). The math is in
-docs/semantics.md.
+its array roles, its scalar checks). The math is in docs/semantics.md.
 
 AGC (NFNet), for each unit of a parameter x and its gradient g::
 
@@ -28,7 +33,7 @@ import numpy as np
 from . import _ext, _step
 from . import _torchform as _tf
 from . import _validation as _v
-from ._dispatch import Op, run
+from ._dispatch import Op, accept, run
 from ._step import StepInfo
 
 ArrayOrList = Union[np.ndarray, Sequence[np.ndarray]]
@@ -91,10 +96,6 @@ MOMENTUM_CLIP = Op("fastopt.momentum", _ext.agc_momentum, ("x", "g", "v"),
 ADAGRAD = Op("fastopt.adagrad", _ext.adagrad, ("x", "g", "h"), _adagrad_scalars)
 ADAM = Op("fastopt.adam", _ext.adam, ("x", "g", "v", "h"), _adam_scalars)
 AGC = Op("fastopt.agc", _ext.agc, ("x", "g"), _agc_scalars, clips_g=True)
-# The fast paths as module globals: the first line of each public function
-# loads one (a global load is cheaper than the NamedTuple attribute).
-_FAST_MOMENTUM, _FAST_MOMENTUM_CLIP, _FAST_ADAGRAD, _FAST_ADAM, _FAST_AGC = (
-    op.fast for op in (MOMENTUM, MOMENTUM_CLIP, ADAGRAD, ADAM, AGC))
 
 
 # ------------------------------------------------ the whole step's groups
@@ -121,8 +122,9 @@ def _onnx(op, arrays, scalars, steps):
     through the dispatch (check, normalise, run), with them the whole step
     (returning its StepInfo)."""
     options = _tf.step_options(*steps)
-    if not options:
-        return run(op, arrays, scalars)
+    if not options:     # the C entry has offered the call to the fast path
+        accept(op, arrays, scalars)
+        return None
     f = op.fname
     x, g, *states = arrays
     if op is MOMENTUM_CLIP:
@@ -138,7 +140,10 @@ _GROUPS = {MOMENTUM.fname: _momentum_group, ADAGRAD.fname: _adagrad_group,
 
 
 # ------------------------------------------------------------------ public
+# The body of each @_ext.entry function is its slow path: the C entry has
+# already offered the call to the fast path when the body runs.
 
+@_ext.entry("momentum")
 def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
              alpha: float = 0.9, beta: float = 1.0, norm_coefficient: float = 0.0,
              mode: str = "standard", n_threads: Optional[int] = None,
@@ -220,21 +225,16 @@ def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
     >>> x
     array([0.95, 0.95, 0.95], dtype=float32)
     """
-    arrays = (x, g, v)
     steps = (grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,
              skip_if_nonfinite)
     if clipping is None:
-        scalars = (lr, t, alpha, beta, norm_coefficient, mode, n_threads)
-        if _FAST_MOMENTUM(arrays, scalars, steps):
-            return None
-        return _onnx(MOMENTUM, arrays, scalars, steps)
-    scalars = (lr, t, alpha, beta, norm_coefficient, mode, clipping, clip_eps, layout,
-               n_threads)
-    if _FAST_MOMENTUM_CLIP(arrays, scalars, steps):
-        return None
-    return _onnx(MOMENTUM_CLIP, arrays, scalars, steps)
+        return _onnx(MOMENTUM, (x, g, v),
+                     (lr, t, alpha, beta, norm_coefficient, mode, n_threads), steps)
+    return _onnx(MOMENTUM_CLIP, (x, g, v), (lr, t, alpha, beta, norm_coefficient, mode,
+                                            clipping, clip_eps, layout, n_threads), steps)
 
 
+@_ext.entry("adagrad")
 def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
             decay_factor: float = 0.0, epsilon: float = 1e-6,
             norm_coefficient: float = 0.0, n_threads: Optional[int] = None,
@@ -284,15 +284,13 @@ def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
     >>> x, h
     (array([0.5, 1.5]), array([ 9., 16.]))
     """
-    arrays = (x, g, h)
-    scalars = (lr, t, decay_factor, epsilon, norm_coefficient, n_threads)
-    steps = (grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,
-             skip_if_nonfinite)
-    if _FAST_ADAGRAD(arrays, scalars, steps):
-        return None
-    return _onnx(ADAGRAD, arrays, scalars, steps)
+    return _onnx(ADAGRAD, (x, g, h), (lr, t, decay_factor, epsilon, norm_coefficient,
+                                      n_threads),
+                 (grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,
+                  skip_if_nonfinite))
 
 
+@_ext.entry("adam")
 def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
          t: int, alpha: float = 0.9, beta: float = 0.999, epsilon: float = 1e-6,
          norm_coefficient: float = 0.0, norm_coefficient_post: float = 0.0,
@@ -347,16 +345,13 @@ def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
     >>> x.round(6)
     array([-0.1,  0.1])
     """
-    arrays = (x, g, v, h)
-    scalars = (lr, t, alpha, beta, epsilon, norm_coefficient, norm_coefficient_post,
-               n_threads)
-    steps = (grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,
-             skip_if_nonfinite)
-    if _FAST_ADAM(arrays, scalars, steps):
-        return None
-    return _onnx(ADAM, arrays, scalars, steps)
+    return _onnx(ADAM, (x, g, v, h), (lr, t, alpha, beta, epsilon, norm_coefficient,
+                                      norm_coefficient_post, n_threads),
+                 (grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,
+                  skip_if_nonfinite))
 
 
+@_ext.entry("agc")
 def agc(x: ArrayOrList, g: ArrayOrList, *, clipping: Clipping = 0.01,
         eps: float = 1e-3, layout: str = "oi",
         n_threads: Optional[int] = None) -> None:
@@ -418,10 +413,7 @@ def agc(x: ArrayOrList, g: ArrayOrList, *, clipping: Clipping = 0.01,
     array([[0.15, 0.2 ],
            [0.03, 0.04]])
     """
-    arrays, scalars = (x, g), (clipping, eps, layout, n_threads)
-    if _FAST_AGC(arrays, scalars):
-        return None
-    return run(AGC, arrays, scalars)
+    accept(AGC, (x, g), (clipping, eps, layout, n_threads))   # after the C entry's offer
 
 
 def unitwise_norm(x: np.ndarray, *, layout: str = "oi") -> np.ndarray:
@@ -504,7 +496,7 @@ def call(name: str, arrays: tuple, kw: dict, *, fname: Optional[str] = None,
     ``fname`` and ``labels`` as in :func:`fastopt._dispatch.run` (e.g.
     ``fastopt.optim`` passes its step's name and ``params[i]``/``grads[i]``)."""
     public = {"momentum": momentum, "adagrad": adagrad, "adam": adam, "agc": agc}[name]
-    defaults = public.__kwdefaults__
+    defaults = public.__wrapped__.__kwdefaults__
     unknown = set(kw) - set(defaults) - {"lr", "t"}
     if unknown:
         raise TypeError(f"{public.__name__}() got unexpected keyword arguments {unknown}")

@@ -1,0 +1,137 @@
+"""Per-call overhead of the public in-place ops (issue 11): one call from Python
+on 1e3-element float32 arrays, for the tree on PYTHONPATH and, with
+``--against DIR`` (repeatable), other built trees (each root put first on
+PYTHONPATH in turn), columns named after their directories.
+
+    PYTHONPATH=$PWD python bench/overhead.py                     # this tree
+    PYTHONPATH=$PWD python bench/overhead.py --against /work/wt/old
+
+Per op, two figures, each measured in a fresh child process:
+
+- instructions per call (callgrind, when ``valgrind`` is on PATH): a child
+  making N calls minus a child making none, divided by N, with
+  PYTHONHASHSEED=0 and OMP_NUM_THREADS=1 so the count repeats to a few
+  instructions. It includes the 1e3-element kernel itself and is the
+  reliable column on a shared machine.
+- timeit p50 and p99 in ns: ``--repeat`` samples of ``--number`` calls each,
+  the per-call mean of each sample; wall-clock, so only meaningful on an
+  idle machine.
+
+Nothing here is asserted; speed lives in bench/RESULTS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+OPS = ("momentum", "adagrad", "adam", "agc", "momentum_clip")
+LABELS = {"momentum_clip": "momentum(clipping=)"}
+
+
+def _call(op):
+    """The op's call, as a zero-argument function (in the child)."""
+    import numpy as np
+
+    import fastopt
+
+    x = np.ones(1000, np.float32)
+    g = np.full(1000, 1e-3, np.float32)
+    v = np.zeros(1000, np.float32)
+    h = np.zeros(1000, np.float32)
+    return {
+        "momentum": lambda: fastopt.momentum(x, g, v, lr=0.01, t=1),
+        "adagrad": lambda: fastopt.adagrad(x, g, h, lr=0.01, t=1),
+        "adam": lambda: fastopt.adam(x, g, v, h, lr=0.01, t=1),
+        "agc": lambda: fastopt.agc(x, g, clipping=0.01),
+        "momentum_clip": lambda: fastopt.momentum(x, g, v, lr=0.01, t=1, clipping=0.01),
+    }[op]
+
+
+def child(op: str, n: int, number: int) -> None:
+    """n >= 0: make n calls (after one warm-up call); n < 0: print -n timeit
+    samples (ns per call), one per line."""
+    f = _call(op)
+    f()
+    if n >= 0:
+        for _ in range(n):
+            f()
+        return
+    import timeit
+
+    for t in timeit.repeat(f, number=number, repeat=-n):
+        print(t / number * 1e9)
+
+
+def _env(tree):
+    env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
+    if tree:
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (tree, os.environ.get("PYTHONPATH")) if p)
+    return env
+
+
+def _child_cmd(op, n, number):
+    return [sys.executable, os.path.abspath(__file__), "--child", op, str(n),
+            "--number", str(number)]
+
+
+def instructions(tree, op: str, n: int) -> int:
+    """Instructions per call: a run of n calls minus a run of none."""
+    def refs(k):
+        out = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+             *_child_cmd(op, k, 1)], env=_env(tree), capture_output=True, text=True,
+            check=True).stderr
+        return int(re.search(r"refs:\s*([\d,]+)", out).group(1).replace(",", ""))
+
+    return round((refs(n) - refs(0)) / n)
+
+
+def timings(tree, op: str, repeat: int, number: int):
+    """(p50, p99) ns per call."""
+    out = subprocess.run(_child_cmd(op, -repeat, number), env=_env(tree),
+                         capture_output=True, text=True, check=True).stdout
+    ts = sorted(float(s) for s in out.split())
+    return ts[len(ts) // 2], ts[min(len(ts) - 1, int(0.99 * len(ts)))]
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--against", metavar="DIR", action="append", default=[],
+                   help="another built tree, side by side (repeatable)")
+    p.add_argument("--calls", type=int, default=1000, help="calls per callgrind run")
+    p.add_argument("--repeat", type=int, default=101, help="timeit samples")
+    p.add_argument("--number", type=int, default=2000, help="calls per timeit sample")
+    p.add_argument("--no-callgrind", action="store_true")
+    p.add_argument("--ops", default=",".join(OPS), help="comma-separated subset")
+    p.add_argument("--child", nargs=2, metavar=("OP", "N"), help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        child(a.child[0], int(a.child[1]), a.number)
+        return
+    trees = [("this", None)] + [(os.path.basename(os.path.abspath(d)), os.path.abspath(d))
+                                for d in a.against]
+    grind = shutil.which("valgrind") is not None and not a.no_callgrind
+    head = ["op"]
+    for name, _ in trees:
+        head += ([f"{name} instr"] if grind else []) + [f"{name} p50 ns", f"{name} p99 ns"]
+    print("| " + " | ".join(head) + " |")
+    print("|---" + "|---:" * (len(head) - 1) + "|")
+    for op in a.ops.split(","):
+        row = [LABELS.get(op, op)]
+        for _, tree in trees:
+            if grind:
+                row.append(f"{instructions(tree, op, a.calls):,}")
+            p50, p99 = timings(tree, op, a.repeat, a.number)
+            row += [f"{p50:,.0f}", f"{p99:,.0f}"]
+        print("| " + " | ".join(row) + " |", flush=True)
+    if not grind:
+        print("(valgrind not on PATH or --no-callgrind: no instruction counts)")
+
+
+if __name__ == "__main__":
+    main()
