@@ -188,15 +188,19 @@ def run(reps: int, out=sys.stdout):
 
 def _samples(fns, reps):
     """Seconds of each fn over reps rounds, the calls interleaved (each round
-    runs every fn once, so a change of load hits them alike); a fn returning
-    a float reports its own time."""
+    runs every fn once, so a change of load hits them alike) in an order
+    shuffled every round (seeded), so no fn always follows the same other:
+    after torch, its OpenMP threads spin for a while and slow whatever comes
+    next (measured: the fn right after torch took 15 ms where it takes 13);
+    a fn returning a float reports its own time."""
     ts = [[] for _ in fns]
+    order = np.random.default_rng(0)
     for fn in fns:
         fn()
     for _ in range(reps):
-        for k, fn in enumerate(fns):
+        for k in order.permutation(len(fns)):
             t0 = time.perf_counter()
-            own = fn()
+            own = fns[k]()
             ts[k].append(own if isinstance(own, float) else time.perf_counter() - t0)
     return ts
 
