@@ -40,9 +40,10 @@ void fo_pool_run(int nth, int64_t ntasks, fo_task_fn fn, void *ctx,
                  int64_t bytes);
 
 /*
- * Nonzero while other programs' runnable tasks fill every core (Linux,
- * /proc/loadavg, sampled at most every 20 ms; machine_load.c). `awake` is
- * how many of the caller's own pool threads are running (not counted).
+ * Nonzero while other runnable tasks leave less than half a core free
+ * besides the caller's (Linux, /proc/loadavg, sampled at most every 20 ms;
+ * machine_load.c). `awake` is how many of the caller's own pool threads are
+ * running (not counted).
  */
 int fo_machine_busy(int awake);
 

@@ -192,3 +192,32 @@ def test_omp_wait_policy_sets_the_spin(tmp_path, monkeypatch, policy, spins):
         assert spin == 0
     else:
         assert (spin > 0) == spins
+
+
+@pytest.mark.skipif(not THREADED or not (2 <= __import__("os").cpu_count() <= 8)
+                    or not __import__("os").path.exists("/proc/loadavg"),
+                    reason="needs the pool, Linux's /proc/loadavg and 2-8 cores")
+def test_no_free_core_keeps_mid_size_calls_serial():
+    """With other busy processes on every core but the caller's (one on a
+    2-core machine), a call under the busy-machine size (16 MiB) is not
+    handed to a worker: there it would share a core with a busy task."""
+    import os
+    import subprocess
+    import sys
+    import time
+    spin = "import time\nt = time.time()\nwhile time.time() - t < 3: pass\n"
+    procs = [subprocess.Popen([sys.executable, "-c", spin])
+             for _ in range(os.cpu_count() - 1)]
+    try:
+        time.sleep(0.3)                       # the spinners are running
+        x = [np.ones(1 << 20, np.float32)]    # 4 MiB: pooled on a free machine
+        allowed = []
+        for _ in range(12):                   # samples of the load, 20 ms apart
+            call("momentum", x, n_threads=2)
+            allowed.append(thread_stats()["last_threads"])
+            time.sleep(0.025)
+        assert allowed[-4:] == [1, 1, 1, 1], allowed
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
