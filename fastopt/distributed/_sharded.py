@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _ext
 from ..optim._checks import native as _native
+from ..optim._grads import split_counts as _split_counts
 from . import _checkpoint
 from ._checks import _first_difference, _parse_groups, _positive
 from ._comm import default_n_threads, mpi, mpi_type, raise_agreed
@@ -337,21 +338,8 @@ class ShardedOptimizer:
         return flat, scale, mgn, lrs, vec[9:] > 0
 
     def _check_grads(self, f, grads):
-        if not isinstance(grads, (list, tuple)):
-            raise TypeError(f"{f}: grads must be a list with one gradient per parameter "
-                            f"(or one list per group), got {type(grads).__name__}")
-        sizes = [len(g) for g in self._group_params]
-        if (len(grads) == len(sizes) and len(sizes) > 0
-                and all(isinstance(g, (list, tuple)) for g in grads)):
-            for gi, (gg, k) in enumerate(zip(grads, sizes)):
-                if len(gg) != k:
-                    raise ValueError(f"{f}: grads[{gi}] has {len(gg)} gradients but "
-                                     f"param_groups[{gi}] has {k} parameters")
-            grads = [g for gg in grads for g in gg]
-        if len(grads) != len(self._views):
-            raise ValueError(f"{f}: grads has {len(grads)} entries but the optimizer has "
-                             f"{len(self._views)} parameters; give one gradient (or None) "
-                             f"per parameter")
+        per = _split_counts(f, grads, [len(g) for g in self._group_params])
+        grads = [g for gg in per for g in gg]
         for i, (g, p) in enumerate(zip(grads, self._views)):
             if g is None:
                 continue

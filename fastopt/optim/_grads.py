@@ -12,10 +12,16 @@ from .. import _validation as _v
 
 def split(opt, f, grads):
     """grads -> one list per group (entries are arrays or None)."""
+    return split_counts(f, grads, [len(g["params"]) for g in opt.param_groups])
+
+
+def split_counts(f, grads, sizes):
+    """grads -> one list per group of sizes[i] entries; grads is either one
+    flat list (one entry per parameter) or one list per group. Raises in
+    ``f``'s name when neither form fits."""
     if not isinstance(grads, (list, tuple)):
         raise TypeError(f"{f}: grads must be a list with one gradient per parameter "
                         f"(or one list per group), got {type(grads).__name__}")
-    sizes = [len(g["params"]) for g in opt.param_groups]
     if (len(grads) == len(sizes) and len(grads) > 0
             and all(isinstance(g, (list, tuple)) for g in grads)):
         for gi, (gg, n) in enumerate(zip(grads, sizes)):
