@@ -13,8 +13,13 @@ Implementations, timed in one run so the ratios mean something:
     numpy           the formula in NumPy, in place, tensor by tensor
     plain kernel    the bare update on the same tensors (fastopt.momentum /
                     fastopt.adamw without unscale, check or clip)
+    norm pass       fastopt.global_norm alone (the step's pass 1: reads g once)
     ceiling         fastopt's C bandwidth probe moving the bytes of the update,
                     scaled by (update bytes + one read of g) / update bytes
+
+Per rule, the read floor: the norm pass's read rate beside the plain
+kernel's, and the step against plain x (reads + 1) / reads, the bound where
+reading, not writing, sets the pace (docs/performance.md, "The whole step").
 
 Then the fixed overhead of opt.step on 1000 tensors of 1e3 elements: opt.step
 minus the C driver's own time on the same work (fo_step from the prepared
@@ -137,6 +142,14 @@ def torch_step(rule, xs, gs):
     return step
 
 
+def norm_pass(gs):
+    """Pass 1 alone: fastopt.global_norm over the scaled gradients (reads g
+    once, writes nothing)."""
+    def step():
+        fastopt.global_norm(gs, grad_scale=SCALE)   # a float: not a time (_samples)
+    return step
+
+
 def ceiling_step(rule, xs):
     """fastopt's bandwidth probe over the update's arrays (3 read, 2 written
     for SGD; 4 and 3 for AdamW); its time is scaled by the one extra read of
@@ -168,6 +181,7 @@ def run(reps: int, out=sys.stdout):
             print(f"  torch: unavailable ({exc})", file=out)
         ceil, factor = ceiling_step(rule, xs)
         impls["ceiling"] = ceil
+        impls["norm pass"] = norm_pass(gs)
         if "torch" in impls:   # torch's time includes copying the grads back
             impls["copy"] = impls["torch"].copy_only
         with np.errstate(all="ignore"):   # every round runs each once: side by side
@@ -176,14 +190,33 @@ def run(reps: int, out=sys.stdout):
         if "copy" in res:
             copy = res.pop("copy")[0]
             res["torch"] = (res["torch"][0] - copy, res["torch"][1] - copy)
+        reads = res.pop("norm pass")[0]
         base = res["plain kernel"][0]
         for name, (p50, p99) in res.items():
             rows.append((rule, name, p50, p99, p50 / base))
             print(f"  {rule:6s} {name:14s} {p50 * 1e3:8.2f} {p99 * 1e3:8.2f}   "
                   f"{p50 / base:5.2f}x plain  {p50 / res['ceiling'][0]:5.2f}x ceiling  "
                   f"{p50 / res['fastopt.optim'][0]:5.2f}x fastopt.optim", file=out)
+        _read_floor(rule, n, res, reads, out)
     _fixed_overhead(reps, out)
     return rows
+
+
+def _read_floor(rule, n, res, t_norm, out):
+    """The step's floor where reading, not writing, bounds the machine: the
+    update reads 3 arrays (SGD: x, g, buffer) or 4 (AdamW: x, g, m, v) and
+    the step reads g once more (the norm pass), so step >= plain x 4/3 or
+    5/4 when reads set the pace. Printed with the evidence: the read rate of
+    the norm pass alone (one array read, nothing written) against the plain
+    kernel's read rate (its reads / its time)."""
+    k = 3 if rule == "sgd" else 4
+    plain = res["plain kernel"][0]
+    floor = plain * (k + 1) / k
+    print(f"  {rule:6s} reads: norm pass alone {n * 4 / t_norm / 1e9:.1f} GB/s "
+          f"({t_norm * 1e3:.2f} ms), plain kernel {n * 4 * k / plain / 1e9:.1f} GB/s of "
+          f"reads; read floor plain x {k + 1}/{k} = {floor * 1e3:.2f} ms: "
+          f"fastopt.fn {res['fastopt.fn'][0] / floor:.2f}x, "
+          f"fastopt.optim {res['fastopt.optim'][0] / floor:.2f}x the floor", file=out)
 
 
 def _samples(fns, reps):
