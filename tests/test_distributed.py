@@ -214,3 +214,34 @@ def test_nonfinite_norm_clips_as_single_process(bad):
         np.testing.assert_array_equal(a, b)
     if np.isnan(bad):    # a NaN coefficient reaches every parameter
         assert all(np.isnan(p).all() for p in opt.params)
+
+
+def test_grads_per_group_or_flat_and_their_errors():
+    """step() takes one flat list or one list per group, as fastopt.optim
+    (the same rule and messages: optim._grads.split_counts), and a list that
+    fits neither form raises with nothing written."""
+    from mpi4py import MPI
+
+    import fastopt.optim as fo
+    from fastopt.distributed import ShardedOptimizer
+    rng = np.random.default_rng(7)
+    params = [rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal(4),
+              rng.standard_normal(6).astype(np.float32)]
+    groups = [{"params": params[:2]}, {"params": params[2:], "lr": 0.5}]
+    flat = ShardedOptimizer(fo.Momentum, groups, lr=0.1, comm=MPI.COMM_SELF)
+    per = ShardedOptimizer(fo.Momentum, groups, lr=0.1, comm=MPI.COMM_SELF)
+    g = _grads_like(rng, params)
+    flat.step(g)
+    per.step([g[:2], g[2:]])
+    for a, b in zip(flat.params, per.params):
+        np.testing.assert_array_equal(a, b)
+    before = [p.copy() for p in per.params]
+    with pytest.raises(TypeError, match=r"ShardedOptimizer.step: grads must be a list"):
+        per.step(tuple(g)[0])
+    with pytest.raises(ValueError, match=r"grads\[1\] has 2 gradients but "
+                                         r"param_groups\[1\] has 1 parameters"):
+        per.step([g[:2], g[:2]])
+    with pytest.raises(ValueError, match="grads has 2 entries but the optimizer has 3"):
+        per.step(g[:2])
+    for a, b in zip(per.params, before):
+        np.testing.assert_array_equal(a, b)
