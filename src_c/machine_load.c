@@ -18,11 +18,19 @@
 
 #ifdef _OPENMP
 #include <stdatomic.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 
-#define FO_LOAD_SAMPLE_NS 20000000LL     /* 20 ms */
+/* 100 ms. A sample is three system calls (~5 us here), but measured on the
+ * project's VM (a paravirtualized guest) it costs the calls around it far
+ * more: a loop alternating default and n_threads=1 Adam calls on 1e6
+ * float32 with a NumPy step between, one busy process, every call serial:
+ * sampled every 20 ms the default calls were 4-15 % slower at p50, every
+ * 100 ms or 2 s within 1 % (bench/RESULTS.md, session 4). The load that a
+ * pool decision needs changes more slowly than that. */
+#define FO_LOAD_SAMPLE_NS 100000000LL
 
 static struct {
     _Atomic int64_t at;        /* time of the last sample (ns) */
@@ -40,14 +48,18 @@ static int64_t mono_ns(void)
 static int others_runnable_x1000(int awake)
 {
 #ifdef __linux__
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f == NULL)
+    char buf[128];
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return -1;
+    ssize_t len = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (len <= 0)
+        return -1;
+    buf[len] = '\0';
     double a1, a5, a15;
     int run = 0, tot = 0;
-    int ok = fscanf(f, "%lf %lf %lf %d/%d", &a1, &a5, &a15, &run, &tot) == 5;
-    fclose(f);
-    if (!ok)
+    if (sscanf(buf, "%lf %lf %lf %d/%d", &a1, &a5, &a15, &run, &tot) != 5)
         return -1;
     run -= 1 + awake;
     return (run > 0 ? run : 0) * 1000;

@@ -41,7 +41,7 @@ void fo_pool_run(int nth, int64_t ntasks, fo_task_fn fn, void *ctx,
 
 /*
  * Nonzero while other runnable tasks leave less than half a core free
- * besides the caller's (Linux, /proc/loadavg, sampled at most every 20 ms;
+ * besides the caller's (Linux, /proc/loadavg, sampled at most every 100 ms;
  * machine_load.c). `awake` is how many of the caller's own pool threads are
  * running (not counted).
  */

@@ -212,7 +212,7 @@ def test_no_free_core_keeps_mid_size_calls_serial():
         time.sleep(0.3)                       # the spinners are running
         x = [np.ones(1 << 20, np.float32)]    # 4 MiB: pooled on a free machine
         allowed = []
-        for _ in range(12):                   # samples of the load, 20 ms apart
+        for _ in range(40):                   # samples of the load, 100 ms apart
             call("momentum", x, n_threads=2)
             allowed.append(thread_stats()["last_threads"])
             time.sleep(0.025)
