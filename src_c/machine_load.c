@@ -27,9 +27,10 @@
  * project's VM (a paravirtualized guest) it costs the calls around it far
  * more: a loop alternating default and n_threads=1 Adam calls on 1e6
  * float32 with a NumPy step between, one busy process, every call serial:
- * sampled every 20 ms the default calls were 4-15 % slower at p50, every
- * 100 ms or 2 s within 1 % (bench/RESULTS.md, session 4). The load that a
- * pool decision needs changes more slowly than that. */
+ * sampled every 20 ms the default calls were 2-8 % slower at p50 (11-15 %
+ * for those right after another call), every 100 ms or 2 s within 1 %
+ * (bench/RESULTS.md, session 4). The load that a pool decision needs
+ * changes more slowly than that. */
 #define FO_LOAD_SAMPLE_NS 100000000LL
 
 static struct {
