@@ -11,6 +11,7 @@ cdef extern from "fastopt.h" nogil:
     int FO_OK
     int FO_ENOMEM
     int FO_EINVAL
+    int FO_ESTALE
 
     # Element types of a tensor.
     int FO_F32
@@ -188,6 +189,14 @@ cdef extern from "fastopt.h" nogil:
     int FO_MEASURE_NEEDED
     int FO_MEASURE_ALWAYS
     int FO_MEASURE_GIVEN
+    # A condition on the caller's memory, checked before anything is written.
+    ctypedef struct fo_step_guard:
+        const void **w[2]
+        const void *want[2]
+        const int32_t *flags
+        int32_t mask
+        int32_t pad_
+
     ctypedef struct fo_step_opts:
         double grad_scale
         double max_norm
@@ -197,6 +206,8 @@ cdef extern from "fastopt.h" nogil:
         int32_t check_finite
         int32_t measure
         double norm
+        const fo_step_guard *guards
+        int64_t guards_per_tensor
 
     # What a step found.
     ctypedef struct fo_step_result:

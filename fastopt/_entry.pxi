@@ -21,7 +21,7 @@ from inspect import CO_VARARGS, CO_VARKEYWORDS
 from types import MethodType
 
 from cpython.object cimport PyTypeObject
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 
 cdef extern from *:

@@ -55,8 +55,8 @@ from fastopt._cfastopt cimport (
     fo_max_threads, fo_momentum, fo_momentum_args, fo_num_procs,
     fo_probe_3r2w_f32, fo_probe_3r2w_f64, fo_probe_4r3w_f32,
     fo_probe_4r3w_f64, fo_serial_bytes, fo_tensor,
-    FO_EINVAL, FO_MEASURE_ALWAYS, FO_MEASURE_GIVEN, FO_MEASURE_NEEDED, fo_clip_grads,
-    fo_global_norm, fo_step, fo_step_group, fo_step_opts,
+    FO_EINVAL, FO_ESTALE, FO_MEASURE_ALWAYS, FO_MEASURE_GIVEN, FO_MEASURE_NEEDED,
+    fo_clip_grads, fo_global_norm, fo_step, fo_step_guard, fo_step_group, fo_step_opts,
     fo_step_result, fo_step_tensor)
 
 import numpy as np

@@ -3,20 +3,26 @@
 # An optimizer passes the same parameters and states every step: StepPlan
 # checks them once (types, dtypes, shapes, layouts, alignment, no written
 # array overlapping another, through _step_gather) and keeps their
-# pointers and shapes. Each step then re-checks, in one loop over the
-# tensors with no reference counting:
-#   - every written array (x, s1..s3): still of the plan's data pointer,
-#     dtype and flags (writeable, aligned, its contiguity): a parameter or
-#     state made read-only, re-typed or moved declines (see fo_plan_w for
-#     its shape);
-#   - every gradient: an ndarray of the plan's dtype in native byte order,
-#     aligned, contiguous in the parameter's order, of its shape, and not
-#     overlapping any written memory. The overlap test (a binary search in
-#     the merged written ranges) runs only when a gradient's data pointer
+# pointers and shapes. Per step:
+#   - every written array (x, s1..s3) must still have the plan's data
+#     pointer, dtype object and flags (writeable, aligned, its contiguity):
+#     a parameter or state made read-only, re-typed or moved must not be
+#     written. These are the plan's guards (fo_step_guard, src_c/fastopt.h):
+#     fo_step reads them in pass 1, beside the gradients, on the pool's
+#     threads (else before pass 2), and returns FO_ESTALE, nothing written,
+#     if one fails; the plan then marks itself stale and declines, and
+#     runs again once its own test passes anew (_refresh: a parameter made
+#     writeable again). Read here, in a loop under the GIL, the same words
+#     cost three cold header lines per tensor after a step bigger than the
+#     cache (bench/RESULTS.md, "Session 5");
+#   - every gradient, here: an ndarray of the plan's dtype in native byte
+#     order, aligned, contiguous in the parameter's order, of its shape, and
+#     not overlapping any written memory. The overlap test (a binary search
+#     in the merged written ranges) runs only when a gradient's data pointer
 #     differs from the one accepted last step for that tensor: the written
 #     ranges never change, so a pointer once accepted stays clear of them.
 # Anything else declines (None, nothing written) and the caller takes the
-# fully checked path.
+# fully checked path, which raises or runs the step.
 
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
@@ -44,29 +50,29 @@ cdef extern from *:
                 return 0;
         return 1;
     }
-    /* A written array: still at data, with every bit of flags (writeable,
-       aligned, its contiguity) and of the plan's element type. Its shape is
-       not re-read: the optimizer holds a reference to it, so NumPy refuses
+    /* A written array's guard: its data pointer, dtype object and every bit
+       of flags (writeable, aligned, its contiguity) as now. Its shape is
+       not guarded: the optimizer holds a reference to it, so NumPy refuses
        to resize it (only resize(refcheck=False), which NumPy documents as
        unsafe, could), and an in-place reshape keeps its size. */
-    static inline int fo_plan_w(PyObject *o, void *data, PyArray_Descr *descr,
-                                int type_num, int flags)
+    static inline void fo_plan_guard(fo_step_guard *g, PyObject *o, int flags)
     {
-        PyArrayObject *a = (PyArrayObject *)o;
-        return PyArray_DATA(a) == data && (PyArray_FLAGS(a) & flags) == flags
-            && (PyArray_DESCR(a) == descr
-                || (PyArray_TYPE(a) == type_num && PyArray_ISNOTSWAPPED(a)));
+        PyArrayObject_fields *a = (PyArrayObject_fields *)o;
+        g->w[0] = (const void *const *)&a->data;
+        g->want[0] = a->data;
+        g->w[1] = (const void *const *)&a->descr;
+        g->want[1] = a->descr;
+        g->flags = &a->flags;
+        g->mask = flags;
+        g->pad_ = 0;
     }
     """
     bint fo_plan_arr(PyObject *o, void *descr, int type_num, int flags, int nd,
                      const cnp.npy_intp *dims) noexcept
-    bint fo_plan_w(PyObject *o, void *data, void *descr, int type_num,
-                   int flags) noexcept
+    void fo_plan_guard(fo_step_guard *g, PyObject *o, int flags) noexcept
 
 
 cdef struct PlanTensor:
-    PyObject *a[4]          # x, s1, s2, s3 (NULL: none), kept alive by StepPlan
-    void *p[4]              # their data pointers when the plan was made
     cnp.npy_intp *dims      # x's shape then (into StepPlan.dims)
     void *descr             # x's dtype object then (StepPlan.descrs holds it)
     int64_t nbytes
@@ -82,6 +88,8 @@ cdef class StepPlan:
     slow path; run(grads, ...) per step."""
     cdef fo_step_tensor *ts     # .g: the gradient accepted last (NULL: none yet)
     cdef fo_step_group *gs
+    cdef fo_step_guard *guards  # nt * npg: each written array's (fo_step_guard)
+    cdef Py_ssize_t npg         # guards per tensor (2: x and one state, ... 4)
     cdef PlanTensor *pt
     cdef cnp.npy_intp *dims
     cdef int64_t *wlo
@@ -92,10 +100,13 @@ cdef class StepPlan:
     cdef fo_step_opts last      # the options of the last step run (for _drive)
     cdef int last_nth
     cdef bint ran
+    cdef readonly bint stale    # a guard failed: _refresh before running
+    cdef list gdescrs           # the dtype objects the guards compare with
 
     def __dealloc__(self):
         PyMem_Free(self.ts)
         PyMem_Free(self.gs)
+        PyMem_Free(self.guards)
         PyMem_Free(self.pt)
         PyMem_Free(self.dims)
         PyMem_Free(self.wlo)
@@ -163,10 +174,7 @@ cdef class StepPlan:
                 t.dims[k] = cnp.PyArray_DIMS(xa)[k]
             nd += t.ndim
             t.nbytes = cnp.PyArray_SIZE(xa) * cnp.PyArray_ITEMSIZE(xa)
-            for k in range(4):
-                o = xa if k == 0 else <object>PyTuple_GET_ITEM(<tuple>self.keep[k], i)
-                t.a[k] = NULL if o is None else <PyObject *>o
-                t.p[k] = NULL if o is None else cnp.PyArray_DATA(<cnp.ndarray>o)
+        self._guard()
         for k in (0, 2, 3, 4):               # the written roles' ranges
             for i in range(nt):
                 lo = b.ext[2 * (k * nt + i)]
@@ -177,6 +185,62 @@ cdef class StepPlan:
                     m += 1
         self.nw = m
         return 0
+
+    cdef int _guard(self) except -1:
+        """The guards as the written arrays are now: one per written array
+        of each tensor (x first), an empty one (no address) where a tensor
+        has fewer; allocated on the first call."""
+        cdef Py_ssize_t nt = self.nt, i, k, r
+        cdef size_t size
+        if self.guards == NULL:
+            self.npg = 1
+            for k in range(1, 4):
+                for i in range(nt):
+                    if PyTuple_GET_ITEM(<tuple>self.keep[k], i) != <PyObject *>None:
+                        self.npg = k + 1
+                        break
+            size = (nt * self.npg + 1) * sizeof(fo_step_guard)
+            self.guards = <fo_step_guard *>PyMem_Malloc(size)
+            if self.guards == NULL:
+                raise MemoryError()
+            memset(self.guards, 0, size)
+        # the dtype objects compared by address must outlive the guards
+        self.gdescrs = []
+        for i in range(nt):
+            r = 0
+            for k in range(self.npg):
+                o = PyTuple_GET_ITEM(<tuple>self.keep[k], i)
+                if o != <PyObject *>None:
+                    fo_plan_guard(&self.guards[i * self.npg + r], o, self.pt[i].wflags)
+                    self.gdescrs.append((<cnp.ndarray>o).dtype)
+                    r += 1
+        return 0
+
+    cdef bint _refresh(self) except -1:
+        """After a guard failed (FO_ESTALE): does every written array still
+        pass the plan's own test (its data pointer then, its shape; writeable, aligned,
+        its contiguity; the element type in native order)? Then the guards
+        are taken anew (a dtype object replaced by an equal one fails a
+        guard yet changes nothing) and the plan runs again; else it declines
+        again, and the fully checked route says what changed."""
+        cdef Py_ssize_t i, k, r
+        cdef PlanTensor *t
+        cdef PyObject *o
+        for i in range(self.nt):
+            t = &self.pt[i]
+            r = 0
+            for k in range(self.npg):
+                o = PyTuple_GET_ITEM(<tuple>self.keep[k], i)
+                if o == <PyObject *>None:
+                    continue
+                if (fo_data(o) != self.guards[i * self.npg + r].want[0]
+                        or not fo_plan_arr(o, t.descr, t.type_num, t.wflags, t.ndim,
+                                           t.dims)):
+                    return False
+                r += 1
+        self._guard()
+        self.stale = False
+        return True
 
     cdef int _sort_written(self) except -1:
         cdef Py_ssize_t i, m = self.nw
@@ -201,19 +265,14 @@ cdef class StepPlan:
         return a < self.nw and self.wlo[a] < hi
 
     cdef bint _accept(self, tuple gs):
-        """The per-step checks (see the comment above); False to decline."""
+        """The gradients' per-step checks (see the comment above); False to
+        decline."""
         cdef Py_ssize_t i
-        cdef int k
         cdef PlanTensor *t
-        cdef PyObject *a
         cdef PyObject *g
         cdef void *gp
         for i in range(self.nt):
             t = &self.pt[i]
-            for k in range(4):
-                a = t.a[k]
-                if a != NULL and not fo_plan_w(a, t.p[k], t.descr, t.type_num, t.wflags):
-                    return False
             g = PyTuple_GET_ITEM(gs, i)
             if not fo_exact_array(g) and not _is_array(<object>g):
                 return False
@@ -247,15 +306,22 @@ cdef class StepPlan:
             gs = tuple(<list>grads)
         else:
             return None
+        if self.stale and not self._refresh():
+            return None
         if (not nth or PyTuple_GET_SIZE(gs) != self.nt
                 or PyTuple_GET_SIZE(groups) != self.ng
                 or not _step_groups(groups, self.gs) or not self._accept(gs)):
             return None
         _step_opts(&self.last, grad_scale, max_norm, clip_value, clip, norm_type,
                    check_finite, given_norm)
+        self.last.guards = self.guards
+        self.last.guards_per_tensor = self.npg
         self.last_nth = nth
         with nogil:
             rc = fo_step(self.ts, self.nt, self.gs, self.ng, &self.last, &res, nth)
+        if rc == FO_ESTALE:
+            self.stale = True
+            return None
         if rc == FO_EINVAL:
             return None
         _check_rc(rc)
@@ -268,17 +334,23 @@ cdef class StepPlan:
         held alive here) with its options and groups: the C driver's own
         time for the work of one step, with no per-step check. Returns the
         seconds of the reps calls (a monotonic clock around the C loop
-        alone). Updates the parameters as those steps would."""
+        alone). Updates the parameters as those steps would. Without the
+        guards: what they cost a step stays in opt.step's time, not here.
+        """
         cdef fo_step_result res
+        cdef fo_step_opts o = self.last
         cdef Py_ssize_t r
         cdef int rc = FO_OK
         cdef timespec t0, t1
-        if not self.ran or PyTuple_GET_SIZE(grads) != self.nt or not self._accept(grads):
+        if (not self.ran or self.stale or PyTuple_GET_SIZE(grads) != self.nt
+                or not self._accept(grads)):
             raise ValueError("StepPlan._drive: run a step with these gradients first")
+        o.guards = NULL
+        o.guards_per_tensor = 0
         with nogil:
             clock_gettime(CLOCK_MONOTONIC, &t0)
             for r in range(reps):
-                rc = fo_step(self.ts, self.nt, self.gs, self.ng, &self.last, &res,
+                rc = fo_step(self.ts, self.nt, self.gs, self.ng, &o, &res,
                              self.last_nth)
                 if rc != FO_OK:
                     break

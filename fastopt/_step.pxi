@@ -216,6 +216,8 @@ cdef inline void _step_opts(fo_step_opts *o, double grad_scale, double max_norm,
     o.check_finite = check_finite
     o.measure = FO_MEASURE_NEEDED if given_norm != given_norm else FO_MEASURE_GIVEN
     o.norm = given_norm
+    o.guards = NULL
+    o.guards_per_tensor = 0
 
 
 def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,

@@ -24,6 +24,7 @@ extern "C" {
 #define FO_OK 0
 #define FO_ENOMEM (-1)
 #define FO_EINVAL (-2)
+#define FO_ESTALE (-3)   /* fo_step: a guard (fo_step_guard) no longer holds */
 
 /* Element types of a tensor. */
 #define FO_F32 0
@@ -365,6 +366,26 @@ typedef struct fo_step_tensor {
 #define FO_MEASURE_NEEDED 0
 #define FO_MEASURE_ALWAYS 1
 #define FO_MEASURE_GIVEN 2
+
+/*
+ * A guard: a condition on the caller's own memory that fo_step checks
+ * before it writes anything. The pointer-sized words at w[0] and w[1] must
+ * hold want[0] and want[1], and the int at flags every bit of mask (a NULL
+ * address is not checked). A binding that checked its objects once and
+ * kept their pointers states here what must not have changed since (for an
+ * array: its data pointer, its element type object, its writeable flag);
+ * fo_step reads these words in pass 1, beside the gradients, and else
+ * before pass 2, and returns FO_ESTALE with nothing written if one fails.
+ * The words are only read: the caller keeps them valid through the call.
+ */
+typedef struct fo_step_guard {
+    const void *const *w[2];
+    const void *want[2];
+    const int32_t *flags;
+    int32_t mask;
+    int32_t pad_;
+} fo_step_guard;
+
 typedef struct fo_step_opts {
     double grad_scale;
     double max_norm;
@@ -374,6 +395,10 @@ typedef struct fo_step_opts {
     int32_t check_finite;  /* skip the step if some u is not finite */
     int32_t measure;       /* FO_MEASURE_* */
     double norm;           /* with FO_MEASURE_GIVEN */
+    /* guards[k * guards_per_tensor + r], r < guards_per_tensor: tensor k's
+     * (NULL or 0: none) */
+    const fo_step_guard *guards;
+    int64_t guards_per_tensor;
 } fo_step_opts;
 
 /* What a step found: the norm (NaN if not measured), whether every u was
@@ -389,8 +414,9 @@ typedef struct fo_step_result {
  * before anything is written: FO_EINVAL for a bad dtype, negative n, group
  * index, rule, flag, t, a missing state, grad_scale <= 0 or not finite,
  * max_norm <= 0 or NaN (when clipping), clip_value < 0 or NaN, unknown
- * clip or norm type. A skipped step (check_finite and some u not finite)
- * returns FO_OK with res->applied = 0 and writes nothing. One parallel
+ * clip or norm type; FO_ESTALE if a guard of o fails. A skipped step
+ * (check_finite and some u not finite) returns FO_OK with res->applied = 0
+ * and writes nothing. One parallel
  * region per pass (none below the serial threshold); every result is
  * bit-identical for every n_threads.
  */
@@ -406,8 +432,9 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
  *   sum a distributed caller adds over ranks in rank order.
  * fo_clip_grads: in place, the gradient half of fo_step: unscale, clip by
  *   the global norm (o->clip), clip_value; with o->check_finite a
- *   non-finite list is left untouched (res->applied = 0).
- * Both return FO_OK, FO_EINVAL or FO_ENOMEM.
+ *   non-finite list is left untouched (res->applied = 0); o's guards are
+ *   checked as fo_step does (FO_ESTALE), gradient k's as tensor k's.
+ * Both return FO_OK, FO_EINVAL or FO_ENOMEM (and fo_clip_grads FO_ESTALE).
  */
 int fo_global_norm(const void *const *gs, const int64_t *ns,
                    const int32_t *dtypes, int64_t nt, double grad_scale,

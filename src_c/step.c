@@ -206,6 +206,21 @@ static int step_check_opts(const fo_step_opts *o)
     if (o->measure < FO_MEASURE_NEEDED || o->measure > FO_MEASURE_GIVEN
             || (o->measure == FO_MEASURE_GIVEN && o->check_finite))
         return FO_EINVAL;
+    if (o->guards_per_tensor < 0 || (o->guards != NULL && o->guards_per_tensor == 0))
+        return FO_EINVAL;
+    return FO_OK;
+}
+
+/* The guards pass 1 did not check: every tensor's if it did not run, else
+ * those of the tensors without elements (no block); FO_OK or FO_ESTALE. */
+static int step_guards_rest(const fo_step_opts *o, const step_grad *gr, int64_t nt)
+{
+    if (o->guards == NULL)
+        return FO_OK;
+    int all = !step_runs_pass1(o);
+    for (int64_t k = 0; k < nt; k++)
+        if ((all || gr[k].n == 0) && !step_guards_hold(o, k))
+            return FO_ESTALE;
     return FO_OK;
 }
 
@@ -353,8 +368,10 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
             goto out;
     double norm;
     rc = step_measure(o, gr, nt, nb, bytes, res, n_threads, &norm);
+    if (rc == FO_OK)
+        rc = step_guards_rest(o, gr, nt);
     if (rc != FO_OK || (o->check_finite && !res->finite))
-        goto out;                    /* skipped: nothing written */
+        goto out;                    /* stale or skipped: nothing written */
     rc = step_apply(ts, view, nt, gc, ng, o, norm, res, n_threads);
 out:
     free(gc);
@@ -381,6 +398,8 @@ int fo_clip_grads(void *const *gs, const int64_t *ns, const int32_t *dtypes,
         goto out;
     double norm;
     rc = step_measure(o, gr, nt, nb, bytes, res, n_threads, &norm);
+    if (rc == FO_OK)
+        rc = step_guards_rest(o, gr, nt);
     if (rc != FO_OK || (o->check_finite && !res->finite))
         goto out;
     rc = step_apply(NULL, view, nt, NULL, 0, o, norm, res, n_threads);

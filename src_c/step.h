@@ -67,6 +67,36 @@ static inline void step_view(fo_tensor *v, void *x, const void *g, void *s1,
     v->pad_ = 0;
 }
 
+/* Does pass 1 run for these options (else no gradient is read before the
+ * update)? */
+static inline int step_runs_pass1(const fo_step_opts *o)
+{
+    return o->measure != FO_MEASURE_GIVEN
+        && (o->check_finite || o->clip != FO_CLIP_NONE || o->measure);
+}
+
+#if defined(__GNUC__)
+#define STEP_LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#else
+#define STEP_LOAD(p) (*(p))
+#endif
+
+/* Do tensor k's guards hold (fastopt.h, fo_step_guard; o NULL: none)? Each
+ * word is read once; relaxed, as the caller's other threads may write it. */
+static inline int step_guards_hold(const fo_step_opts *o, int64_t k)
+{
+    if (o == NULL || o->guards == NULL)
+        return 1;
+    const fo_step_guard *g = o->guards + k * o->guards_per_tensor;
+    for (int64_t r = 0; r < o->guards_per_tensor; r++, g++) {
+        if ((g->w[0] != NULL && STEP_LOAD(g->w[0]) != g->want[0])
+                || (g->w[1] != NULL && STEP_LOAD(g->w[1]) != g->want[1])
+                || (g->flags != NULL && (STEP_LOAD(g->flags) & g->mask) != g->mask))
+            return 0;
+    }
+    return 1;
+}
+
 static inline void step_result_init(fo_step_result *res)
 {
     res->norm = NAN;
@@ -101,7 +131,9 @@ int step_grad_list(const void *const *gs, const int64_t *ns,
                    fo_tensor *view, int64_t *nb, int64_t *bytes);
 
 /* step_norm.c: the norm pass as the options ask (none, given, measured):
- * *norm and res->norm / res->finite. FO_OK or FO_ENOMEM. The caller skips
+ * *norm and res->norm / res->finite. FO_OK, FO_ENOMEM, or FO_ESTALE when
+ * a guard of a tensor with elements fails (pass 1 checks tensor k's guards
+ * with its first block; the caller checks the others). The caller skips
  * the update when o->check_finite and !res->finite. */
 int step_measure(const fo_step_opts *o, const step_grad *gr, int64_t nt,
                  int64_t nb, int64_t bytes, fo_step_result *res,

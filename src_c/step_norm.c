@@ -66,10 +66,17 @@ static inline int step_run_block(const step_grad *gr, int64_t b,
         : step_block_f64(m, g, us[1].s, us[1].mode, norm_inf, part);
 }
 
+/* bad[] of a block: 1 if some u is not finite; STEP_STALE (in its
+ * tensor's first block) if a guard of the tensor failed. */
+#define STEP_STALE 2
+
 /* Pass 1 as pool tasks: item i covers up to STEP_ITEM_BLOCKS blocks of one
  * gradient, starting at block items[2i+1] of gradient items[2i]; every
- * block writes its own slot of part / bad, so who runs it changes nothing. */
+ * block writes its own slot of part / bad, so who runs it changes nothing.
+ * The item holding a tensor's first block checks the tensor's guards
+ * there: their reads overlap the gradients' instead of running before. */
 typedef struct {
+    const fo_step_opts *o;  /* its guards (NULL: none) */
     const step_grad *gr;
     const int64_t *items;
     double *part;
@@ -86,9 +93,11 @@ static void step_norm_task(void *vj, int64_t it)
     int64_t be = b + STEP_ITEM_BLOCKS;
     if (be > step_nblocks(g->n))
         be = step_nblocks(g->n);
-    for (; b < be; b++)
-        j->bad[g->b0 + b] = (unsigned char)step_run_block(
-            g, b, j->us, j->norm_inf, &j->part[g->b0 + b]);
+    unsigned char stale = b == 0 && !step_guards_hold(j->o, j->items[2 * it])
+                          ? STEP_STALE : 0;
+    for (; b < be; b++, stale = 0)
+        j->bad[g->b0 + b] = (unsigned char)(step_run_block(
+            g, b, j->us, j->norm_inf, &j->part[g->b0 + b]) | stale);
 }
 
 /* Fill part[] and bad[] for every block of gr[0..nt): on the pool when
@@ -100,8 +109,9 @@ static int step_blocks(const step_grad *gr, int64_t nt, int64_t bytes,
     if (nth <= 1) {
         for (int64_t k = 0; k < nt; k++)
             for (int64_t b = 0; b < step_nblocks(gr[k].n); b++)
-                j->bad[gr[k].b0 + b] = (unsigned char)step_run_block(
-                    &gr[k], b, j->us, j->norm_inf, &j->part[gr[k].b0 + b]);
+                j->bad[gr[k].b0 + b] = (unsigned char)(step_run_block(
+                    &gr[k], b, j->us, j->norm_inf, &j->part[gr[k].b0 + b])
+                    | (b == 0 && !step_guards_hold(j->o, k) ? STEP_STALE : 0));
         return FO_OK;
     }
     int64_t ni = 0;
@@ -128,8 +138,8 @@ static int step_blocks(const step_grad *gr, int64_t nt, int64_t bytes,
  * given) into res->norm / res->finite. FO_OK or FO_ENOMEM.
  */
 static int step_pass1(const step_grad *gr, int64_t nt, int64_t nb,
-                      int64_t bytes, double scale, int norm_type,
-                      fo_step_result *res, int n_threads)
+                      int64_t bytes, const fo_step_opts *o, double scale,
+                      int norm_type, fo_step_result *res, int n_threads)
 {
     int norm_inf = norm_type == FO_NORM_INF;
     /* the block results: on the stack up to STEP_STACK_BLOCKS blocks (no
@@ -139,16 +149,17 @@ static int step_pass1(const step_grad *gr, int64_t nt, int64_t nb,
     int heap = nb > STEP_STACK_BLOCKS;
     double *part = heap ? (double *)malloc((size_t)nb * sizeof(double)) : part_st;
     unsigned char *bad = heap ? (unsigned char *)malloc((size_t)nb) : bad_st;
-    step_norm_job j = {gr, NULL, part, bad, {{0.0, 0}, {0.0, 0}}, norm_inf};
+    step_norm_job j = {o, gr, NULL, part, bad, {{0.0, 0}, {0.0, 0}}, norm_inf};
     step_unscale_init(&j.us[0], scale, 1);
     step_unscale_init(&j.us[1], scale, 0);
     int rc = part == NULL || bad == NULL ? FO_ENOMEM
              : step_blocks(gr, nt, bytes, &j, n_threads);
     if (rc == FO_OK) {
         double total = 0.0;
-        int finite = 1, nan = 0;
+        int finite = 1, nan = 0, stale = 0;
         for (int64_t i = 0; i < nb; i++) {  /* fixed order: tensor, block */
-            finite &= !bad[i];
+            finite &= !(bad[i] & 1);
+            stale |= bad[i] & STEP_STALE;
             if (!norm_inf)
                 total += part[i];
             else if (part[i] != part[i])
@@ -159,6 +170,8 @@ static int step_pass1(const step_grad *gr, int64_t nt, int64_t nb,
         res->norm = norm_inf ? (nan ? NAN : total)
                               : norm_type == FO_NORM_SUMSQ ? total : sqrt(total);
         res->finite = finite;
+        if (stale)
+            rc = FO_ESTALE;
     }
     if (heap) {
         free(part);
@@ -174,8 +187,8 @@ int step_measure(const fo_step_opts *o, const step_grad *gr, int64_t nt,
     *norm = NAN;
     if (o->measure == FO_MEASURE_GIVEN) {
         *norm = res->norm = o->norm;
-    } else if (o->check_finite || o->clip != FO_CLIP_NONE || o->measure) {
-        int rc = step_pass1(gr, nt, nb, bytes, o->grad_scale, o->norm_type,
+    } else if (step_runs_pass1(o)) {
+        int rc = step_pass1(gr, nt, nb, bytes, o, o->grad_scale, o->norm_type,
                             res, n_threads);
         if (rc != FO_OK)
             return rc;
@@ -218,8 +231,9 @@ int fo_global_norm(const void *const *gs, const int64_t *ns,
         return FO_ENOMEM;
     int64_t nb, bytes;
     int rc = step_grad_list(gs, ns, dtypes, nt, gr, NULL, &nb, &bytes);
-    if (rc == FO_OK)
-        rc = step_pass1(gr, nt, nb, bytes, grad_scale, norm_type, res, n_threads);
+    if (rc == FO_OK)            /* no options: no guards */
+        rc = step_pass1(gr, nt, nb, bytes, NULL, grad_scale, norm_type, res,
+                        n_threads);
     free(gr);
     return rc;
 }

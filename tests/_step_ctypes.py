@@ -34,11 +34,20 @@ class Tensor(ct.Structure):
                 ("dtype", ct.c_int32), ("group", ct.c_int32)]
 
 
+class Guard(ct.Structure):
+    """fo_step_guard: words w0, w1 must hold want0, want1; *flags every bit
+    of mask (a None address is not checked)."""
+    _fields_ = [("w0", ct.c_void_p), ("w1", ct.c_void_p), ("want0", ct.c_void_p),
+                ("want1", ct.c_void_p), ("flags", ct.c_void_p), ("mask", ct.c_int32),
+                ("pad", ct.c_int32)]
+
+
 class Opts(ct.Structure):
     _fields_ = [("grad_scale", ct.c_double), ("max_norm", ct.c_double),
                 ("clip_value", ct.c_double), ("clip", ct.c_int32),
                 ("norm_type", ct.c_int32), ("check_finite", ct.c_int32),
-                ("measure", ct.c_int32), ("norm", ct.c_double)]
+                ("measure", ct.c_int32), ("norm", ct.c_double),
+                ("guards", ct.POINTER(Guard)), ("guards_per_tensor", ct.c_int64)]
 
 
 class Result(ct.Structure):
@@ -83,13 +92,26 @@ def group_struct(hp):
 
 
 def opts_struct(grad_scale=1.0, max_norm=None, convention="torch", clip_value=None,
-                norm_type=2.0, check_finite=False, measure=True, given_norm=None):
-    return Opts(grad_scale, 0.0 if max_norm is None else max_norm,
-                0.0 if clip_value is None else clip_value,
-                CLIPS[None if max_norm is None else convention],
-                0 if norm_type == 2.0 else 1, int(check_finite),
-                int(measure) if given_norm is None else 2,
-                math.nan if given_norm is None else given_norm)
+                norm_type=2.0, check_finite=False, measure=True, given_norm=None,
+                guards=None):
+    """guards: None, or one list of Guard per tensor (padded with empty
+    guards to the longest)."""
+    o = Opts(grad_scale, 0.0 if max_norm is None else max_norm,
+             0.0 if clip_value is None else clip_value,
+             CLIPS[None if max_norm is None else convention],
+             0 if norm_type == 2.0 else 1, int(check_finite),
+             int(measure) if given_norm is None else 2,
+             math.nan if given_norm is None else given_norm, None, 0)
+    if guards is not None:
+        per = max(1, *map(len, guards)) if guards else 1
+        arr = (Guard * max(1, per * len(guards)))()
+        for k, gk in enumerate(guards):
+            for r, g in enumerate(gk):
+                arr[k * per + r] = g
+        o.guards = ct.cast(arr, ct.POINTER(Guard))
+        o.guards_per_tensor = per
+        o._keep = arr               # alive as long as the options
+    return o
 
 
 def step(lib, xs, gs, states, groups, index, n_threads=1, **opts):

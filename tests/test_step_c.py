@@ -359,3 +359,90 @@ def test_given_norm_skips_pass_one(lib):
     rc, _ = cs.step(lib, xc, case[1], sc, case[3], case[4], given_norm=1.0,
                     check_finite=True)
     assert rc == -2
+
+
+def _guards(words, flags, nt, which=None):
+    """One guard per tensor over cells of words (int64, two per tensor) and
+    flags (int32, one per tensor), all holding now; which (k, part): that
+    tensor's guard expects another value there ("w0", "w1" or "flags")."""
+    gs = []
+    for k in range(nt):
+        g = cs.Guard(words.ctypes.data + 16 * k, words.ctypes.data + 16 * k + 8,
+                     int(words[2 * k]), int(words[2 * k + 1]),
+                     flags.ctypes.data + 4 * k, int(flags[k]) & 0x5, 0)
+        if which is not None and which[0] == k:
+            if which[1] == "w0":
+                g.want0 = int(words[2 * k]) + 8
+            elif which[1] == "w1":
+                g.want1 = int(words[2 * k + 1]) ^ 1
+            else:
+                g.mask = 0x2             # a bit the flags word does not have
+        gs.append([g])
+    return gs
+
+
+@pytest.mark.parametrize("opts", [
+    {}, {"max_norm": 1.0}, {"grad_scale": 1024.0, "check_finite": True},
+    {"given_norm": 3.0, "max_norm": 1.0}])
+def test_guards(lib, opts):
+    """fo_step_guard: holding guards change no bit of the step; one that
+    fails anywhere (a tensor of pass 1's last block, one with no element,
+    either word, the flags) returns FO_ESTALE with nothing written, for
+    every thread count, whether pass 1 runs (where it checks them) or not."""
+    rng = np.random.default_rng(21)
+    sizes = [5, 0, *BIG, 1025, 3]
+    case = _case(rng, ["adamw_torch", "sgd_torch"], sizes, scale=1024.0)
+    nt = len(sizes)
+    words = rng.integers(1, 2**40, 2 * nt).astype(np.int64)
+    flags = np.full(nt, 0x5, np.int32)
+    want = ([x.copy() for x in case[0]], [tuple(s.copy() for s in st) for st in case[2]])
+    rc, _ = cs.step(lib, want[0], case[1], want[1], case[3], case[4], **opts)
+    assert rc == 0                      # unguarded: checked against the reference above
+    for n in THREADS:
+        xc = [x.copy() for x in case[0]]
+        sc = [tuple(s.copy() for s in st) for st in case[2]]
+        rc, res = cs.step(lib, xc, case[1], sc, case[3], case[4], n_threads=n,
+                          guards=_guards(words, flags, nt), **opts)
+        assert rc == 0 and res.applied
+        for a, b in zip(xc + [s for st in sc for s in st],
+                        want[0] + [s for st in want[1] for s in st]):
+            _same(a, b)
+        for k in (0, 1, 2, nt - 1):
+            for part in ("w0", "w1", "flags"):
+                xc = [x.copy() for x in case[0]]
+                sc = [tuple(s.copy() for s in st) for st in case[2]]
+                rc, res = cs.step(lib, xc, case[1], sc, case[3], case[4], n_threads=n,
+                                  guards=_guards(words, flags, nt, (k, part)), **opts)
+                assert rc == -3 and not res.applied, (n, k, part)
+                for a, b in zip(xc, case[0]):
+                    _same(a, b)
+                for a, b in zip(sc, case[2]):
+                    for s, r in zip(a, b):
+                        _same(s, r)
+
+
+def test_guards_of_clip_grads_and_bad_count(lib):
+    """fo_clip_grads honours the guards (gradient k's as tensor k's); a
+    negative guards_per_tensor, or guards with 0 per tensor, is FO_EINVAL."""
+    rng = np.random.default_rng(22)
+    gs = [rng.standard_normal(n).astype(np.float32) for n in (7, BIG[0], 0)]
+    words = np.arange(1, 7, dtype=np.int64)
+    flags = np.full(3, 0x5, np.int32)
+    for k in range(3):
+        for with_norm in ({"max_norm": 0.5}, {"clip_value": 0.01}):
+            got = [g.copy() for g in gs]
+            rc, res = cs.clip_grads(lib, got, n_threads=2,
+                                    guards=_guards(words, flags, 3, (k, "flags")),
+                                    **with_norm)
+            assert rc == -3 and not res.applied
+            for a, b in zip(got, gs):
+                _same(a, b)
+    o = cs.opts_struct(max_norm=1.0, guards=_guards(words, flags, 3))
+    for per in (-1, 0):
+        o.guards_per_tensor = per
+        case = _case(rng, ["sgd_torch"], [4, 5])
+        x0 = [x.copy() for x in case[0]]
+        rc, _ = _step_raw(lib, case, o)
+        assert rc == -2
+        for a, b in zip(case[0], x0):
+            _same(a, b)
