@@ -256,7 +256,9 @@ def fixed_overhead(n, reps):
     The C driver's time is fo_step run from the prepared plan with the GIL
     released and no check (StepPlan._drive, timed around the C call alone),
     so opt.step - driver is what the optimizer object adds: Python, the
-    per-step checks of gradients and flags, the call."""
+    per-step checks of gradients and flags, the call. Fourth, for scale: a
+    1-element np.add timed right after the same C step (what this machine
+    charges any Python call for memory and pages the step left cold)."""
     xs, gs = _tensors([(n,)] * 1000)
     opt = fo_optim.AdamW(xs, **ADAMW)
     ms = [np.zeros_like(x) for x in xs]
@@ -272,13 +274,21 @@ def fixed_overhead(n, reps):
     def plain():
         return fastopt.adamw(xs, gs, ms, vs, step=3, **ADAMW)
 
+    one = np.zeros(1, np.float32)
+
+    def cold_add():
+        plan._drive(1, gt)
+        t0 = time.perf_counter()
+        np.add(one, one, out=one)
+        return time.perf_counter() - t0
+
     step()
     plan, gt = opt._plan_all[1], tuple(gs)
     if plan is None:
         raise RuntimeError("bench_step: the optimizer did not prepare its step")
     with np.errstate(all="ignore"):      # step and driver alternate: each after the other
-        t_step, t_drive = _interleaved([step, drive], reps)
-        return t_step, t_drive, _interleaved([plain], reps)[0]
+        t_step, t_drive, t_add = _interleaved([step, drive, cold_add], reps)
+        return t_step, t_drive, _interleaved([plain], reps)[0], t_add
 
 
 def _fixed_overhead(reps, out):
@@ -291,6 +301,9 @@ def _fixed_overhead(reps, out):
           f"{big[1] * 1e6:.0f} us, plain fastopt.adamw {big[2] * 1e6:.0f} us; fixed "
           f"overhead of opt.step (opt.step - C driver) / 1000 = "
           f"{(big[0] - big[1]) * 1e6:.0f} ns per tensor", file=out)
+    print(f"  for scale: a 1-element np.add right after the same C step takes "
+          f"{big[3] * 1e6:.1f} us here (cold memory and pages; warm: under 1 us)",
+          file=out)
     print(f"  1000 x 1 (fixed cost): opt.step {small[0] * 1e6:.0f} us = "
           f"{small[0] * 1e6:.0f} ns per tensor (C driver {small[1] * 1e6:.0f} ns, "
           f"opt.step - driver {(small[0] - small[1]) * 1e6:.0f} ns)", file=out)
