@@ -191,7 +191,7 @@ cdef extern from "fastopt.h" nogil:
     int FO_MEASURE_GIVEN
     # A condition on the caller's memory, checked before anything is written.
     ctypedef struct fo_step_guard:
-        const void **w[2]
+        const void *const *w[2]
         const void *want[2]
         const int32_t *flags
         int32_t mask

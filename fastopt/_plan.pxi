@@ -89,7 +89,7 @@ cdef class StepPlan:
     cdef fo_step_tensor *ts     # .g: the gradient accepted last (NULL: none yet)
     cdef fo_step_group *gs
     cdef fo_step_guard *guards  # nt * npg: each written array's (fo_step_guard)
-    cdef Py_ssize_t npg         # guards per tensor (2: x and one state, ... 4)
+    cdef Py_ssize_t npg         # guards per tensor (1: x alone, ... 4: x, s1..s3)
     cdef PlanTensor *pt
     cdef cnp.npy_intp *dims
     cdef int64_t *wlo
@@ -216,13 +216,10 @@ cdef class StepPlan:
                     r += 1
         return 0
 
-    cdef bint _refresh(self) except -1:
-        """After a guard failed (FO_ESTALE): does every written array still
-        pass the plan's own test (its data pointer then, its shape; writeable, aligned,
-        its contiguity; the element type in native order)? Then the guards
-        are taken anew (a dtype object replaced by an equal one fails a
-        guard yet changes nothing) and the plan runs again; else it declines
-        again, and the fully checked route says what changed."""
+    cdef bint _written_ok(self):
+        """Does every written array still pass the plan's own test (its data
+        pointer then, its shape; writeable, aligned, its contiguity; the
+        element type in native order)?"""
         cdef Py_ssize_t i, k, r
         cdef PlanTensor *t
         cdef PyObject *o
@@ -238,6 +235,16 @@ cdef class StepPlan:
                                            t.dims)):
                     return False
                 r += 1
+        return True
+
+    cdef bint _refresh(self) except -1:
+        """After a guard failed (FO_ESTALE): if the written arrays pass the
+        plan's own test again (_written_ok), the guards are taken anew (a
+        dtype object replaced by an equal one fails a guard yet changes
+        nothing) and the plan runs again; else it declines again, and the
+        fully checked route says what changed."""
+        if not self._written_ok():
+            return False
         self._guard()
         self.stale = False
         return True
@@ -334,8 +341,9 @@ cdef class StepPlan:
         held alive here) with its options and groups: the C driver's own
         time for the work of one step, with no per-step check. Returns the
         seconds of the reps calls (a monotonic clock around the C loop
-        alone). Updates the parameters as those steps would. Without the
-        guards: what they cost a step stays in opt.step's time, not here.
+        alone). Updates the parameters as those steps would. The written
+        arrays are checked once, before (_written_ok), and the guards are
+        not passed: what they cost a step stays in opt.step's time.
         """
         cdef fo_step_result res
         cdef fo_step_opts o = self.last
@@ -343,7 +351,7 @@ cdef class StepPlan:
         cdef int rc = FO_OK
         cdef timespec t0, t1
         if (not self.ran or self.stale or PyTuple_GET_SIZE(grads) != self.nt
-                or not self._accept(grads)):
+                or not self._written_ok() or not self._accept(grads)):
             raise ValueError("StepPlan._drive: run a step with these gradients first")
         o.guards = NULL
         o.guards_per_tensor = 0

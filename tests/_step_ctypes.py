@@ -75,6 +75,42 @@ def build(outdir):
     return lib
 
 
+class ThreadStats(ct.Structure):
+    """fo_thread_stats."""
+    _fields_ = [("serial_calls", ct.c_int64), ("parallel_calls", ct.c_int64),
+                ("backoffs", ct.c_int64), ("last_bytes", ct.c_int64),
+                ("last_threads", ct.c_int32), ("last_joined", ct.c_int32)]
+
+
+def pooled_copy(lib, outdir):
+    """A second copy of lib (its own pool and counters) that pools every call
+    above the serial threshold whatever the machine's load (OMP_DYNAMIC=false,
+    read by its first pooled call; the variable is restored after it), so a
+    test of the pooled paths cannot fall back to the serial one."""
+    so = os.path.join(outdir, "libfo_step_pooled.so")
+    shutil.copyfile(lib._name, so)
+    old = os.environ.get("OMP_DYNAMIC")
+    os.environ["OMP_DYNAMIC"] = "false"
+    try:
+        copy = ct.CDLL(so)
+        for name in ("fo_step", "fo_global_norm", "fo_clip_grads"):
+            getattr(copy, name).argtypes = getattr(lib, name).argtypes
+        g = np.ones(1 << 20, np.float32)
+        global_norm(copy, [g], n_threads=2)          # reads the policy
+    finally:
+        if old is None:
+            del os.environ["OMP_DYNAMIC"]
+        else:
+            os.environ["OMP_DYNAMIC"] = old
+    return copy
+
+
+def parallel_calls(lib):
+    st = ThreadStats()
+    lib.fo_get_thread_stats(ct.byref(st))
+    return st.parallel_calls
+
+
 def _ptr(a):
     return None if a is None else a.ctypes.data
 
