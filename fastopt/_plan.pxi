@@ -101,6 +101,7 @@ cdef class StepPlan:
     cdef int last_nth
     cdef bint ran
     cdef readonly bint stale    # a guard failed: _refresh before running
+    cdef readonly bint busy     # a step (or _drive) of this plan is running
     cdef list gdescrs           # the dtype objects the guards compare with
 
     def __dealloc__(self):
@@ -304,6 +305,22 @@ cdef class StepPlan:
     cdef object _run(self, grads, tuple groups, double grad_scale, double max_norm,
                      double clip_value, int clip, int norm_type, bint check_finite,
                      n_threads, double given_norm):
+        # One step at a time per plan: its records (the gradients' pointers,
+        # the groups, the options) are rewritten by every step, so a second
+        # thread stepping the same optimizer while fo_step runs with the GIL
+        # released declines to the fully checked route, which builds its own.
+        if self.busy:
+            return None
+        self.busy = True
+        try:
+            return self._run_now(grads, groups, grad_scale, max_norm, clip_value, clip,
+                                 norm_type, check_finite, n_threads, given_norm)
+        finally:
+            self.busy = False
+
+    cdef object _run_now(self, grads, tuple groups, double grad_scale, double max_norm,
+                         double clip_value, int clip, int norm_type, bint check_finite,
+                         n_threads, double given_norm):
         cdef fo_step_result res
         cdef int nth = _n_threads(n_threads), rc = FO_OK
         cdef tuple gs
@@ -350,11 +367,12 @@ cdef class StepPlan:
         cdef Py_ssize_t r
         cdef int rc = FO_OK
         cdef timespec t0, t1
-        if (not self.ran or self.stale or PyTuple_GET_SIZE(grads) != self.nt
+        if (self.busy or not self.ran or self.stale or PyTuple_GET_SIZE(grads) != self.nt
                 or not self._written_ok() or not self._accept(grads)):
             raise ValueError("StepPlan._drive: run a step with these gradients first")
         o.guards = NULL
         o.guards_per_tensor = 0
+        self.busy = True
         with nogil:
             clock_gettime(CLOCK_MONOTONIC, &t0)
             for r in range(reps):
@@ -363,6 +381,7 @@ cdef class StepPlan:
                 if rc != FO_OK:
                     break
             clock_gettime(CLOCK_MONOTONIC, &t1)
+        self.busy = False
         _check_rc(rc)
         return (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9
 

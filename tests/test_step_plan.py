@@ -298,3 +298,34 @@ def test_bad_options_after_prepared_steps_raise(bad):
     with pytest.raises((TypeError, ValueError)):
         opt.step(gs, **bad)
     assert _snapshot(opt, xs) == before
+
+
+def test_second_thread_declines_while_a_step_runs():
+    """Two threads stepping one optimizer: while one runs fo_step from the
+    plan (GIL released), the plan declines another thread's step (its
+    records, the gradients' pointers among them, are the running step's),
+    which takes the fully checked route with its own work list."""
+    import threading
+    rng = np.random.default_rng(10)
+    xs = [rng.standard_normal(n).astype(np.float32) for n in (1 << 20, 3, 1 << 19)]
+    opt = fo.AdamW(xs, lr=0.01, n_threads=1)
+    gs = _grads(rng, xs)
+    for _ in range(3):
+        opt.step(gs, **WARM)
+    plan, rec = opt._plan_all[1], opt._fast
+    (head, tail), args = rec[2][0], rec[4]
+    assert not plan.busy
+    gt = tuple(gs)
+    worker = threading.Thread(target=plan._drive, args=(400, gt))
+    worker.start()
+    try:
+        while not plan.busy and worker.is_alive():
+            pass
+        other = _grads(rng, xs)
+        assert plan.run(other, (head + (opt._steps + 1,) + tail,), *args, None) is None
+        assert opt.step(other, **WARM) is True       # the full route
+        assert plan.busy and worker.is_alive()       # both ran inside the drive
+    finally:
+        worker.join()
+    assert not plan.busy
+    assert plan.run(other, (head + (opt._steps + 1,) + tail,), *args, None) is not None
