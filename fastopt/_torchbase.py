@@ -83,7 +83,7 @@ def _check_grad(f, where, p, g):
     if g.shape != p.shape:
         raise ValueError(f"{f}: the gradient of {where} has shape {tuple(g.shape)} but "
                          f"the parameter has {tuple(p.shape)}")
-    if g.device != p.device:
+    if not g.is_cpu:        # p is (_check_param); is_cpu makes no device object
         raise ValueError(f"{f}: the gradient of {where} is on {g.device}")
 
 
@@ -236,7 +236,8 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 index.append(k)
                 xs.append(xv)
                 written.add(p.untyped_storage().data_ptr())
-                g = g.detach()
+                if g.requires_grad:            # a gradient made with create_graph
+                    g = g.detach()
                 gs.append(g.resolve_neg() if g.is_neg() else g)
                 written.update(full[n].untyped_storage().data_ptr() for n in names)
                 views += [None] * 3
@@ -328,7 +329,9 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 v = st["step"]
                 e = self._views.get(id(v)) if type(v) is torch.Tensor else None
                 if e is not None and e[0] is v:
-                    e[4][...] += 1      # the tensor's memory, without a torch op
+                    # the tensor's memory, without a torch op: its scalar + 1,
+                    # rounded to its dtype as += 1 would (1 is a weak int)
+                    e[4][()] = e[4][()] + 1
                 else:
                     st["step"] += 1
         return loss
