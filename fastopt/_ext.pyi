@@ -61,3 +61,7 @@ class StepPlan:
             grad_scale: float, max_norm: float, clip_value: float, clip: int,
             norm_type: int, check_finite: bool, n_threads: Optional[int],
             given_norm: float = ...) -> _StepOut: ...
+    def run_pointers(self, ptrs: tuple[int, ...], groups: tuple[tuple, ...],
+                     grad_scale: float, max_norm: float, clip_value: float, clip: int,
+                     norm_type: int, check_finite: bool,
+                     n_threads: Optional[int]) -> _StepOut: ...

@@ -42,7 +42,7 @@ from cpython.ref cimport PyObject
 from cpython.sequence cimport PySequence_Fast_ITEMS as _items
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.math cimport NAN, isfinite
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uintptr_t
 
 cimport numpy as cnp
 

@@ -293,6 +293,26 @@ cdef class StepPlan:
                 self.ts[i].g = gp
         return True
 
+    cdef bint _accept_pointers(self, tuple ptrs) except -1:
+        """Gradients given as data addresses (Python ints) by a caller that
+        has checked all the rest of what _accept checks (the plan's element
+        type, shape and contiguity) and keeps their memory alive through the
+        call: fastopt.torch's prepared step, whose gradients are tensors.
+        The overlap test is _accept's; False to decline."""
+        cdef Py_ssize_t i
+        cdef void *gp
+        for i in range(self.nt):
+            o = <object>PyTuple_GET_ITEM(ptrs, i)
+            if type(o) is not int or o <= 0:
+                return False
+            gp = <void *><uintptr_t>o
+            if gp != self.ts[i].g:
+                if self.pt[i].nbytes and self._written_hit(
+                        <int64_t>gp, <int64_t>gp + self.pt[i].nbytes):
+                    return False
+                self.ts[i].g = gp
+        return True
+
     def run(self, grads, tuple groups, double grad_scale, double max_norm,
             double clip_value, int clip, int norm_type, bint check_finite, n_threads,
             double given_norm=NAN):
@@ -300,11 +320,23 @@ cdef class StepPlan:
         tensor of the plan): (applied, norm, finite) as step(), or None to
         decline (nothing written)."""
         return self._run(grads, groups, grad_scale, max_norm, clip_value, clip,
-                         norm_type, check_finite, n_threads, given_norm)
+                         norm_type, check_finite, n_threads, given_norm, False)
+
+    def run_pointers(self, tuple ptrs, tuple groups, double grad_scale, double max_norm,
+                     double clip_value, int clip, int norm_type, bint check_finite,
+                     n_threads):
+        """run() with each gradient given as its data address (a Python int
+        > 0), for a caller that vouches for the rest: each is of its
+        tensor's dtype (native order) and shape, contiguous in its
+        parameter's order, and alive until this returns. Only the overlap
+        with written memory is tested here (_accept_pointers). Private to
+        fastopt: a wrong address is a wrong write, not an error."""
+        return self._run(ptrs, groups, grad_scale, max_norm, clip_value, clip,
+                         norm_type, check_finite, n_threads, NAN, True)
 
     cdef object _run(self, grads, tuple groups, double grad_scale, double max_norm,
                      double clip_value, int clip, int norm_type, bint check_finite,
-                     n_threads, double given_norm):
+                     n_threads, double given_norm, bint pointers):
         # One step at a time per plan: its records (the gradients' pointers,
         # the groups, the options) are rewritten by every step, so a second
         # thread stepping the same optimizer while fo_step runs with the GIL
@@ -314,27 +346,28 @@ cdef class StepPlan:
         self.busy = True
         try:
             return self._run_now(grads, groups, grad_scale, max_norm, clip_value, clip,
-                                 norm_type, check_finite, n_threads, given_norm)
+                                 norm_type, check_finite, n_threads, given_norm, pointers)
         finally:
             self.busy = False
 
     cdef object _run_now(self, grads, tuple groups, double grad_scale, double max_norm,
                          double clip_value, int clip, int norm_type, bint check_finite,
-                         n_threads, double given_norm):
+                         n_threads, double given_norm, bint pointers):
         cdef fo_step_result res
         cdef int nth = _n_threads(n_threads), rc = FO_OK
         cdef tuple gs
         if type(grads) is tuple:
             gs = <tuple>grads
-        elif type(grads) is list:      # a tuple holds the arrays while the GIL is off
-            gs = tuple(<list>grads)
+        elif type(grads) is list and not pointers:
+            gs = tuple(<list>grads)    # a tuple holds the arrays while the GIL is off
         else:
             return None
         if self.stale and not self._refresh():
             return None
         if (not nth or PyTuple_GET_SIZE(gs) != self.nt
                 or PyTuple_GET_SIZE(groups) != self.ng
-                or not _step_groups(groups, self.gs) or not self._accept(gs)):
+                or not _step_groups(groups, self.gs)
+                or not (self._accept_pointers(gs) if pointers else self._accept(gs))):
             return None
         _step_opts(&self.last, grad_scale, max_norm, clip_value, clip, norm_type,
                    check_finite, given_norm)
@@ -422,7 +455,7 @@ def remembered_step(opt, grads, grad_scale, skip_if_nonfinite, max_grad_norm, no
         head, tail = parts[j]
         groups[j] = head + (t,) + tail
     out = plan._run(grads, tuple(groups), args[0], args[1], args[2], args[3], args[4],
-                    args[5], opt.n_threads, NAN)
+                    args[5], opt.n_threads, NAN, False)
     if out is None:
         return None
     info = tuple.__new__(rec[6], out)

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import torch
 
-from . import _step
+from . import _step, _torchprep
 from . import _validation as _v
 
 _DTYPES = (torch.float32, torch.float64)
@@ -127,14 +127,19 @@ class _FastoptOptimizer(torch.optim.Optimizer):
 
     Subclasses give _SPEC (hyperparameter -> check kind) and implement
     _group (checked hyperparameters -> the driver's group fields and the
-    state names the group needs, in s1..s3 order), _new_states (the states
-    a parameter's update creates: all of them on its first update) and _t
-    (the driver's t from the parameter's state); _COUNTS: whether
-    state['step'] advances.
+    state names the group needs, in s1..s3 order) and _new_states (the
+    states a parameter's update creates: all of them on its first update).
+    The driver's t is state['step'] + _T_ADD (_t) when _COUNTS (then
+    state['step'] advances with each applied step); else (SGD) 0 on a
+    parameter's first update (a new buffer), 1 after.
+
+    After a full step, the next ones go through a prepared plan
+    (fastopt/_torchprep.py) while nothing but what a step may change did.
     """
 
     _SPEC: ClassVar[dict] = {}
     _COUNTS = True
+    _T_ADD = 1
 
     def __init__(self, params, defaults, n_threads):
         name = f"fastopt.torch.{type(self).__name__}"
@@ -143,6 +148,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         # id(tensor) -> (tensor, data_ptr, shape, strides, NumPy view), of the
         # last step (_views) and, while a step plans, of the one before (_old)
         self._views = self._old = {}
+        self._prep = None       # the prepared step (_torchprep.Prepared)
         self._checked(name, defaults, None)
         super().__init__(params, defaults)
 
@@ -154,6 +160,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         self.__dict__.setdefault("n_threads", None)
         self.last_step = None
         self._views = self._old = {}
+        self._prep = None
         for group in self.param_groups:
             for k, v in self.defaults.items():
                 group.setdefault(k, v)
@@ -196,6 +203,11 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 if math.isfinite(c) and c == int(c) and 0 <= c < 2**53:
                     return int(c)
         return _count(f, where, st)
+
+    def _t(self, f, where, full, new):
+        """The driver's t for a parameter whose state is full (new: the
+        states this update creates)."""
+        return self._read_count(f, where, full) + self._T_ADD
 
     def _plan(self, f):
         """Everything the step needs, checked; nothing written."""
@@ -306,6 +318,14 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        prep = self._prep
+        if prep is not None:
+            info = prep.run(self, f, opts)
+            if info is not None:
+                self.last_step = info
+                return loss
+            if prep.stale:
+                self._prep = None
         args, where, names_of, fresh, counted = self._plan(f)
         if not args[0]:
             self.last_step = _step.StepInfo(True, 0.0, True)
@@ -320,6 +340,8 @@ class _FastoptOptimizer(torch.optim.Optimizer):
 
         self.last_step = info = _step.run(f, *args, opts, self.n_threads, labels)
         if not info.applied:
+            if self._prep is None and not fresh:
+                self._prep = _torchprep.build(self, args, names_of, counted)
             return loss
         for p, new in fresh:
             self.state[p].update(new)
@@ -334,6 +356,8 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                     e[4][()] = e[4][()] + 1
                 else:
                     st["step"] += 1
+        if self._prep is None:
+            self._prep = _torchprep.build(self, args, names_of, counted)
         return loss
 
 

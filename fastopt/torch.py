@@ -195,9 +195,6 @@ class Adagrad(_FastoptOptimizer):
                 "sum": torch.full_like(p, _scalar("", "", init),
                                        memory_format=torch.preserve_format)}
 
-    def _t(self, f, where, full, new):
-        return self._read_count(f, where, full) + 1
-
 
 class Adam(_FastoptOptimizer):
     """torch.optim.Adam (amsgrad, maximize; decoupled_weight_decay: AdamW).
@@ -260,9 +257,6 @@ class Adam(_FastoptOptimizer):
             return {"max_exp_avg_sq": _zeros(p)}
         return {}
 
-    def _t(self, f, where, full, new):
-        return self._read_count(f, where, full) + 1
-
 
 class AdamW(Adam):
     """torch.optim.AdamW: :class:`Adam` with decoupled weight decay
@@ -294,11 +288,11 @@ class AdamW(Adam):
 # ---- the ONNX operators ----------------------------------------------------------
 
 class _Onnx(_FastoptOptimizer):
-    """An ONNX rule: state['step'] is an int, T = step + _T0."""
+    """An ONNX rule: state['step'] is an int, T = step + _T_ADD."""
 
     _RULE = ""
     _STATES: tuple = ()
-    _T0 = 0
+    _T_ADD = 0
 
     def _group(self, h):
         return self._fields(h), self._STATES
@@ -311,9 +305,6 @@ class _Onnx(_FastoptOptimizer):
         for name in names:
             new[name] = torch.full_like(p, fill, memory_format=torch.preserve_format)
         return new
-
-    def _t(self, f, where, full, new):
-        return self._read_count(f, where, full) + self._T0
 
 
 class OnnxMomentum(_Onnx):
@@ -419,7 +410,7 @@ class OnnxAdam(_Onnx):
     """
 
     _STATES = ("exp_avg", "exp_avg_sq")
-    _T0 = 1
+    _T_ADD = 1
     _SPEC: ClassVar[dict] = {"lr": "lr",
                              "alpha": {"low": 0.0, "high": 1.0, "high_open": True},
                              "beta": {"low": 0.0, "high": 1.0}, "epsilon": {"low": 0.0},

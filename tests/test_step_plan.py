@@ -329,3 +329,27 @@ def test_second_thread_declines_while_a_step_runs():
         worker.join()
     assert not plan.busy
     assert plan.run(other, (head + (opt._steps + 1,) + tail,), *args, None) is not None
+
+
+def test_run_pointers_takes_addresses_and_still_tests_overlap():
+    """StepPlan.run_pointers (fastopt.torch's prepared step): gradients as
+    data addresses; the step equals run() with the arrays, and an address
+    inside a written array, zero, negative or not an int declines."""
+    from fastopt import _ext, _step
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal(n) for n in (3, 70)]
+    ys = [x.copy() for x in xs]
+    gs = [rng.standard_normal(x.shape) for x in xs]
+    grp = (_step.group_tuple(_step.RULES["sgd_torch"], t=1, lr=0.1),)
+    opts = (1.0, 0.0, 0.0, 0, 0, False, None)
+    plan = _ext.StepPlan.make(tuple(xs), (None,) * 2, (None,) * 2, (None,) * 2, (0, 0), 1)
+    twin = _ext.StepPlan.make(tuple(ys), (None,) * 2, (None,) * 2, (None,) * 2, (0, 0), 1)
+    addrs = tuple(g.ctypes.data for g in gs)
+    assert plan.run_pointers(addrs, grp, *opts)[0] is twin.run(tuple(gs), grp, *opts)[0]
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(xs, ys))
+    before = [x.copy() for x in xs]
+    for bad in [(addrs[0], xs[1].ctypes.data + 8), (addrs[0], xs[0].ctypes.data),
+                (0, addrs[1]), (-8, addrs[1]), (addrs[0], float(addrs[1])),
+                (addrs[0],)]:
+        assert plan.run_pointers(bad, grp, *opts) is None, bad
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(xs, before))

@@ -1,0 +1,216 @@
+"""fastopt.torch's prepared step: what a full step (``_torchbase``) checked
+once, re-checked per step only where torch lets it change.
+
+A full step checks every hyperparameter, parameter, gradient, state and
+step count through torch calls (7-13 us a parameter, bench/RESULTS.md) and
+builds NumPy views. After one, :func:`build` keeps its work list as a
+``_ext.StepPlan`` (the parameters' and states' views, checked once in C:
+dtypes, layouts, no written array overlapping another) beside, per
+parameter, the objects and facts the plan relied on. Per step,
+:meth:`Prepared.run` then re-checks only what torch allows to change
+between steps, with the fewest torch calls that decide it:
+
+- the structure: as many groups, each group's dict and ``params`` list the
+  same objects, each parameter's state dict the same
+  (``add_param_group``, ``load_state_dict`` and edits of the lists decline);
+- every group's hyperparameters, checked in full (a scheduler edits lr
+  every step) and needing the same states;
+- every gradient: present exactly where it was (a parameter's first
+  gradient makes states), a plain CPU strided tensor of the parameter's
+  dtype and shape, contiguous, no negative bit; it goes to C as its data
+  address (``StepPlan.run_pointers``, which tests its overlap with every
+  written array: an aliasing gradient declines);
+- every written tensor (the parameter and its states): the same object in
+  ``opt.state``, the same data address and shape (the parameter also its
+  dtype). The storages the plan writes are held by it, so an address that
+  still matches is the same memory: no later allocation can reuse it
+  (``p.data = ...`` twice cannot bring an address back);
+- every step count: the same 0-d tensor at the same address (read and
+  advanced through its NumPy view) or a Python int, a whole number in
+  [0, 2**53), the counts of one C group (its own t) equal.
+
+Anything else declines with nothing written (None), and the full step
+runs, raises, or rebuilds the plan. A declined gradient keeps the plan
+(the next step may be fine); a changed structure drops it.
+
+Edits that keep a state's object, address and shape but change what its
+memory means (a ``view(torch.int32)`` assigned to ``.data``, an in-place
+transpose of a square state) are not re-checked: they are not torch
+operations an optimizer's state meets, and the memory written is still
+the plan's own.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _ext, _step
+
+_STRIDED = torch.strided
+_TENSOR = torch.Tensor
+_COUNT_DTYPES = (torch.float32, torch.float64)
+_MAX_COUNT = 2.0 ** 53
+
+
+class Prepared:
+    """A full step's work list kept for the next steps (see the module)."""
+
+    __slots__ = ("groups", "names", "plan", "nk", "k_gi", "storages", "stale")
+
+    def __init__(self, plan, groups, names, nk, k_gi, storages):
+        self.groups = groups        # per group: (dict, params list, records)
+        self.names = names          # per group: the state names it needs
+        self.plan = plan
+        self.nk = nk                # C groups: one per (group, step count)
+        self.k_gi = k_gi            # C group -> its parameter group
+        self.storages = storages    # every written storage, held (see the module)
+        self.stale = False          # the structure changed: build anew
+
+    def run(self, opt, f, opts):
+        """The step through the plan: its StepInfo, or None (nothing written)."""
+        pgs = opt.param_groups
+        if len(pgs) != len(self.groups):
+            self.stale = True
+            return None
+        fields = []
+        for gi, (group, (gdict, plist, recs)) in enumerate(zip(pgs, self.groups)):
+            if group is not gdict or group["params"] is not plist or len(plist) != len(
+                    recs):
+                self.stale = True
+                return None
+            fl, names = opt._group(opt._checked(f, group, gi))
+            if names != self.names[gi]:
+                self.stale = True
+                return None
+            fields.append(fl)
+        got = self._gather(opt)
+        if got is None:
+            return None
+        ptrs, ts, keep, counts = got
+        groups = tuple(_step.group_tuple(t=ts[k], **fields[self.k_gi[k]])
+                       for k in range(self.nk))
+        out = self.plan.run_pointers(ptrs, groups, opts.grad_scale, opts.max_norm,
+                                     opts.clip_value, opts.clip, opts.norm_type,
+                                     opts.check_finite, opt.n_threads)
+        del keep                        # the gradients stayed alive through the call
+        if out is None:
+            return None
+        info = _step.StepInfo(*out)
+        if info.applied:
+            for c in counts:
+                if type(c) is dict:
+                    c["step"] += 1
+                else:       # the count's memory: its scalar + 1 in its dtype
+                    c[()] = c[()] + 1
+        return info
+
+    def _gather(self, opt):
+        """Per step, every parameter's checks (see the module): (gradient
+        addresses, each C group's t, the gradients, the counts to advance),
+        or None to decline."""
+        ptrs, keep, counts = [], [], []
+        ts = [None] * self.nk
+        state, counted, add = opt.state, opt._COUNTS, opt._T_ADD
+        for _, plist, recs in self.groups:
+            for p, rec in zip(plist, recs):
+                g = p.grad
+                if len(rec) == 1:
+                    if g is None:
+                        continue
+                    self.stale = True       # a first gradient: new states
+                    return None
+                _, st, size, dt, xptr, sts, cnt, k = rec
+                if (p.data_ptr() != xptr or p.shape != size or p.dtype is not dt
+                        or state.get(p) is not st or g is None):
+                    self.stale = True
+                    return None
+                for name, s, sptr in sts:
+                    if st.get(name) is not s or s.data_ptr() != sptr or s.shape != size:
+                        self.stale = True
+                        return None
+                # (torch refuses a gradient on another device than its
+                # parameter; is_cpu stays: a device address read here would
+                # crash, not raise)
+                if (g.layout is not _STRIDED or g.dtype is not dt or g.shape != size
+                        or not g.is_cpu or not g.is_contiguous() or g.is_neg()):
+                    return None
+                if counted:
+                    c = st.get("step")
+                    if cnt is None:             # a Python int
+                        if type(c) is not int or not 0 <= c < _MAX_COUNT:
+                            return None
+                        t = c + add
+                        counts.append(st)
+                    else:                       # (tensor, address, view)
+                        if c is not cnt[0] or c.data_ptr() != cnt[1]:
+                            self.stale = True
+                            return None
+                        v = cnt[2][()]
+                        if not 0 <= v < _MAX_COUNT or v % 1:
+                            return None
+                        t = int(v) + add
+                        counts.append(cnt[2])
+                else:
+                    t = 1                       # SGD: the buffer exists
+                if ts[k] is None:
+                    ts[k] = t
+                elif ts[k] != t:
+                    self.stale = True           # counts diverged: regroup
+                    return None
+                ptrs.append(g.data_ptr())
+                keep.append(g)
+        return tuple(ptrs), ts, keep, counts
+
+
+def _count_record(opt, st):
+    """How a parameter's count is read per step: None for a Python int,
+    (tensor, address, view) for a 0-d CPU float tensor; False when neither
+    (the full step alone handles it)."""
+    if not opt._COUNTS:
+        return None
+    c = st.get("step")
+    if type(c) is int:
+        return None
+    if (type(c) is _TENSOR and c.dim() == 0 and c.dtype in _COUNT_DTYPES and c.is_cpu
+            and c.layout is _STRIDED and not c.is_neg() and not c.requires_grad):
+        return (c, c.data_ptr(), c.numpy())
+    return False
+
+
+def build(opt, args, names_of, counted):
+    """After a full step whose work list was args (xs, gs, states, index,
+    groups; tensor j updates counted[j] with the states names_of[j]): the
+    Prepared plan for the next steps, or None when the plan cannot hold it
+    (the full step then runs every time)."""
+    xs, _, (s1, s2, s3), index, cgroups = args
+    plan = _ext.StepPlan.make(tuple(xs), tuple(s1), tuple(s2), tuple(s3), tuple(index),
+                              len(cgroups))
+    if plan is None:
+        return None
+    groups, names, storages, k_gi = [], [], [], [None] * len(cgroups)
+    j, n = 0, len(counted)
+    for gi, group in enumerate(opt.param_groups):
+        plist, recs = group["params"], []
+        gnames = None
+        for p in plist:
+            if p.grad is None:
+                recs.append((p,))
+                continue
+            if j >= n or counted[j] is not p or not p.is_contiguous():
+                return None
+            st = opt.state[p]
+            cnt = _count_record(opt, st)
+            if cnt is False:
+                return None
+            sts = tuple((name, st[name], st[name].data_ptr()) for name in names_of[j])
+            storages += [p.untyped_storage()] + [s.untyped_storage() for _, s, _ in sts]
+            recs.append((p, st, p.shape, p.dtype, p.data_ptr(), sts, cnt, index[j]))
+            k_gi[index[j]] = gi
+            gnames = names_of[j]
+            j += 1
+        groups.append((group, plist, tuple(recs)))
+        names.append(gnames if gnames is not None else opt._group(
+            opt._checked("", group, gi))[1])
+    if j != n:
+        return None
+    return Prepared(plan, tuple(groups), tuple(names), len(cgroups), tuple(k_gi),
+                    storages)

@@ -1,0 +1,315 @@
+"""fastopt.torch's prepared step (fastopt/_torchprep.py).
+
+After a full step, the next steps re-check only what torch lets change
+between steps. Each test runs two optimizers side by side on equal copies:
+``a`` as users do (the prepared step after the first), ``b`` always on the
+full route, and asserts that ``a`` took the prepared step where it should
+and that both wrote the same bytes (or raised the same error, ``a`` then
+unchanged), including after every edit torch allows between steps.
+"""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import fastopt._torchprep as tp  # noqa: E402  (after the importorskip)
+import fastopt.torch as ft  # noqa: E402
+
+KW = {"SGD": dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01),
+      "SGD0": dict(lr=0.05),                      # no momentum: no state
+      "Adagrad": dict(lr=0.1, lr_decay=0.01, weight_decay=0.01),
+      "Adam": dict(lr=0.01, weight_decay=0.01, amsgrad=True),
+      "AdamW": dict(lr=0.01, maximize=True),
+      "OnnxMomentum": dict(lr=0.05, norm_coefficient=0.01),
+      "OnnxAdagrad": dict(lr=0.1, decay_factor=0.01),
+      "OnnxAdam": dict(lr=0.01, norm_coefficient=0.01)}
+SHAPES = [(4, 3), (5,), (2, 3, 2), ()]
+
+
+@pytest.fixture
+def ran(monkeypatch):
+    """The number of steps the prepared plan applied or skipped (not declined)."""
+    count = [0]
+    run = tp.Prepared.run
+
+    def spy(self, *args):
+        out = run(self, *args)
+        count[0] += out is not None
+        return out
+    monkeypatch.setattr(tp.Prepared, "run", spy)
+    return count
+
+
+def make(name, dtype=torch.float64):
+    g = torch.Generator().manual_seed(0)
+    ps = [torch.nn.Parameter(torch.randn(s, generator=g, dtype=dtype)) for s in SHAPES]
+    cls = getattr(ft, "SGD" if name == "SGD0" else name)
+    return ps, cls([{"params": ps[:2]}, {"params": ps[2:], "lr": 0.02}], **KW[name])
+
+
+class Pair:
+    """Optimizer a (prepared) and b (full route only) on equal parameters."""
+
+    def __init__(self, name, dtype=torch.float64):
+        self.pa, self.a = make(name, dtype)
+        self.pb, self.b = make(name, dtype)
+        self.k = 0
+
+    def grads(self, nonfinite=False):
+        g = torch.Generator().manual_seed(1000 + self.k)
+        self.k += 1
+        for pa, pb in zip(self.pa, self.pb):
+            v = pa.detach() * 0.5 + torch.randn(pa.shape, generator=g, dtype=pa.dtype)
+            if nonfinite and v.dim() == 1:
+                v[0] = math.inf
+            pa.grad, pb.grad = v.clone(), v.clone()
+
+    def step(self, **kw):
+        """Both steps; the same outcome (result or error type) asserted."""
+        before = snapshot(self.a, self.pa)
+        try:
+            self.a.step(**kw)
+        except (TypeError, ValueError) as exc:
+            same(snapshot(self.a, self.pa), before)      # nothing written
+            with pytest.raises(type(exc)):
+                full_step(self.b, **kw)
+            return exc
+        full_step(self.b, **kw)
+        same(snapshot(self.a, self.pa), snapshot(self.b, self.pb))
+        assert self.a.last_step == self.b.last_step or (
+            math.isnan(self.a.last_step.norm) and math.isnan(self.b.last_step.norm))
+        return None
+
+    def both(self, edit):
+        edit(self.a, self.pa)
+        edit(self.b, self.pb)
+
+
+def full_step(opt, **kw):
+    """opt.step on the full route (no prepared plan built or used)."""
+    opt._prep = None
+    build = tp.build
+    tp.build = lambda *args: None
+    try:
+        opt.step(**kw)
+    finally:
+        tp.build = build
+
+
+def snapshot(opt, ps):
+    out = [p.detach().clone() for p in ps]
+    for p in ps:
+        for k, v in sorted(opt.state.get(p, {}).items()):
+            out.append((k, v.clone() if isinstance(v, torch.Tensor) else v))
+    return out
+
+
+def same(x, y):
+    assert len(x) == len(y)
+    for u, v in zip(x, y):
+        if isinstance(u, tuple):
+            assert u[0] == v[0]
+            u, v = u[1], v[1]
+        if isinstance(u, torch.Tensor):
+            assert u.dtype == v.dtype and u.shape == v.shape
+            assert torch.equal(u, v) or (torch.isnan(u).any() and torch.equal(
+                u.nan_to_num(), v.nan_to_num()))
+        else:
+            assert u == v
+
+
+# ---- the prepared step is taken, and writes what the full route writes ------------
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", list(KW))
+def test_prepared_steps_equal_the_full_route(name, dtype, ran):
+    s = Pair(name, dtype)
+    options = [{}, {}, {"grad_scale": 4.0}, {"max_grad_norm": 0.5},
+               {"max_grad_norm": 2.0, "norm_type": math.inf, "clip_convention": "optax"},
+               {"skip_if_nonfinite": True}, {}]
+    for kw in options:
+        s.grads()
+        assert s.step(**kw) is None
+    assert ran[0] == len(options) - 1          # every step after the first
+    s.grads(nonfinite=True)                    # skipped: nothing written, no count
+    before = snapshot(s.a, s.pa)
+    s.step(skip_if_nonfinite=True)
+    assert not s.a.last_step.applied and ran[0] == len(options)
+    same(snapshot(s.a, s.pa), before)
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_prepared_step_same_bits_for_every_thread_count(n_threads, ran):
+    s = Pair("AdamW", torch.float32)
+    s.a.n_threads = n_threads
+    for _ in range(4):
+        s.grads()
+        s.step(max_grad_norm=1.0)
+    assert ran[0] == 3
+
+
+def test_a_rejected_gradient_keeps_the_plan_a_new_structure_drops_it(ran):
+    s = Pair("AdamW")
+    for _ in range(2):
+        s.grads()
+        s.step()
+    plan = s.a._prep
+    s.grads()
+    s.both(EDITS["gradient wrong dtype"])
+    assert isinstance(s.step(), TypeError)
+    assert s.a._prep is plan                    # the next step may be fine
+    s.grads()
+    s.both(EDITS["gradient not contiguous"])    # declined, the full route runs it
+    assert s.step() is None and s.a._prep is plan
+    s.grads()
+    s.step()
+    assert ran[0] == 2
+    s.both(lambda o, ps: o.add_param_group({"params": [torch.nn.Parameter(
+        torch.ones(3, dtype=torch.float64))]}))
+    s.grads()
+    s.step()
+    assert s.a._prep is not plan and ran[0] == 2
+
+
+# ---- every edit torch allows between steps ---------------------------------------
+
+def _state(o, ps, i=0):
+    return o.state[ps[i]]
+
+
+def _counts(o, ps, value):
+    for p in ps:
+        o.state[p]["step"].fill_(value)
+
+
+def _no_grad(fn):
+    with torch.no_grad():
+        fn()
+
+
+def _set_grad(i, fn):
+    def edit(o, ps):
+        ps[i].grad_dtype = None     # torch 2.13 then takes a gradient of any dtype
+        ps[i].grad = fn(ps[i].grad, ps)
+    return edit
+
+
+EDITS = {
+    "param new memory": lambda o, ps: setattr(ps[0], "data", ps[0].data * 1.0),
+    "param reshaped in place": lambda o, ps: setattr(ps[0], "data", ps[0].data.view(12)),
+    "param re-typed in place": lambda o, ps: setattr(     # same address and shape
+        ps[0], "data", ps[0].data.view(torch.complex64)),
+    "param transposed in place": lambda o, ps: _no_grad(ps[0].t_),
+    "late param reshaped in place": lambda o, ps: setattr(ps[0], "data",
+                                                          ps[0].data.view(12)),
+    "late param re-typed in place": lambda o, ps: setattr(
+        ps[0], "data", ps[0].data.view(torch.complex64)),
+    "state replaced": lambda o, ps: _state(o, ps).update(
+        exp_avg=torch.full((4, 3), 0.5, dtype=torch.float64)),
+    "state dict replaced": lambda o, ps: o.state.__setitem__(
+        ps[0], {k: v.clone() for k, v in _state(o, ps).items()}),
+    "state new memory": lambda o, ps: setattr(
+        _state(o, ps)["exp_avg_sq"], "data", _state(o, ps)["exp_avg_sq"] * 2.0),
+    "state resized in place": lambda o, ps: _state(o, ps)["exp_avg"].resize_(2),
+    "state removed": lambda o, ps: _state(o, ps, 2).pop("exp_avg"),
+    "one count edited in place": lambda o, ps: _state(o, ps, 1)["step"].fill_(10),
+    "counts edited in place": lambda o, ps: _counts(o, ps, 10),
+    "count replaced": lambda o, ps: _state(o, ps, 1).update(step=torch.tensor(7.0)),
+    "count an int": lambda o, ps: _state(o, ps, 1).update(step=5),
+    "counts NaN": lambda o, ps: _counts(o, ps, math.nan),
+    "counts not whole": lambda o, ps: _counts(o, ps, 2.5),
+    "counts negative": lambda o, ps: _counts(o, ps, -1.0),
+    "counts 2**53": lambda o, ps: _counts(o, ps, 2.0 ** 53),
+    "count negative int": lambda o, ps: _state(o, ps, 1).update(step=-1),
+    "all state lost": lambda o, ps: o.state.clear(),
+    "state_dict round trip": lambda o, ps: o.load_state_dict(o.state_dict()),
+    "lr edited": lambda o, ps: o.param_groups[1].update(lr=0.5),
+    "betas edited to bad": lambda o, ps: o.param_groups[1].update(betas=(1.5, 0.9)),
+    "amsgrad turned on": lambda o, ps: o.param_groups[0].update(amsgrad=True),
+    "params list appended": lambda o, ps: o.param_groups[1]["params"].append(
+        torch.nn.Parameter(torch.ones(2, dtype=torch.float64))),
+    "params list reordered": lambda o, ps: o.param_groups[0]["params"].reverse(),
+    "group list replaced": lambda o, ps: setattr(o, "param_groups",
+                                                 list(o.param_groups)),
+    "group appended by hand": lambda o, ps: o.param_groups.append(dict(
+        o.param_groups[0], params=[torch.nn.Parameter(torch.ones(2, dtype=torch.float64))])),
+    "group replaced by hand": lambda o, ps: o.param_groups.__setitem__(
+        1, dict(o.param_groups[1], params=ps[2:3])),
+    "gradient removed": _set_grad(1, lambda g, ps: None),
+    "gradient resized in place": lambda o, ps: ps[1].grad.resize_(4),
+    "gradient wrong dtype": _set_grad(1, lambda g, ps: g.float()),
+    "gradient not contiguous": _set_grad(0, lambda g, ps: g.t().contiguous().t()),
+    "gradient a negative view": _set_grad(0, lambda g, ps: torch._neg_view(-g)),
+    "gradient needs grad": _set_grad(1, lambda g, ps: g.clone().requires_grad_()),
+    "gradient a subclass": _set_grad(1, lambda g, ps: torch.nn.Parameter(g.clone())),
+    "gradient sparse": _set_grad(1, lambda g, ps: g.to_sparse()),
+    "gradient is its parameter": _set_grad(0, lambda g, ps: ps[0].detach()),
+    "gradient is another's state": lambda o, ps: setattr(
+        ps[1], "grad", _state(o, ps, 2)["exp_avg"].view(-1)[:5]),
+    "gradient a view of a flat buffer": lambda o, ps: [setattr(p, "grad", v.view_as(
+        p)) for p, v in zip(ps, torch.cat([p.grad.reshape(-1) for p in ps]).split(
+            [p.numel() for p in ps]))],
+}
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_edits_between_steps(edit, ran):
+    """After prepared steps, an edit (before the gradients are set, or
+    after for "gradient" and "late" ones): the same outcome as the full
+    route (an error leaving everything unchanged); after a step that
+    applied, the steps after it too, and the last one prepared again."""
+    s = Pair("AdamW")
+    for _ in range(3):
+        s.grads()
+        s.step()
+    assert ran[0] == 2
+    if edit.startswith(("gradient", "late")):
+        s.grads()
+        s.both(EDITS[edit])
+    else:
+        s.both(EDITS[edit])
+        s.grads()
+    if s.step() is not None:
+        return
+    for _ in range(2):
+        s.grads()
+        assert s.step() is None
+    before = ran[0]
+    s.grads()
+    assert s.step() is None and ran[0] == before + 1
+
+
+@pytest.mark.parametrize("count", [-1, True, 2**53, 2.5, None])
+def test_int_counts_checked_per_step(count, ran):
+    """ONNX counts are Python ints, read per step by the prepared step."""
+    s = Pair("OnnxAdam")
+    for _ in range(3):
+        s.grads()
+        s.step()
+    good = _state(s.a, s.pa, 2)["step"]
+    s.both(lambda o, ps: _state(o, ps, 2).update(step=count))
+    s.grads()
+    assert isinstance(s.step(), ValueError) and ran[0] == 2
+    s.both(lambda o, ps: _state(o, ps, 2).update(step=good))    # the plan holds
+    for _ in range(2):
+        s.grads()
+        assert s.step() is None
+    assert ran[0] == 4
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adagrad", "OnnxAdam"])
+def test_gradient_present_again_and_counts_apart(name, ran):
+    """A parameter skipped for some steps (no gradient) keeps its count:
+    counts of one group then differ, and each parameter gets its own t."""
+    s = Pair(name)
+    s.grads()
+    s.step()
+    for k in range(3):
+        s.grads()
+        if k < 2:
+            s.both(lambda o, ps: setattr(ps[3], "grad", None))
+        s.step()
+    for _ in range(3):
+        s.grads()
+        s.step()
+    assert ran[0] == 4     # the steps whose gradients were where the last step's were
