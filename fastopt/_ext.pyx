@@ -225,6 +225,7 @@ cdef Op OP_AGC_MOMENTUM = _op(3, "WRW", sizeof(fo_agc_tensor), _emit_agc,
 include "_gather.pxi"
 include "_step.pxi"
 include "_plan.pxi"
+include "_torchgather.pxi"
 
 
 # ------------------------------------------------------------ fast paths

@@ -11,8 +11,9 @@ parameter, the objects and facts the plan relied on. Per step,
 between steps, with the fewest torch calls that decide it:
 
 - the structure: as many groups, each group's dict and ``params`` list the
-  same objects, each parameter's state dict the same
-  (``add_param_group``, ``load_state_dict`` and edits of the lists decline);
+  same objects; ``opt.state`` the same (parameter, state dict) pairs, in
+  order, compared by identity without hashing a tensor (``add_param_group``,
+  ``load_state_dict`` and edits of the lists or of ``opt.state`` decline);
 - every group's hyperparameters, checked in full (a scheduler edits lr
   every step) and needing the same states;
 - every gradient: present exactly where it was (a parameter's first
@@ -48,15 +49,15 @@ from . import _ext, _step
 _STRIDED = torch.strided
 _TENSOR = torch.Tensor
 _COUNT_DTYPES = (torch.float32, torch.float64)
-_MAX_COUNT = 2.0 ** 53
 
 
 class Prepared:
     """A full step's work list kept for the next steps (see the module)."""
 
-    __slots__ = ("groups", "names", "plan", "nk", "k_gi", "storages", "stale")
+    __slots__ = ("groups", "names", "plan", "nk", "k_gi", "storages", "snap", "stale")
 
-    def __init__(self, plan, groups, names, nk, k_gi, storages):
+    def __init__(self, plan, groups, names, nk, k_gi, storages, snap):
+        self.snap = snap            # opt.state's (parameter, state dict) pairs
         self.groups = groups        # per group: (dict, params list, records)
         self.names = names          # per group: the state names it needs
         self.plan = plan
@@ -82,8 +83,13 @@ class Prepared:
                 self.stale = True
                 return None
             fields.append(fl)
-        got = self._gather(opt)
-        if got is None:
+        if not _ext.torch_state_same(opt.state, self.snap):
+            self.stale = True
+            return None
+        got = _ext.torch_gather(self.groups, opt._COUNTS, opt._T_ADD, self.nk, _STRIDED)
+        if type(got) is int:        # 1: the structure changed; 0: this step's input
+            if got == 1:
+                self.stale = True
             return None
         ptrs, ts, keep, counts = got
         groups = tuple(_step.group_tuple(t=ts[k], **fields[self.k_gi[k]])
@@ -96,69 +102,8 @@ class Prepared:
             return None
         info = _step.StepInfo(*out)
         if info.applied:
-            for c in counts:
-                if type(c) is dict:
-                    c["step"] += 1
-                else:       # the count's memory: its scalar + 1 in its dtype
-                    c[()] = c[()] + 1
+            _ext.torch_advance(counts)
         return info
-
-    def _gather(self, opt):
-        """Per step, every parameter's checks (see the module): (gradient
-        addresses, each C group's t, the gradients, the counts to advance),
-        or None to decline."""
-        ptrs, keep, counts = [], [], []
-        ts = [None] * self.nk
-        state, counted, add = opt.state, opt._COUNTS, opt._T_ADD
-        for _, plist, recs in self.groups:
-            for p, rec in zip(plist, recs):
-                g = p.grad
-                if len(rec) == 1:
-                    if g is None:
-                        continue
-                    self.stale = True       # a first gradient: new states
-                    return None
-                _, st, size, dt, xptr, sts, cnt, k = rec
-                if (p.data_ptr() != xptr or p.shape != size or p.dtype is not dt
-                        or state.get(p) is not st or g is None):
-                    self.stale = True
-                    return None
-                for name, s, sptr in sts:
-                    if st.get(name) is not s or s.data_ptr() != sptr or s.shape != size:
-                        self.stale = True
-                        return None
-                # (torch refuses a gradient on another device than its
-                # parameter; is_cpu stays: a device address read here would
-                # crash, not raise)
-                if (g.layout is not _STRIDED or g.dtype is not dt or g.shape != size
-                        or not g.is_cpu or not g.is_contiguous() or g.is_neg()):
-                    return None
-                if counted:
-                    c = st.get("step")
-                    if cnt is None:             # a Python int
-                        if type(c) is not int or not 0 <= c < _MAX_COUNT:
-                            return None
-                        t = c + add
-                        counts.append(st)
-                    else:                       # (tensor, address, view)
-                        if c is not cnt[0] or c.data_ptr() != cnt[1]:
-                            self.stale = True
-                            return None
-                        v = cnt[2][()]
-                        if not 0 <= v < _MAX_COUNT or v % 1:
-                            return None
-                        t = int(v) + add
-                        counts.append(cnt[2])
-                else:
-                    t = 1                       # SGD: the buffer exists
-                if ts[k] is None:
-                    ts[k] = t
-                elif ts[k] != t:
-                    self.stale = True           # counts diverged: regroup
-                    return None
-                ptrs.append(g.data_ptr())
-                keep.append(g)
-        return tuple(ptrs), ts, keep, counts
 
 
 def _count_record(opt, st):
@@ -213,4 +158,4 @@ def build(opt, args, names_of, counted):
     if j != n:
         return None
     return Prepared(plan, tuple(groups), tuple(names), len(cgroups), tuple(k_gi),
-                    storages)
+                    storages, tuple(opt.state.items()))

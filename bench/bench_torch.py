@@ -1,0 +1,159 @@
+"""fastopt.torch's drop-ins against torch.optim's fused step, in one run.
+
+Per workload (float32 torch.nn.Parameters with .grad set, one step per
+call) and rule (SGD with momentum and weight decay; AdamW), these run
+interleaved, one call each per round in a rotating order, each on its own
+copy of the tensors:
+
+    fastopt.torch   the drop-in as users call it (the prepared step after
+                    the first call)
+    full route      the same optimizer with the prepared step switched off:
+                    every step checked in full (what it was before)
+    torch fused     torch.optim.SGD/AdamW(fused=True)
+    fastopt.optim   fastopt.optim.Momentum/AdamW over NumPy views of the
+                    same shapes (its own prepared step): the C step with the
+                    least Python in front of it
+
+Printed: p50 and p99 ms of each, the median of the per-round quotients
+against torch fused (paired samples, so load common to both cancels), and
+fastopt.torch's cost per parameter over fastopt.optim's. With ``--load
+busy`` a spinning process shares the machine (a training machine is never
+idle). Nothing is asserted; speed lives in bench/RESULTS.md.
+
+    PYTHONPATH=$PWD python bench/bench_torch.py                # idle
+    PYTHONPATH=$PWD python bench/bench_torch.py --load busy
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+WORKLOADS = {"1000x1": [(1,)] * 1000, "1000x1e3": [(1000,)] * 1000}
+RULES = ("sgd", "adamw")
+SGD = {"lr": 0.01, "momentum": 0.9, "weight_decay": 1e-4}
+ADAMW = {"lr": 1e-3, "weight_decay": 1e-2}
+
+
+def _params(torch, shapes, seed):
+    g = torch.Generator().manual_seed(seed)
+    ps = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in shapes]
+    for p in ps:
+        p.grad = torch.randn(p.shape, generator=g) * 1e-2
+    return ps
+
+
+def _full_route(opt, tp):
+    """opt.step with fastopt.torch's prepared step off (the full route)."""
+    def step():
+        opt._prep = None
+        build, tp.build = tp.build, (lambda *args: None)
+        try:
+            opt.step()
+        finally:
+            tp.build = build
+    return step
+
+
+def calls(shapes, rule):
+    """{name: one step} for the four implementations (see the module)."""
+    import torch
+
+    import fastopt._torchprep as tp
+    import fastopt.optim as fo
+    import fastopt.torch as ft
+    out = {}
+    a, b, c, d = (_params(torch, shapes, s) for s in range(4))
+    if rule == "sgd":
+        out["fastopt.torch"] = ft.SGD(a, **SGD).step
+        out["full route"] = _full_route(ft.SGD(b, **SGD), tp)
+        out["torch fused"] = torch.optim.SGD(c, **SGD, fused=True).step
+        opt = fo.Momentum([p.detach().numpy() for p in d], lr=SGD["lr"], alpha=0.9,
+                          norm_coefficient=SGD["weight_decay"])
+    else:
+        out["fastopt.torch"] = ft.AdamW(a, **ADAMW).step
+        out["full route"] = _full_route(ft.AdamW(b, **ADAMW), tp)
+        out["torch fused"] = torch.optim.AdamW(c, **ADAMW, fused=True).step
+        opt = fo.AdamW([p.detach().numpy() for p in d], **ADAMW)
+    gs = [p.grad.numpy() for p in d]
+    out["fastopt.optim"] = lambda: opt.step(gs)
+    for f in out.values():      # first steps: states made, plans prepared
+        f()
+        f()
+    return out
+
+
+def measure(shapes, rule, seconds, min_rounds=7):
+    """{name: per-round seconds}, interleaved in a rotating order."""
+    fs = calls(shapes, rule)
+    names = list(fs)
+    times = {k: [] for k in names}
+    start, r = time.perf_counter(), 0
+    while r < min_rounds or time.perf_counter() - start < seconds:
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter()
+            fs[k]()
+            times[k].append(time.perf_counter() - t0)
+        r += 1
+    return times
+
+
+def report(label, n, times, out=sys.stdout):
+    ref = np.array(times["torch fused"])
+    print(f"{label} ({len(ref)} rounds)", file=out)
+    for k, v in times.items():
+        v = np.array(v)
+        print(f"  {k:14s} p50 {np.median(v) * 1e3:8.3f} ms  p99 "
+              f"{np.percentile(v, 99) * 1e3:8.3f} ms   / torch fused "
+              f"{np.median(v / ref):5.2f} x", file=out)
+    extra = np.median(np.array(times["fastopt.torch"]) - np.array(times["fastopt.optim"]))
+    print(f"  fastopt.torch over fastopt.optim: {extra / n * 1e6:.2f} us per parameter",
+          file=out)
+
+
+def _resnet50():
+    from fastopt._cli.workloads import WORKLOADS as W
+    return W["resnet50"]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=3.0, help="per workload and rule")
+    ap.add_argument("--load", choices=("idle", "busy"), default="idle")
+    ap.add_argument("--workloads", default="1000x1,1000x1e3,resnet50")
+    args = ap.parse_args(argv)
+    import torch
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; load: {args.load}")
+    spinner = None
+    if args.load == "busy":
+        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        time.sleep(0.3)
+    try:
+        for w in args.workloads.split(","):
+            shapes = _resnet50() if w == "resnet50" else WORKLOADS[w]
+            for rule in RULES:
+                report(f"{w} {rule} float32", len(shapes),
+                       measure(shapes, rule, args.seconds))
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
+
+
+def test_bench_torch_smoke():
+    """pytest bench/ --benchmark-disable runs this: the script works."""
+    import io
+
+    import pytest
+    pytest.importorskip("torch")
+    buf = io.StringIO()
+    for rule in RULES:
+        report(rule, 3, measure([(4, 3), (5,), ()], rule, 0.0, min_rounds=2), out=buf)
+    assert buf.getvalue().count("us per parameter") == 2
+
+
+if __name__ == "__main__":
+    main()
