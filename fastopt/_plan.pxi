@@ -295,17 +295,25 @@ cdef class StepPlan:
 
     cdef bint _accept_pointers(self, tuple ptrs) except -1:
         """Gradients given as data addresses (Python ints) by a caller that
-        has checked all the rest of what _accept checks (the plan's element
+        has checked the rest of what _accept checks (the plan's element
         type, shape and contiguity) and keeps their memory alive through the
         call: fastopt.torch's prepared step, whose gradients are tensors.
-        The overlap test is _accept's; False to decline."""
+        Tested here: the alignment to the element type and _accept's overlap
+        test. A tensor with no elements may have address 0 (never read: the
+        plan's own array stands in). False to decline."""
         cdef Py_ssize_t i
         cdef void *gp
+        cdef uintptr_t u
         for i in range(self.nt):
             o = <object>PyTuple_GET_ITEM(ptrs, i)
-            if type(o) is not int or o <= 0:
+            if type(o) is not int or o < 0:
                 return False
-            gp = <void *><uintptr_t>o
+            u = <uintptr_t>o
+            if self.pt[i].nbytes == 0:
+                u = <uintptr_t>self.ts[i].x
+            if u == 0 or u % (4 if self.pt[i].type_num == cnp.NPY_FLOAT32 else 8):
+                return False
+            gp = <void *>u
             if gp != self.ts[i].g:
                 if self.pt[i].nbytes and self._written_hit(
                         <int64_t>gp, <int64_t>gp + self.pt[i].nbytes):
@@ -325,12 +333,13 @@ cdef class StepPlan:
     def run_pointers(self, tuple ptrs, tuple groups, double grad_scale, double max_norm,
                      double clip_value, int clip, int norm_type, bint check_finite,
                      n_threads):
-        """run() with each gradient given as its data address (a Python int
-        > 0), for a caller that vouches for the rest: each is of its
+        """run() with each gradient given as its data address (a Python
+        int), for a caller that vouches for the rest: each is of its
         tensor's dtype (native order) and shape, contiguous in its
-        parameter's order, and alive until this returns. Only the overlap
-        with written memory is tested here (_accept_pointers). Private to
-        fastopt: a wrong address is a wrong write, not an error."""
+        parameter's order, and alive until this returns. Only the alignment
+        and the overlap with written memory are tested here
+        (_accept_pointers). Private to fastopt: a wrong address is a wrong
+        read, not an error."""
         return self._run(ptrs, groups, grad_scale, max_norm, clip_value, clip,
                          norm_type, check_finite, n_threads, NAN, True)
 

@@ -106,6 +106,12 @@ def _check_state(f, where, p, name, s):
                          f"{tuple(p.shape)} (a state_dict of another model?)")
 
 
+def _whole(v) -> bool:
+    """A step count's value: a whole number in [0, 2**53) (also
+    _count_ok in fastopt/_torchgather.pxi, for the prepared step)."""
+    return math.isfinite(v) and v == int(v) and 0 <= v < 2**53
+
+
 def _count(f, where, st):
     """The update count kept in state['step'] (an int or a one-element tensor)."""
     if "step" not in st:
@@ -114,7 +120,7 @@ def _count(f, where, st):
     if isinstance(v, torch.Tensor):
         v = v.item() if v.numel() == 1 and not v.is_complex() else None
     ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-    if not (ok and math.isfinite(v) and v == int(v) and 0 <= v < 2**53):
+    if not (ok and _whole(v)):
         raise ValueError(f"{f}: state['step'] of {where} must be a whole number >= 0, "
                          f"got {st['step']!r}")
     return int(v)
@@ -200,7 +206,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 view = self._view(self._old, v, True)
             if view is not None:
                 c = float(view)
-                if math.isfinite(c) and c == int(c) and 0 <= c < 2**53:
+                if _whole(c):
                     return int(c)
         return _count(f, where, st)
 

@@ -12,6 +12,7 @@ cdef double _MAX_COUNT = 9007199254740992.0     # 2**53
 
 
 cdef inline bint _count_ok(double v) noexcept:
+    """_torchbase._whole, compiled: a whole number in [0, 2**53)."""
     return 0.0 <= v < _MAX_COUNT and v == floor(v)
 
 
@@ -41,99 +42,132 @@ def torch_state_same(object state, tuple snap):
 
 
 def torch_gather(tuple groups, bint counted, Py_ssize_t add, Py_ssize_t nk,
-                 object strided):
+                 object strided, object tensor):
     """Every parameter's per-step checks (fastopt/_torchprep.py, the module
-    docstring): (gradient addresses, each C group's t, the gradients, the
-    counts to advance), or 0 to decline (a gradient or a count) or 1 when
-    the structure changed (build anew). groups: per group (dict, params,
-    records); a record is (p,) for a parameter planned without a gradient,
-    else (p, st, shape, dtype, address, states, count, C group), states
-    ((name, tensor, address), ...), count None (a Python int in st) or
-    (tensor, address, 0-d NumPy view)."""
-    cdef list ptrs = [], keep = [], counts = []
+    docstring): (gradient addresses, each C group's t, the gradients'
+    storages, held through the C call, the counts to advance), or 0 to
+    decline this step (a gradient, a count's value) or 1 when what the plan
+    holds changed (build anew). groups: per group (dict, params, records);
+    a record is (p,) for a parameter planned without a gradient, else (p,
+    st, shape, dtype, address, states, count, C group); states ((name,
+    tensor, address), ...); count None (a Python int in st, or no count)
+    or (tensor, address, dtype, 0-d NumPy view). tensor: torch.Tensor (a
+    gradient of a subclass, whose attributes a __torch_function__ could
+    answer, declines; build took parameters, states and counts of torch's
+    own classes only)."""
+    cdef list ptrs = [], pins = [], counts = []
     cdef list ts = [None] * nk
-    cdef tuple grp, recs, rec, sts, srec, cnt
-    cdef Py_ssize_t gi, i, j, n, k
-    cdef double v
+    cdef tuple grp, recs, rec, params
+    cdef Py_ssize_t gi, i, n, k
+    cdef int64_t t
     cdef dict st
     for gi in range(PyTuple_GET_SIZE(groups)):
         grp = <tuple>PyTuple_GET_ITEM(groups, gi)
         plist = <object>PyTuple_GET_ITEM(grp, 1)
         recs = <tuple>PyTuple_GET_ITEM(grp, 2)
         n = PyTuple_GET_SIZE(recs)
-        if type(plist) is not list or len(<list>plist) != n:
+        if type(plist) is not list:
+            return 1
+        # a copy: Python code that an attribute read below may run (a
+        # finalizer, another thread) cannot shrink what is indexed
+        params = tuple(<list>plist)
+        if PyTuple_GET_SIZE(params) != n:
             return 1
         for i in range(n):
-            p = (<list>plist)[i]
+            p = <object>PyTuple_GET_ITEM(params, i)
             rec = <tuple>PyTuple_GET_ITEM(recs, i)
+            if <PyObject *>p != PyTuple_GET_ITEM(rec, 0):
+                return 1
             g = p.grad
             if PyTuple_GET_SIZE(rec) == 1:
-                if <PyObject *>p != PyTuple_GET_ITEM(rec, 0):
-                    return 1
                 if g is None:
                     continue
                 return 1                    # a first gradient: new states
-            if <PyObject *>p != PyTuple_GET_ITEM(rec, 0) or g is None:
+            if g is None:
                 return 1
             st = <dict>PyTuple_GET_ITEM(rec, 1)
-            size = <object>PyTuple_GET_ITEM(rec, 2)
-            dt = <object>PyTuple_GET_ITEM(rec, 3)
-            if (p.data_ptr() != <object>PyTuple_GET_ITEM(rec, 4) or p.shape != size
-                    or p.dtype is not dt):
+            if not _torch_written_same(p, rec, st):
                 return 1
-            sts = <tuple>PyTuple_GET_ITEM(rec, 5)
-            for j in range(PyTuple_GET_SIZE(sts)):
-                srec = <tuple>PyTuple_GET_ITEM(sts, j)
-                s = <object>PyTuple_GET_ITEM(srec, 1)
-                if (st.get(<object>PyTuple_GET_ITEM(srec, 0)) is not s
-                        or s.data_ptr() != <object>PyTuple_GET_ITEM(srec, 2)
-                        or s.shape != size):
-                    return 1
             # torch refuses a gradient on another device than its parameter;
             # is_cpu stays: a device address read here would crash, not raise
-            if (g.layout is not strided or g.dtype is not dt or g.shape != size
+            if (type(g) is not tensor or g.layout is not strided
+                    or g.dtype is not <object>PyTuple_GET_ITEM(rec, 3)
+                    or g.shape != <object>PyTuple_GET_ITEM(rec, 2)
                     or not g.is_cpu or not g.is_contiguous() or g.is_neg()):
                 return 0
-            if not counted:
-                t = 1                       # SGD: the buffer exists
-            elif PyTuple_GET_ITEM(rec, 6) == <PyObject *>None:
-                c = st.get("step")          # a Python int
-                if type(c) is not int or not 0 <= c < _MAX_COUNT:
-                    return 0
-                t = c + add
-                counts.append(st)
-            else:
-                cnt = <tuple>PyTuple_GET_ITEM(rec, 6)
-                c = st.get("step")
-                if (<PyObject *>c != PyTuple_GET_ITEM(cnt, 0)
-                        or c.data_ptr() != <object>PyTuple_GET_ITEM(cnt, 1)):
-                    return 1
-                view = <cnp.ndarray>PyTuple_GET_ITEM(cnt, 2)
-                v = _count_read(view)
-                if not _count_ok(v):
-                    return 0
-                t = <int64_t>v + add
-                counts.append(view)
+            t = _torch_t(st, <object>PyTuple_GET_ITEM(rec, 6), counted, add, counts)
+            if t < 0:
+                return 2 + t                # -1: decline (0), -2: build anew (1)
             k = <object>PyTuple_GET_ITEM(rec, 7)
             if ts[k] is None:
                 ts[k] = t
             elif ts[k] != t:
                 return 1                    # counts diverged: regroup
+            # the storage, not the tensor: set_() or .data = on the gradient
+            # from another thread cannot free what C reads
+            pins.append(g.untyped_storage())
             ptrs.append(g.data_ptr())
-            keep.append(g)
-    return tuple(ptrs), ts, keep, counts
+    return tuple(ptrs), ts, pins, counts
+
+
+cdef int64_t _torch_t(dict st, object cnt, bint counted, Py_ssize_t add,
+                      list counts) except -3:
+    """The driver's t of a parameter (its state st, its count record cnt),
+    its count appended to counts; -1 to decline (the count's value), -2
+    when the count is no longer what the plan holds."""
+    cdef double v
+    if not counted:
+        return 1                            # SGD: the buffer exists
+    c = st.get("step")
+    if cnt is None:                         # a Python int
+        if type(c) is not int:
+            return -2
+        if not 0 <= c < _MAX_COUNT:
+            return -1
+        counts.append(st)
+        return <int64_t>c + add
+    if (c is not <object>PyTuple_GET_ITEM(cnt, 0)
+            or c.data_ptr() != <object>PyTuple_GET_ITEM(cnt, 1)
+            or c.dtype is not <object>PyTuple_GET_ITEM(cnt, 2)):
+        return -2
+    view = <cnp.ndarray>PyTuple_GET_ITEM(cnt, 3)
+    v = _count_read(view)
+    if not _count_ok(v):
+        return -1
+    counts.append(view)
+    return <int64_t>v + add
+
+
+cdef bint _torch_written_same(object p, tuple rec, dict st) except -1:
+    """The parameter of record rec and its states (st) as the plan has
+    them: the same objects, data addresses, shapes, contiguity, and the
+    parameter's dtype."""
+    cdef tuple sts = <tuple>PyTuple_GET_ITEM(rec, 5), srec
+    cdef Py_ssize_t j
+    size = <object>PyTuple_GET_ITEM(rec, 2)
+    if (p.data_ptr() != <object>PyTuple_GET_ITEM(rec, 4) or p.shape != size
+            or p.dtype is not <object>PyTuple_GET_ITEM(rec, 3) or not p.is_contiguous()):
+        return False
+    for j in range(PyTuple_GET_SIZE(sts)):
+        srec = <tuple>PyTuple_GET_ITEM(sts, j)
+        s = <object>PyTuple_GET_ITEM(srec, 1)
+        if (st.get(<object>PyTuple_GET_ITEM(srec, 0)) is not s
+                or s.data_ptr() != <object>PyTuple_GET_ITEM(srec, 2)
+                or s.shape != size or not s.is_contiguous()):
+            return False
+    return True
 
 
 def torch_advance(list counts):
-    """Each count + 1 after an applied step: a state dict's int, or a 0-d
-    float32/float64 view's value rounded to its dtype (as += 1 in torch)."""
+    """Each count + 1 after an applied step: a 0-d float32/float64 view's
+    value rounded to its dtype (as += 1 in torch), or a state dict's int."""
     cdef cnp.ndarray view
     for c in counts:
-        if type(c) is dict:
-            (<dict>c)["step"] += 1
-        else:
+        if type(c) is np.ndarray:
             view = <cnp.ndarray>c
             if cnp.PyArray_TYPE(view) == cnp.NPY_FLOAT32:
                 (<float *>cnp.PyArray_DATA(view))[0] += 1.0
             else:
                 (<double *>cnp.PyArray_DATA(view))[0] += 1.0
+        else:
+            c["step"] += 1

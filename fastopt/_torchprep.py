@@ -17,38 +17,46 @@ between steps, with the fewest torch calls that decide it:
 - every group's hyperparameters, checked in full (a scheduler edits lr
   every step) and needing the same states;
 - every gradient: present exactly where it was (a parameter's first
-  gradient makes states), a plain CPU strided tensor of the parameter's
-  dtype and shape, contiguous, no negative bit; it goes to C as its data
-  address (``StepPlan.run_pointers``, which tests its overlap with every
-  written array: an aliasing gradient declines);
+  gradient makes states), a ``torch.Tensor`` (no subclass: its attributes
+  could be anyone's answers), strided, on the CPU, of the parameter's dtype
+  and shape, contiguous, no negative bit; it goes to C as its data address
+  (``StepPlan.run_pointers``, which tests its alignment and its overlap
+  with every written array: an aliasing gradient declines), and its
+  storage is held through the C call (``set_()`` or ``.data =`` from
+  another thread cannot free what C reads);
 - every written tensor (the parameter and its states): the same object in
-  ``opt.state``, the same data address and shape (the parameter also its
-  dtype). The storages the plan writes are held by it, so an address that
-  still matches is the same memory: no later allocation can reuse it
-  (``p.data = ...`` twice cannot bring an address back);
-- every step count: the same 0-d tensor at the same address (read and
-  advanced through its NumPy view) or a Python int, a whole number in
-  [0, 2**53), the counts of one C group (its own t) equal.
+  ``opt.state``, the same data address and shape, still contiguous (the
+  parameter also its dtype). The plan holds the storages it writes, so an
+  address that still matches is that memory (``p.data = ...`` twice cannot
+  bring an address back); a storage moved by ``share_memory_()`` frees its
+  old address, but a tensor found there later must still have the shape
+  and contiguity checked here, so its own storage covers what is written;
+- every step count: the same 0-d tensor at the same address, of the same
+  dtype (read and advanced through its NumPy view), or a Python int; a
+  whole number in [0, 2**53); the counts of one C group (its own t) equal.
 
 Anything else declines with nothing written (None), and the full step
-runs, raises, or rebuilds the plan. A declined gradient keeps the plan
-(the next step may be fine); a changed structure drops it.
+runs, raises, or rebuilds the plan. A declined gradient or count value
+keeps the plan (the next step may be fine); anything the plan holds
+changed drops it. The plan is built only over torch's own classes
+(``Tensor``, ``Parameter``), C-order memory and plain dict states.
 
-Edits that keep a state's object, address and shape but change what its
-memory means (a ``view(torch.int32)`` assigned to ``.data``, an in-place
-transpose of a square state) are not re-checked: they are not torch
-operations an optimizer's state meets, and the memory written is still
-the plan's own.
+Not re-checked: a state's dtype (a ``.data`` view of its memory as another
+dtype of the same size, which no optimizer code makes; the memory written
+is still the plan's own). When a step has two errors, the prepared step
+may report another one than the full step (it checks every group's
+hyperparameters before any gradient); nothing is written either way.
 """
 from __future__ import annotations
 
 import torch
 
 from . import _ext, _step
+from . import _torchbase as _tb  # (imports this module: read at call time)
 
 _STRIDED = torch.strided
 _TENSOR = torch.Tensor
-_COUNT_DTYPES = (torch.float32, torch.float64)
+_PARAM_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 class Prepared:
@@ -63,7 +71,9 @@ class Prepared:
         self.plan = plan
         self.nk = nk                # C groups: one per (group, step count)
         self.k_gi = k_gi            # C group -> its parameter group
-        self.storages = storages    # every written storage, held (see the module)
+        # every written storage, held (see the module; torch 2.13's NumPy
+        # views in the plan pin them too, which this does not rely on)
+        self.storages = storages
         self.stale = False          # the structure changed: build anew
 
     def run(self, opt, f, opts):
@@ -86,18 +96,19 @@ class Prepared:
         if not _ext.torch_state_same(opt.state, self.snap):
             self.stale = True
             return None
-        got = _ext.torch_gather(self.groups, opt._COUNTS, opt._T_ADD, self.nk, _STRIDED)
-        if type(got) is int:        # 1: the structure changed; 0: this step's input
+        got = _ext.torch_gather(self.groups, opt._COUNTS, opt._T_ADD, self.nk, _STRIDED,
+                                _TENSOR)
+        if type(got) is int:        # 1: what the plan holds changed; 0: this step's input
             if got == 1:
                 self.stale = True
             return None
-        ptrs, ts, keep, counts = got
+        ptrs, ts, pins, counts = got
         groups = tuple(_step.group_tuple(t=ts[k], **fields[self.k_gi[k]])
                        for k in range(self.nk))
         out = self.plan.run_pointers(ptrs, groups, opts.grad_scale, opts.max_norm,
                                      opts.clip_value, opts.clip, opts.norm_type,
                                      opts.check_finite, opt.n_threads)
-        del keep                        # the gradients stayed alive through the call
+        del pins        # the gradients' storages, held until the C call returned
         if out is None:
             return None
         info = _step.StepInfo(*out)
@@ -107,18 +118,39 @@ class Prepared:
 
 
 def _count_record(opt, st):
-    """How a parameter's count is read per step: None for a Python int,
-    (tensor, address, view) for a 0-d CPU float tensor; False when neither
-    (the full step alone handles it)."""
+    """How a parameter's count is read per step: None for a Python int (or
+    no count), (tensor, address, dtype, view) for a 0-d CPU float tensor;
+    False when neither (the full step alone handles it)."""
     if not opt._COUNTS:
         return None
     c = st.get("step")
     if type(c) is int:
         return None
-    if (type(c) is _TENSOR and c.dim() == 0 and c.dtype in _COUNT_DTYPES and c.is_cpu
+    if (type(c) is _TENSOR and c.dim() == 0 and c.dtype in _tb._DTYPES and c.is_cpu
             and c.layout is _STRIDED and not c.is_neg() and not c.requires_grad):
-        return (c, c.data_ptr(), c.numpy())
+        return (c, c.data_ptr(), c.dtype, c.numpy())
     return False
+
+
+def _record(opt, p, names, k):
+    """The record of parameter p (see torch_gather, _torchgather.pxi) and
+    the storages it writes, or None when the plan cannot hold p (a subclass
+    whose attributes a __torch_function__ could answer, memory not in C
+    order, a state dict that is not a dict, a count of another kind)."""
+    st = opt.state.get(p)       # (not opt.state[p]: that would add an entry)
+    if st is None and not names and not opt._COUNTS:
+        st = {}                 # SGD without momentum: no state at all
+    if (type(p) not in _PARAM_TYPES or not p.is_contiguous() or type(st) is not dict
+            or any(type(st.get(name)) is not _TENSOR for name in names)):
+        return None
+    cnt = _count_record(opt, st)
+    if cnt is False:
+        return None
+    sts = tuple((name, st[name], st[name].data_ptr()) for name in names)
+    if not all(s.is_contiguous() for _, s, _ in sts):
+        return None
+    storages = [p.untyped_storage()] + [s.untyped_storage() for _, s, _ in sts]
+    return (p, st, p.shape, p.dtype, p.data_ptr(), sts, cnt, k), storages
 
 
 def build(opt, args, names_of, counted):
@@ -140,15 +172,13 @@ def build(opt, args, names_of, counted):
             if p.grad is None:
                 recs.append((p,))
                 continue
-            if j >= n or counted[j] is not p or not p.is_contiguous():
+            if j >= n or counted[j] is not p:
                 return None
-            st = opt.state[p]
-            cnt = _count_record(opt, st)
-            if cnt is False:
+            got = _record(opt, p, names_of[j], index[j])
+            if got is None:
                 return None
-            sts = tuple((name, st[name], st[name].data_ptr()) for name in names_of[j])
-            storages += [p.untyped_storage()] + [s.untyped_storage() for _, s, _ in sts]
-            recs.append((p, st, p.shape, p.dtype, p.data_ptr(), sts, cnt, index[j]))
+            recs.append(got[0])
+            storages += got[1]
             k_gi[index[j]] = gi
             gnames = names_of[j]
             j += 1

@@ -38,6 +38,15 @@ group, would read such a gradient after updating that parameter).
 Step counts are per parameter, as in torch: a parameter without a gradient
 is skipped and keeps its count and state.
 
+After a step has run, the next ones are prepared: they re-check per
+parameter only what torch lets change between steps (the gradient, the
+data address and shape of the parameter and its states, its count; the
+group lists, the hyperparameters and ``state``'s entries), about 1-4 us a
+parameter instead of 7-13; anything else changed runs the full step
+above. Until a step notices a change, the optimizer holds the memory of
+the parameters and states it last updated (after ``p.data = new``, the old
+memory is released by the next step).
+
 This module imports torch; ``import fastopt`` alone never does.
 """
 from __future__ import annotations

@@ -348,7 +348,9 @@ def test_run_pointers_takes_addresses_and_still_tests_overlap():
     assert plan.run_pointers(addrs, grp, *opts)[0] is twin.run(tuple(gs), grp, *opts)[0]
     assert all(a.tobytes() == b.tobytes() for a, b in zip(xs, ys))
     before = [x.copy() for x in xs]
+    spare = np.zeros(70 * 8 + 8, np.uint8)          # room for a misaligned gradient
     for bad in [(addrs[0], xs[1].ctypes.data + 8), (addrs[0], xs[0].ctypes.data),
+                (addrs[0], spare.ctypes.data + 1),
                 (0, addrs[1]), (-8, addrs[1]), (addrs[0], float(addrs[1])),
                 (addrs[0],)]:
         assert plan.run_pointers(bad, grp, *opts) is None, bad

@@ -23,7 +23,7 @@ KW = {"SGD": dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01),
       "OnnxMomentum": dict(lr=0.05, norm_coefficient=0.01),
       "OnnxAdagrad": dict(lr=0.1, decay_factor=0.01),
       "OnnxAdam": dict(lr=0.01, norm_coefficient=0.01)}
-SHAPES = [(4, 3), (5,), (2, 3, 2), ()]
+SHAPES = [(4, 3), (5,), (2, 3, 2), (), (0, 3)]
 
 
 @pytest.fixture
@@ -40,9 +40,9 @@ def ran(monkeypatch):
     return count
 
 
-def make(name, dtype=torch.float64):
+def make(name, dtype=torch.float64, shapes=SHAPES):
     g = torch.Generator().manual_seed(0)
-    ps = [torch.nn.Parameter(torch.randn(s, generator=g, dtype=dtype)) for s in SHAPES]
+    ps = [torch.nn.Parameter(torch.randn(s, generator=g, dtype=dtype)) for s in shapes]
     cls = getattr(ft, "SGD" if name == "SGD0" else name)
     return ps, cls([{"params": ps[:2]}, {"params": ps[2:], "lr": 0.02}], **KW[name])
 
@@ -50,9 +50,9 @@ def make(name, dtype=torch.float64):
 class Pair:
     """Optimizer a (prepared) and b (full route only) on equal parameters."""
 
-    def __init__(self, name, dtype=torch.float64):
-        self.pa, self.a = make(name, dtype)
-        self.pb, self.b = make(name, dtype)
+    def __init__(self, name, dtype=torch.float64, shapes=SHAPES):
+        self.pa, self.a = make(name, dtype, shapes)
+        self.pb, self.b = make(name, dtype, shapes)
         self.k = 0
 
     def grads(self, nonfinite=False):
@@ -76,6 +76,7 @@ class Pair:
             return exc
         full_step(self.b, **kw)
         same(snapshot(self.a, self.pa), snapshot(self.b, self.pb))
+        assert len(self.a.state) == len(self.b.state)   # no entry added
         assert self.a.last_step == self.b.last_step or (
             math.isnan(self.a.last_step.norm) and math.isnan(self.b.last_step.norm))
         return None
@@ -200,6 +201,10 @@ EDITS = {
     "param re-typed in place": lambda o, ps: setattr(     # same address and shape
         ps[0], "data", ps[0].data.view(torch.complex64)),
     "param transposed in place": lambda o, ps: _no_grad(ps[0].t_),
+    "param expanded in place": lambda o, ps: setattr(     # same address and shape
+        ps[0], "data", ps[0].data[:1].expand(4, 3)),
+    "state expanded in place": lambda o, ps: setattr(
+        _state(o, ps)["exp_avg"], "data", _state(o, ps)["exp_avg"].data[:1].expand(4, 3)),
     "late param reshaped in place": lambda o, ps: setattr(ps[0], "data",
                                                           ps[0].data.view(12)),
     "late param re-typed in place": lambda o, ps: setattr(
@@ -244,6 +249,8 @@ EDITS = {
     "gradient a subclass": _set_grad(1, lambda g, ps: torch.nn.Parameter(g.clone())),
     "gradient sparse": _set_grad(1, lambda g, ps: g.to_sparse()),
     "gradient is its parameter": _set_grad(0, lambda g, ps: ps[0].detach()),
+    "gradient misaligned": _set_grad(1, lambda g, ps: torch.frombuffer(
+        bytearray(41), dtype=torch.float64, offset=1, count=5).copy_(g)),
     "gradient is another's state": lambda o, ps: setattr(
         ps[1], "grad", _state(o, ps, 2)["exp_avg"].view(-1)[:5]),
     "gradient a view of a flat buffer": lambda o, ps: [setattr(p, "grad", v.view_as(
@@ -290,11 +297,13 @@ def test_int_counts_checked_per_step(count, ran):
     s.both(lambda o, ps: _state(o, ps, 2).update(step=count))
     s.grads()
     assert isinstance(s.step(), ValueError) and ran[0] == 2
-    s.both(lambda o, ps: _state(o, ps, 2).update(step=good))    # the plan holds
+    s.both(lambda o, ps: _state(o, ps, 2).update(step=good))
     for _ in range(2):
         s.grads()
         assert s.step() is None
-    assert ran[0] == 4
+    # an int's value declines one step and the plan holds; another kind of
+    # count drops the plan: one full step, then prepared again
+    assert ran[0] == (4 if type(count) is int else 3)
 
 
 @pytest.mark.parametrize("name", ["SGD", "Adagrad", "OnnxAdam"])
@@ -313,3 +322,71 @@ def test_gradient_present_again_and_counts_apart(name, ran):
         s.grads()
         s.step()
     assert ran[0] == 4     # the steps whose gradients were where the last step's were
+
+
+@pytest.mark.parametrize("edit", ["param", "state"])
+def test_square_tensor_transposed_in_place(edit, ran):
+    """Same address and shape, other strides: not the memory the plan
+    writes in C order (the full route then raises or writes the same)."""
+    s = Pair("AdamW", shapes=[(3, 3), (4,)])
+    for _ in range(3):
+        s.grads()
+        s.step()
+
+    def transpose(o, ps):
+        t = ps[0] if edit == "param" else o.state[ps[0]]["exp_avg"]
+        _no_grad(t.t_)
+    s.both(transpose)
+    s.grads()
+    s.step()
+    assert ran[0] == 2                  # the transposed tensor declined
+
+
+def test_state_dict_of_a_dict_subclass_and_int_counts(ran):
+    """OnnxAdam's counts are ints in the state dict; a state dict that is
+    not a plain dict is left to the full route (it was written through as
+    an array when its count advanced)."""
+    import collections
+    s = Pair("OnnxAdam")
+    for _ in range(2):
+        s.grads()
+        s.step()
+    s.both(lambda o, ps: o.state.__setitem__(ps[0], collections.OrderedDict(
+        o.state[ps[0]])))
+    for _ in range(3):
+        s.grads()
+        assert s.step() is None
+    assert ran[0] == 1 and s.a._prep is None
+
+
+def test_subclass_parameters_take_the_full_route(ran):
+    """A parameter whose attributes a __torch_function__ answers is not
+    prepared (its answers are not torch's)."""
+    class Logged(torch.Tensor):
+        pass
+    ps = [torch.Tensor._make_subclass(Logged, torch.randn(3), True) for _ in range(2)]
+    opt = ft.AdamW(ps, lr=0.01)
+    for _ in range(3):
+        for p in ps:
+            p.grad = torch.ones(3)
+        opt.step()
+    assert opt._prep is None and ran[0] == 0
+    assert all(float(opt.state[p]["step"]) == 3 for p in ps)
+
+
+def test_gradient_storages_are_held_through_the_call():
+    """The prepared step holds each gradient's storage, not just the tensor:
+    set_() from another thread while C reads cannot free the memory."""
+    from fastopt import _ext
+    s = Pair("AdamW")
+    for _ in range(2):
+        s.grads()
+        s.step()
+    prep = s.a._prep
+    s.grads()
+    ptrs, _, pins, _ = _ext.torch_gather(prep.groups, True, 1, prep.nk, torch.strided,
+                                         torch.Tensor)
+    for p in s.pa:
+        p.grad.set_()
+    assert [q.data_ptr() for q in pins if q.nbytes()] == [
+        a for a, q in zip(ptrs, pins) if q.nbytes()]
