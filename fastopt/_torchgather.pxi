@@ -96,8 +96,10 @@ def torch_gather(tuple groups, bint counted, Py_ssize_t add, Py_ssize_t nk,
                     or not g.is_cpu or not g.is_contiguous() or g.is_neg()):
                 return 0
             t = _torch_t(st, <object>PyTuple_GET_ITEM(rec, 6), counted, add, counts)
-            if t < 0:
-                return 2 + t                # -1: decline (0), -2: build anew (1)
+            if t == -1:
+                return 0
+            if t == -2:
+                return 1
             k = <object>PyTuple_GET_ITEM(rec, 7)
             if ts[k] is None:
                 ts[k] = t
