@@ -83,9 +83,8 @@ class Prepared:
             self.stale = True
             return None
         fields = []
-        for gi, (group, (gdict, plist, recs)) in enumerate(zip(pgs, self.groups)):
-            if group is not gdict or group["params"] is not plist or len(plist) != len(
-                    recs):
+        for gi, (group, (gdict, plist, _)) in enumerate(zip(pgs, self.groups)):
+            if group is not gdict or group["params"] is not plist:
                 self.stale = True
                 return None
             fl, names = opt._group(opt._checked(f, group, gi))
