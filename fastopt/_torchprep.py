@@ -49,6 +49,8 @@ hyperparameters before any gradient); nothing is written either way.
 """
 from __future__ import annotations
 
+import collections
+
 import torch
 
 from . import _ext, _step
@@ -158,6 +160,8 @@ def build(opt, args, names_of, counted):
     Prepared plan for the next steps, or None when the plan cannot hold it
     (the full step then runs every time)."""
     xs, _, (s1, s2, s3), index, cgroups = args
+    if type(opt.state) is not collections.defaultdict and type(opt.state) is not dict:
+        return None             # (torch's own kind; another mapping: the full step)
     plan = _ext.StepPlan.make(tuple(xs), tuple(s1), tuple(s2), tuple(s3), tuple(index),
                               len(cgroups))
     if plan is None:

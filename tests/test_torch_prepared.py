@@ -183,6 +183,15 @@ def _counts(o, ps, value):
         o.state[p]["step"].fill_(value)
 
 
+def _swap_states(o):
+    """opt.state with the same state dicts in the same order, the first two
+    under each other's keys."""
+    items = list(o.state.items())
+    (k0, v0), (k1, v1) = items[:2]
+    o.state.clear()
+    o.state.update([(k1, v0), (k0, v1)] + items[2:])
+
+
 def _no_grad(fn):
     with torch.no_grad():
         fn()
@@ -201,6 +210,8 @@ EDITS = {
     "param re-typed in place": lambda o, ps: setattr(     # same address and shape
         ps[0], "data", ps[0].data.view(torch.complex64)),
     "param transposed in place": lambda o, ps: _no_grad(ps[0].t_),
+    "param replaced by another on its memory": lambda o, ps: o.param_groups[0][
+        "params"].__setitem__(0, torch.nn.Parameter(ps[0].data)),
     "param expanded in place": lambda o, ps: setattr(     # same address and shape
         ps[0], "data", ps[0].data[:1].expand(4, 3)),
     "state expanded in place": lambda o, ps: setattr(
@@ -220,6 +231,10 @@ EDITS = {
     "one count edited in place": lambda o, ps: _state(o, ps, 1)["step"].fill_(10),
     "counts edited in place": lambda o, ps: _counts(o, ps, 10),
     "count replaced": lambda o, ps: _state(o, ps, 1).update(step=torch.tensor(7.0)),
+    "count new memory": lambda o, ps: setattr(_state(o, ps, 1)["step"], "data",
+                                              torch.tensor(10.0)),
+    "counts float64": lambda o, ps: [o.state[p].update(step=torch.tensor(
+        float(o.state[p]["step"]), dtype=torch.float64)) for p in ps],
     "count an int": lambda o, ps: _state(o, ps, 1).update(step=5),
     "counts NaN": lambda o, ps: _counts(o, ps, math.nan),
     "counts not whole": lambda o, ps: _counts(o, ps, 2.5),
@@ -227,6 +242,9 @@ EDITS = {
     "counts 2**53": lambda o, ps: _counts(o, ps, 2.0 ** 53),
     "count negative int": lambda o, ps: _state(o, ps, 1).update(step=-1),
     "all state lost": lambda o, ps: o.state.clear(),
+    "state entries swapped": lambda o, ps: _swap_states(o),
+    "state a UserDict": lambda o, ps: setattr(o, "state", __import__(
+        "collections").UserDict(o.state)),
     "state_dict round trip": lambda o, ps: o.load_state_dict(o.state_dict()),
     "lr edited": lambda o, ps: o.param_groups[1].update(lr=0.5),
     "betas edited to bad": lambda o, ps: o.param_groups[1].update(betas=(1.5, 0.9)),
@@ -259,6 +277,10 @@ EDITS = {
 }
 
 
+# after these edits the optimizer is not prepared again (left to the full step)
+FULL_ROUTE_ONLY = {"state a UserDict"}
+
+
 @pytest.mark.parametrize("edit", list(EDITS))
 def test_edits_between_steps(edit, ran):
     """After prepared steps, an edit (before the gradients are set, or
@@ -283,7 +305,11 @@ def test_edits_between_steps(edit, ran):
         assert s.step() is None
     before = ran[0]
     s.grads()
-    assert s.step() is None and ran[0] == before + 1
+    assert s.step() is None
+    if edit in FULL_ROUTE_ONLY:
+        assert s.a._prep is None and ran[0] == before
+    else:
+        assert ran[0] == before + 1
 
 
 @pytest.mark.parametrize("count", [-1, True, 2**53, 2.5, None])
@@ -390,3 +416,34 @@ def test_gradient_storages_are_held_through_the_call():
         p.grad.set_()
     assert [q.data_ptr() for q in pins if q.nbytes()] == [
         a for a, q in zip(ptrs, pins) if q.nbytes()]
+
+
+def test_a_parameter_planned_without_gradient_replaced(ran):
+    s = Pair("Adam")
+    for k in range(4):
+        s.grads()
+        if k:
+            s.both(lambda o, ps: setattr(ps[3], "grad", None))
+        s.step()
+    assert ran[0] == 2                  # ps[3] planned without a gradient
+    s.grads()
+    s.both(lambda o, ps: setattr(ps[3], "grad", None))
+    s.both(lambda o, ps: o.param_groups[1]["params"].__setitem__(
+        1, torch.nn.Parameter(torch.ones((), dtype=torch.float64))))
+    assert s.step() is None and ran[0] == 2
+
+
+def test_gather_refuses_params_lists_it_did_not_plan():
+    """torch_gather indexes the params list through a copy of the list it
+    was given: another list, a tuple or a longer one is 'build anew' (1)."""
+    from fastopt import _ext
+    s = Pair("AdamW")
+    for _ in range(2):
+        s.grads()
+        s.step()
+    prep = s.a._prep
+    (gd, pl, recs), rest = prep.groups[0], prep.groups[1:]
+    extra = torch.nn.Parameter(torch.ones(2, dtype=torch.float64))
+    for plist in (tuple(pl), list(pl) + [extra], list(pl)[:1]):
+        assert _ext.torch_gather(((gd, plist, recs),) + rest, True, 1, prep.nk,
+                                 torch.strided, torch.Tensor) == 1
