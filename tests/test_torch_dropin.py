@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch_helpers import same, snapshot  # noqa: E402
+
 import fastopt.torch as ft  # noqa: E402  (after the importorskip)
 
 NAMES = ["SGD", "Adagrad", "Adam", "AdamW"]
@@ -41,24 +43,6 @@ def train(opt, ps, steps, start=0):
     for k in range(start, start + steps):
         set_grads(ps, k)
         opt.step()
-
-
-def snapshot(opt, ps):
-    """Every byte the step may write: parameters, states, counts."""
-    out = [p.detach().clone() for p in ps]
-    for p in ps:
-        for k, v in sorted(opt.state.get(p, {}).items()):
-            out.append((k, v.clone() if isinstance(v, torch.Tensor) else v))
-    return out
-
-
-def same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        if isinstance(x, tuple):
-            assert x[0] == y[0]
-            x, y = x[1], y[1]
-        assert torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
 
 
 # ---- the API -----------------------------------------------------------------------

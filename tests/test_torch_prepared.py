@@ -12,6 +12,8 @@ import math
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch_helpers import same, snapshot  # noqa: E402
+
 import fastopt._torchprep as tp  # noqa: E402  (after the importorskip)
 import fastopt.torch as ft  # noqa: E402
 
@@ -81,6 +83,13 @@ class Pair:
             math.isnan(self.a.last_step.norm) and math.isnan(self.b.last_step.norm))
         return None
 
+    def run(self, steps):
+        """steps x (new gradients, both step, the same outcome, no error)."""
+        for _ in range(steps):
+            self.grads()
+            assert self.step() is None
+        return self
+
     def both(self, edit):
         edit(self.a, self.pa)
         edit(self.b, self.pb)
@@ -95,28 +104,6 @@ def full_step(opt, **kw):
         opt.step(**kw)
     finally:
         tp.build = build
-
-
-def snapshot(opt, ps):
-    out = [p.detach().clone() for p in ps]
-    for p in ps:
-        for k, v in sorted(opt.state.get(p, {}).items()):
-            out.append((k, v.clone() if isinstance(v, torch.Tensor) else v))
-    return out
-
-
-def same(x, y):
-    assert len(x) == len(y)
-    for u, v in zip(x, y):
-        if isinstance(u, tuple):
-            assert u[0] == v[0]
-            u, v = u[1], v[1]
-        if isinstance(u, torch.Tensor):
-            assert u.dtype == v.dtype and u.shape == v.shape
-            assert torch.equal(u, v) or (torch.isnan(u).any() and torch.equal(
-                u.nan_to_num(), v.nan_to_num()))
-        else:
-            assert u == v
 
 
 # ---- the prepared step is taken, and writes what the full route writes ------------
@@ -150,10 +137,7 @@ def test_prepared_step_same_bits_for_every_thread_count(n_threads, ran):
 
 
 def test_a_rejected_gradient_keeps_the_plan_a_new_structure_drops_it(ran):
-    s = Pair("AdamW")
-    for _ in range(2):
-        s.grads()
-        s.step()
+    s = Pair("AdamW").run(2)
     plan = s.a._prep
     s.grads()
     s.both(EDITS["gradient wrong dtype"])
@@ -287,10 +271,7 @@ def test_edits_between_steps(edit, ran):
     after for "gradient" and "late" ones): the same outcome as the full
     route (an error leaving everything unchanged); after a step that
     applied, the steps after it too, and the last one prepared again."""
-    s = Pair("AdamW")
-    for _ in range(3):
-        s.grads()
-        s.step()
+    s = Pair("AdamW").run(3)
     assert ran[0] == 2
     if edit.startswith(("gradient", "late")):
         s.grads()
@@ -300,9 +281,7 @@ def test_edits_between_steps(edit, ran):
         s.grads()
     if s.step() is not None:
         return
-    for _ in range(2):
-        s.grads()
-        assert s.step() is None
+    s.run(2)
     before = ran[0]
     s.grads()
     assert s.step() is None
@@ -315,18 +294,13 @@ def test_edits_between_steps(edit, ran):
 @pytest.mark.parametrize("count", [-1, True, 2**53, 2.5, None])
 def test_int_counts_checked_per_step(count, ran):
     """ONNX counts are Python ints, read per step by the prepared step."""
-    s = Pair("OnnxAdam")
-    for _ in range(3):
-        s.grads()
-        s.step()
+    s = Pair("OnnxAdam").run(3)
     good = _state(s.a, s.pa, 2)["step"]
     s.both(lambda o, ps: _state(o, ps, 2).update(step=count))
     s.grads()
     assert isinstance(s.step(), ValueError) and ran[0] == 2
     s.both(lambda o, ps: _state(o, ps, 2).update(step=good))
-    for _ in range(2):
-        s.grads()
-        assert s.step() is None
+    s.run(2)
     # an int's value declines one step and the plan holds; another kind of
     # count drops the plan: one full step, then prepared again
     assert ran[0] == (4 if type(count) is int else 3)
@@ -354,10 +328,7 @@ def test_gradient_present_again_and_counts_apart(name, ran):
 def test_square_tensor_transposed_in_place(edit, ran):
     """Same address and shape, other strides: not the memory the plan
     writes in C order (the full route then raises or writes the same)."""
-    s = Pair("AdamW", shapes=[(3, 3), (4,)])
-    for _ in range(3):
-        s.grads()
-        s.step()
+    s = Pair("AdamW", shapes=[(3, 3), (4,)]).run(3)
 
     def transpose(o, ps):
         t = ps[0] if edit == "param" else o.state[ps[0]]["exp_avg"]
@@ -373,15 +344,10 @@ def test_state_dict_of_a_dict_subclass_and_int_counts(ran):
     not a plain dict is left to the full route (it was written through as
     an array when its count advanced)."""
     import collections
-    s = Pair("OnnxAdam")
-    for _ in range(2):
-        s.grads()
-        s.step()
+    s = Pair("OnnxAdam").run(2)
     s.both(lambda o, ps: o.state.__setitem__(ps[0], collections.OrderedDict(
         o.state[ps[0]])))
-    for _ in range(3):
-        s.grads()
-        assert s.step() is None
+    s.run(3)
     assert ran[0] == 1 and s.a._prep is None
 
 
@@ -404,10 +370,7 @@ def test_gradient_storages_are_held_through_the_call():
     """The prepared step holds each gradient's storage, not just the tensor:
     set_() from another thread while C reads cannot free the memory."""
     from fastopt import _ext
-    s = Pair("AdamW")
-    for _ in range(2):
-        s.grads()
-        s.step()
+    s = Pair("AdamW").run(2)
     prep = s.a._prep
     s.grads()
     ptrs, _, pins, _ = _ext.torch_gather(prep.groups, True, 1, prep.nk, torch.strided,
@@ -437,10 +400,7 @@ def test_gather_refuses_params_lists_it_did_not_plan():
     """torch_gather indexes the params list through a copy of the list it
     was given: another list, a tuple or a longer one is 'build anew' (1)."""
     from fastopt import _ext
-    s = Pair("AdamW")
-    for _ in range(2):
-        s.grads()
-        s.step()
+    s = Pair("AdamW").run(2)
     prep = s.a._prep
     (gd, pl, recs), rest = prep.groups[0], prep.groups[1:]
     extra = torch.nn.Parameter(torch.ones(2, dtype=torch.float64))

@@ -1,0 +1,27 @@
+"""Helpers of the fastopt.torch tests: what an optimizer's step may write,
+and its comparison (test files import this after importorskip("torch"))."""
+import torch
+
+
+def snapshot(opt, ps):
+    """Every byte the step may write: parameters, states, counts."""
+    out = [p.detach().clone() for p in ps]
+    for p in ps:
+        for k, v in sorted(opt.state.get(p, {}).items()):
+            out.append((k, v.clone() if isinstance(v, torch.Tensor) else v))
+    return out
+
+
+def same(x, y):
+    """Two snapshots hold the same values (NaN where the other has NaN)."""
+    assert len(x) == len(y)
+    for u, v in zip(x, y):
+        if isinstance(u, tuple):
+            assert u[0] == v[0]
+            u, v = u[1], v[1]
+        if isinstance(u, torch.Tensor):
+            assert u.dtype == v.dtype and u.shape == v.shape
+            assert torch.equal(u, v) or (torch.isnan(u).any() and torch.equal(
+                u.nan_to_num(), v.nan_to_num()))
+        else:
+            assert u == v
