@@ -15,14 +15,6 @@ BIG = [70001, 150000]          # above the serial threshold: parallel passes
 THREADS = [1, 2, 3, 4]
 
 
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory):
-    lib = cs.build(str(tmp_path_factory.mktemp("fo_step")))
-    if lib is None:
-        pytest.skip("no C compiler")
-    return lib
-
-
 def _same(a, b):
     """Bit-identical, NaN positions included (NaN payloads not compared)."""
     a, b = np.asarray(a), np.asarray(b)

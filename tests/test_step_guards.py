@@ -39,14 +39,6 @@ def _guards(words, flags, nt, which=None, per=1):
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory):
-    lib = cs.build(str(tmp_path_factory.mktemp("fo_step_guards")))
-    if lib is None:
-        pytest.skip("no C compiler")
-    return lib
-
-
-@pytest.fixture(scope="module")
 def pooled(lib, tmp_path_factory):
     return cs.pooled_copy(lib, str(tmp_path_factory.mktemp("fo_step_pooled")))
 
