@@ -1,4 +1,4 @@
-"""Where the fixed cost of opt.step goes (issue 13): per step and per tensor.
+"""Where the fixed cost of opt.step goes: per step and per tensor.
 
 AdamW with every step option (grad_scale, skip_if_nonfinite, max_grad_norm)
 on float32 tensors of several counts and sizes (the same bytes each). Every

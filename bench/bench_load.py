@@ -23,7 +23,7 @@ the rivals measured beside default and n_threads=1; without torch_fused no
 torch call runs in the rounds, so the default / n_threads=1 ratios are
 measured under the benchmark's load alone.
 
-Targets (issue 12, one core loaded): default p50 <= 1.3 x n_threads=1 p50
+Targets (one core loaded): default p50 <= 1.3 x n_threads=1 p50
 and p99 <= 2 x; default p50 <= torch fused p50; matmul + default <= 1.1 x
 matmul + n_threads=1.
 """

@@ -1,4 +1,4 @@
-"""The whole optimizer step (issue 13), ResNet-50 shapes, float32.
+"""The whole optimizer step, ResNet-50 shapes, float32.
 
 One step = unscale (loss scale 1024) + non-finite check + clip by the global
 norm at 1.0 + the update (SGD momentum 0.9 with weight decay 1e-4, or AdamW).
@@ -292,7 +292,7 @@ def fixed_overhead(n, reps):
 
 
 def _fixed_overhead(reps, out):
-    """The fixed overhead of opt.step (issue 13's target: <= 15 ns per tensor
+    """The fixed overhead of opt.step (the target: <= 15 ns per tensor
     on 1000 x 1e3 float32): (opt.step - C driver) / 1000, and the whole
     1000 x 1 step per tensor."""
     big = fixed_overhead(1000, reps * 8)

@@ -5,7 +5,7 @@ compiler, -O3 -fopenmp -march=native, independently of how fastopt was
 built, and loaded with ctypes. If no compiler is available the ceiling
 benchmarks are skipped (the others still run).
 
-Ratios that survive a change of machine (issue 11, item 7)
+Ratios that survive a change of machine
 ---------------------------------------------------------
 pytest-benchmark times every implementation in its own test, minutes apart
 on a large run. On a shared machine the load changes in between, so the

@@ -1,4 +1,4 @@
-"""Per-call overhead of the public in-place ops (issue 11): one call from Python
+"""Per-call overhead of the public in-place ops: one call from Python
 on 1e3-element float32 arrays, for the tree on PYTHONPATH and, with
 ``--against DIR`` (repeatable), other built trees (each root put first on
 PYTHONPATH in turn), columns named after their directories.

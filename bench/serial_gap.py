@@ -1,4 +1,4 @@
-"""The serial default path against n_threads=1 on a busy machine (issue 12).
+"""The serial default path against n_threads=1 on a busy machine.
 
 One Python process spinning on the last CPU (as bench/bench_load.py's "busy"
 load), then rounds of [default, n_threads=1, NumPy formula] and [n_threads=1,
@@ -7,7 +7,7 @@ busy-machine size so both fastopt calls run serially. Prints each one's p50
 and p99, the p50 of the calls that ran first and second in their round, and
 the pool's counters (pooled calls must be 0 for the comparison to mean the
 same code). This is the measurement behind the machine-load sample interval
-of src_c/machine_load.c (bench/RESULTS.md, session 4):
+of src_c/machine_load.c (bench/RESULTS.md):
 
     PYTHONPATH=$PWD python bench/serial_gap.py              # 1e6 elements, 1000 rounds
     PYTHONPATH=$PWD python bench/serial_gap.py --no-numpy   # the two fastopt calls only

@@ -10,7 +10,7 @@ exactly as specified, over one tensor or many tensors in one C call:
 plus adaptive gradient clipping (NFNet): :func:`agc`, :func:`unitwise_norm`,
 and fused AGC-SGD through ``momentum(..., clipping=...)``.
 
-The whole training step in one C call (issue 13): the torch-form rules
+The whole training step in one C call: the torch-form rules
 :func:`sgd_torch`, :func:`adagrad_torch`, :func:`adam_torch` and :func:`adamw`
 (torch.optim's math) with loss-scale unscaling, a non-finite check and
 clipping by the global norm fused in (``grad_scale=``, ``skip_if_nonfinite=``,

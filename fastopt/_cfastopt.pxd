@@ -139,7 +139,7 @@ cdef extern from "fastopt.h" nogil:
     int fo_agc_unit_sumsq(const void *x, int32_t dtype, int64_t n_units,
                           int64_t unit_len, int32_t kind, double *out)
 
-    # ---- Issue 13: the whole optimizer step (step.c) ----
+    # ---- the whole optimizer step (step.c) ----
 
     int FO_STEP_BLOCK
     int FO_STEP_LANES

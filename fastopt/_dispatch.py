@@ -4,8 +4,8 @@
 1. Try the C fast path (``fastopt._ext``): it runs the call if every argument
    is already in the form the C code needs, else declines (returns False or
    None) without writing anything. It never raises for user input.
-2. On decline, check the call in full through ``fastopt._validation`` (the
-   only place that raises for user input: TypeError for a wrong type,
+2. On decline, check the call in full through ``fastopt._validation`` (which
+   raises for the call's arrays and scalars: TypeError for a wrong type,
    ValueError for a wrong value, naming the function, argument and index).
 3. Normalise it (contiguous native copies, materialised broadcasts).
 4. Run the normalised call through the same fast path.

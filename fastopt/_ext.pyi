@@ -40,7 +40,7 @@ class Entry:
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 def entry(op: str) -> Callable[[Callable[..., Any]], Entry]: ...
 
-# the whole step (_step.pxi, issue 13); None: declined, nothing written
+# the whole step (_step.pxi); None: declined, nothing written
 _StepOut = Optional[tuple[bool, float, bool]]
 _Maybe = tuple[Optional[np.ndarray], ...]
 def step(xs: tuple[np.ndarray, ...], gs: tuple[np.ndarray, ...], s1s: _Maybe,

@@ -1,4 +1,4 @@
-# The prepared step (issue 13), included by _ext.pyx after _step.pxi.
+# The prepared step, included by _ext.pyx after _step.pxi.
 #
 # An optimizer passes the same parameters and states every step: StepPlan
 # checks them once (types, dtypes, shapes, layouts, alignment, no written
@@ -14,7 +14,7 @@
 #     runs again once its own test passes anew (_refresh: a parameter made
 #     writeable again). Read here, in a loop under the GIL, the same words
 #     cost three cold header lines per tensor after a step bigger than the
-#     cache (bench/RESULTS.md, "Session 5");
+#     cache (bench/RESULTS.md);
 #   - every gradient, here: an ndarray of the plan's dtype in native byte
 #     order, aligned, contiguous in the parameter's order, of its shape, and
 #     not overlapping any written memory. The overlap test (a binary search

@@ -1,4 +1,4 @@
-# The whole optimizer step (issue 13; src_c/step.c), included by _ext.pyx.
+# The whole optimizer step (src_c/step.c), included by _ext.pyx.
 #
 # Fast paths, as the update rules' (see the module docstring): each accepts
 # a call only when every array is already in the form the C code needs,

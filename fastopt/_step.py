@@ -1,4 +1,4 @@
-"""The whole optimizer step in one C call (issue 13): the machinery.
+"""The whole optimizer step in one C call: the machinery.
 
 Order inside one step (docs/semantics.md, "The whole step")::
 

@@ -1,4 +1,4 @@
-"""Public functions of the whole step (issue 13): the global norm, in-place
+"""Public functions of the whole step: the global norm, in-place
 gradient clipping, and the torch-form update rules (SGD, Adagrad, Adam,
 AdamW as torch.optim computes them) with unscaling and clipping fused in.
 

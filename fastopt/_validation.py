@@ -1,4 +1,4 @@
-"""Argument checking: the one place that raises for user input.
+"""Argument checking: the checkers of arrays and of the scalars every entry shares.
 
 The fast paths in the extension (``_ext``) accept only calls that are
 already in the exact form the C code needs and decline everything else

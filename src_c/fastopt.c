@@ -466,7 +466,7 @@ int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
     return sweep(ext, is_out, order, cnt, m, 0, oi, oj);
 }
 
-/* ---- the elementwise driver, shared with step.c (issue 13) -------------- */
+/* ---- the elementwise driver, shared with step.c -------------- */
 
 int fo_run_elementwise(const fo_tensor *ts, int64_t nt,
                        void (*fn)(const fo_tensor *, int64_t, int64_t,

@@ -3,7 +3,8 @@
  *
  * Plain C99: no Python, no NumPy. Every function takes plain pointers and
  * 64-bit signed lengths and returns 0 or a negative error code; nothing here
- * aborts, prints or keeps global state.
+ * aborts or prints. The one global state is the thread pool (pool.c: created
+ * on first use, fork-safe, joined at exit) and its machine-load sample.
  *
  * Update rules: ONNX ai.onnx.preview.training Momentum, Adagrad and Adam
  * (see docs/semantics.md). Every array is contiguous, aligned to
@@ -269,7 +270,7 @@ int fo_agc_unit_sumsq(const void *x, int32_t dtype, int64_t n_units,
 
 /* ======================================================================== */
 /*
- * Issue 13: the whole optimizer step in one call (step.c / step.inc).
+ * The whole optimizer step in one call (step.c / step.inc).
  *
  * Order inside one step, every gradient of the step taken together:
  *   u = g / grad_scale                 (in g's type; g itself is only read)

@@ -29,7 +29,7 @@
  * float32 with a NumPy step between, one busy process, every call serial:
  * sampled every 20 ms the default calls were 2-8 % slower at p50 (11-15 %
  * for those right after another call), every 100 ms or 2 s within 1 %
- * (bench/serial_gap.py; bench/RESULTS.md, session 4). The load that a pool
+ * (bench/serial_gap.py; bench/RESULTS.md). The load that a pool
  * decision needs changes more slowly than that. */
 #define FO_LOAD_SAMPLE_NS 100000000LL
 

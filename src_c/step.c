@@ -1,5 +1,5 @@
 /*
- * The whole optimizer step in one call (issue 13): unscale, non-finite
+ * The whole optimizer step in one call: unscale, non-finite
  * check, global norm, clip by the global norm (torch or optax convention),
  * clip by value, maximize and the update rule of every tensor, each tensor
  * with its own group's hyperparameters. See the issue-13 section of

@@ -1,4 +1,4 @@
-"""Rejected inputs of issue 16: hostile checkpoint files and huge integers.
+"""Rejected inputs: hostile checkpoint files and huge integers.
 
 Part of the catalogue of tests/bad_inputs_cases.py (tests/test_bad_inputs.py
 checks each case and renders tests/BAD_INPUTS.md). Checkpoint files are

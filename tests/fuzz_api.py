@@ -728,7 +728,7 @@ ONLY_CHECKPOINTS = os.environ.get("FASTOPT_FUZZ_ONLY") == "checkpoint"
 def TestOneInput(data: bytes) -> None:
     src = Source(data)
     target = 8 if ONLY_CHECKPOINTS else src.int(0, 8)
-    if target == 8 and HAVE_OPTIM:         # hostile checkpoint files (issue 16)
+    if target == 8 and HAVE_OPTIM:         # hostile checkpoint files
         import fuzz_checkpoint
         fuzz_checkpoint.checkpoint_case(src, _tmpdir())
         return

@@ -32,7 +32,7 @@ try:
     CASES += OPTIM_CASES
 except ImportError:  # pragma: no cover - before fastopt.optim existed
     pass
-from bad_inputs_hostile import HOSTILE_CASES, normalise  # noqa: E402 (issue 16)
+from bad_inputs_hostile import HOSTILE_CASES, normalise  # noqa: E402
 
 CASES += HOSTILE_CASES
 from hardening_ref import snapshot, unchanged  # noqa: E402

@@ -1,4 +1,4 @@
-"""Hostile checkpoint files and leftovers (issue 16): fastopt.optim load/save.
+"""Hostile checkpoint files and leftovers: fastopt.optim load/save.
 
 Regression tests for the defects a review found, through the public API:
 

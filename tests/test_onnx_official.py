@@ -82,7 +82,7 @@ def test_official_backend_case(official_cases, name):
         np.testing.assert_array_equal(a, b)
     if name == "test_adam_multiple" and "epsilon" not in attrs:
         # onnx < 1.22 built this node without the epsilon=1e-2 that its
-        # expected outputs were computed with (onnx issue 7749): no correct
+        # expected outputs were computed with (onnx/onnx#7749): no correct
         # backend can match them.
         pytest.skip("this onnx's test_adam_multiple node lacks its epsilon attribute")
     for k, (a, want) in enumerate(zip(got, outputs)):

@@ -1,4 +1,4 @@
-"""Huge but valid integers in every schedule (issue 16).
+"""Huge but valid integers in every schedule.
 
 A Python int has no upper bound, a float stops near 1.8e308: ``10**400`` as a
 step or as a parameter must give either a ValueError that names the

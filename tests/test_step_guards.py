@@ -1,4 +1,4 @@
-"""The guards of the prepared step (issue 13): a binding that checked its
+"""The guards of the prepared step: a binding that checked its
 written arrays once hands fo_step words of its own memory (an array's data
 pointer, dtype object, flags) that must still hold; fo_step reads them in
 pass 1 (on the pool's threads) or before pass 2 and, if one fails, returns

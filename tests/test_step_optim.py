@@ -1,4 +1,4 @@
-"""fastopt.optim's whole step (issue 13): AdamW / AdamTorch against torch,
+"""fastopt.optim's whole step: AdamW / AdamTorch against torch,
 one C call over every group, step options, and a rejected step changing
 nothing."""
 import math
@@ -80,7 +80,7 @@ def test_step_equals_reference_bits():
 
 @pytest.mark.parametrize("cls", ["Momentum", "Adagrad", "Adam", "AdamW", "AdamTorch"])
 def test_readonly_param_of_group_one_changes_nothing(cls):
-    """Regression (issue 13): a parameter of group 1 made read-only after the
+    """Regression: a parameter of group 1 made read-only after the
     optimizer was built: step() raises, and group 0, every state and the
     step count are untouched (a retry does not apply group 0 twice)."""
     xs = _params(3)

@@ -1,4 +1,4 @@
-"""The prepared step (fastopt/_plan.pxi, issue 13): the optimizer checks its
+"""The prepared step (fastopt/_plan.pxi): the optimizer checks its
 parameters and states once, and per step re-checks only the gradients and
 the flags. Every gradient change after prepared steps (a new array, another
 dtype, shape, layout, byte order or alignment, a gradient reshaped in place,

@@ -291,7 +291,7 @@ def test_bad_hyperparameters_are_refused():
         opt.step()
 
 
-# ---- one step for all groups (issue 13: regressions) ---------------------------------
+# ---- one step for all groups: regressions ---------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)
 def test_wrong_state_in_a_later_group_changes_nothing(name):

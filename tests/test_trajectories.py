@@ -190,7 +190,7 @@ def _optax_setup():
     jax = pytest.importorskip("jax")
     import fastopt.optim
     if not hasattr(fastopt.optim, "AdamW"):
-        pytest.skip("fastopt.optim.AdamW is not there yet (issue 13, helper step)")
+        pytest.skip("fastopt.optim.AdamW is not there yet (it needs the whole step)")
     jax.config.update("jax_enable_x64", True)
     return optax, jax, fastopt.optim
 

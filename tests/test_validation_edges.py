@@ -1,4 +1,4 @@
-"""Inputs a NumPy API should refuse clearly (issue 15), the callers' labels of
+"""Inputs a NumPy API should refuse clearly, the callers' labels of
 fastopt._dispatch, and the package's import behaviour (lazy submodules, what
 a missing extension says)."""
 import os

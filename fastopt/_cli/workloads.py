@@ -36,7 +36,7 @@ def make_tensors(shapes, dtype=np.float32, seed: int = 0):
     return xs, gs, vs, hs
 
 
-#: The standard benchmark workloads (issue 4): name -> list of shapes.
+#: The standard benchmark workloads: name -> list of shapes.
 WORKLOADS = {
     "1x1e3": [(1000,)],
     "1x1e6": [(1_000_000,)],

@@ -1,4 +1,4 @@
-"""Plain NumPy evaluation of the whole optimizer step (issue 13).
+"""Plain NumPy evaluation of the whole optimizer step.
 
 The order inside one step (``docs/semantics.md``)::
 

@@ -1,4 +1,4 @@
-"""The optimizers' step as ONE C call (issue 13).
+"""The optimizers' step as ONE C call.
 
 Every parameter group's tensors go into one work list for ``fastopt._step``:
 per-tensor hyperparameters travel as the index of the tensor's group, the
