@@ -22,3 +22,16 @@ def build_info():
         "isa_paths": fo_isa_paths().decode(),
         "isa_active": fo_isa_active().decode(),
     }
+
+
+def tables():
+    """The C core's tables (src_c/tables.h), as the C code sees them: rules
+    as (NAME, most states, smallest t) and element types as (NAME, bytes),
+    each in id order. fastopt/_rules.py and fastopt/_dtypes.py must agree."""
+    cdef fo_rule_facts r
+    rules = []
+    for i in range(FO_N_RULES):
+        r = fo_rule_info(i)
+        rules.append((r.name.decode(), r.states, r.t0))
+    dtypes = [(fo_dtype_name(i).decode(), fo_dtype_size(i)) for i in range(FO_N_DTYPES)]
+    return {"rules": rules, "dtypes": dtypes}

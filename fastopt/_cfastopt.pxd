@@ -13,9 +13,18 @@ cdef extern from "fastopt.h" nogil:
     int FO_EINVAL
     int FO_ESTALE
 
-    # Element types of a tensor.
+    # Element types of a tensor and the update rules (tables.h).
     int FO_F32
     int FO_F64
+    int FO_N_DTYPES
+    int FO_N_RULES
+    int fo_dtype_size(int dtype)
+    ctypedef struct fo_rule_facts:
+        const char *name
+        int32_t states
+        int32_t t0
+    fo_rule_facts fo_rule_info(int32_t rule)
+    const char *fo_dtype_name(int32_t dtype)
 
     # Momentum modes.
     int FO_STANDARD
@@ -144,14 +153,7 @@ cdef extern from "fastopt.h" nogil:
     int FO_STEP_BLOCK
     int FO_STEP_LANES
 
-    # Update rules.
-    int FO_RULE_MOMENTUM
-    int FO_RULE_ADAGRAD
-    int FO_RULE_ADAM
-    int FO_RULE_SGD_TORCH
-    int FO_RULE_ADAGRAD_TORCH
-    int FO_RULE_ADAM_TORCH
-    int FO_RULE_ADAMW_TORCH
+    # Update rules: FO_RULE_* (tables.h), fo_rule_info above.
 
     # Group flags.
     int FO_STEP_NESTEROV

@@ -3,13 +3,15 @@
 The op entry points are fast paths: True when the call ran, False when it
 was declined (nothing written); they never raise for user input.
 """
+import contextvars
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
 _Arrays = Union[np.ndarray, Sequence[np.ndarray]]
 
-# thread facts (_threadfacts.pxi)
+# thread facts (_threadfacts.pxi); the ContextVar behind set_num_threads
+default_n_threads: contextvars.ContextVar[Optional[int]]
 def have_openmp() -> bool: ...
 def max_threads() -> int: ...
 def num_procs() -> int: ...
@@ -18,6 +20,7 @@ def thread_stats() -> dict[str, int]: ...
 
 # build facts (_buildfacts.pxi)
 def build_info() -> dict[str, str]: ...
+def tables() -> dict[str, list[tuple]]: ...
 
 # bandwidth probe (_bandwidth_probe.pxi)
 def probe(arrays: Sequence[np.ndarray], n_threads: int) -> None: ...

@@ -31,7 +31,6 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from . import _ext, _step
-from . import _torchform as _tf
 from . import _validation as _v
 from ._dispatch import Op, accept, run
 from ._step import StepInfo
@@ -121,7 +120,7 @@ def _onnx(op, arrays, scalars, steps):
     """An ONNX rule's call that its fast path declined: without step options
     through the dispatch (check, normalise, run), with them the whole step
     (returning its StepInfo)."""
-    options = _tf.step_options(*steps)
+    options = _step.step_options(*steps)
     if not options:     # the C entry has offered the call to the fast path
         accept(op, arrays, scalars)
         return None
@@ -130,13 +129,38 @@ def _onnx(op, arrays, scalars, steps):
     if op is MOMENTUM_CLIP:
         group = _momentum_group(_momentum_scalars(f, (x,), scalars[:6] + scalars[-1:]))
         clipping, eps, layout, nth = scalars[6:]
-        return _tf.agc_fused(f, x, g, states[0], group, clipping, eps, layout, nth, options)
+        return _agc_fused(f, x, g, states[0], group, clipping, eps, layout, nth, options)
     group = _GROUPS[op.fname](op.check(f, (x,), scalars))
-    return _tf.onnx_fused(f, x, g, tuple(states), op.roles[2:], group, scalars[-1], options)
+    return _step.onnx_fused(f, x, g, tuple(states), op.roles[2:], group, scalars[-1], options)
 
 
 _GROUPS = {MOMENTUM.fname: _momentum_group, ADAGRAD.fname: _adagrad_group,
            ADAM.fname: _adam_group}
+
+
+def _agc_fused(f, x, g, v, group, clipping, clip_eps, layout, n_threads,
+              options) -> StepInfo:
+    """Momentum with AGC and the step options: unscale / check / clip the
+    gradients into copies (the gradients passed in are not written), then
+    the fused AGC-momentum update on the copies."""
+    o = _step.check_options(f, **options)
+    gl = _step.as_list(g)
+    copies = [np.array(a, dtype=a.dtype.newbyteorder("="), order="C") if
+              isinstance(a, np.ndarray) else a for a in gl]
+    args = (o.grad_scale, o.max_norm, o.clip_value, o.clip, o.norm_type, o.check_finite,
+            n_threads)
+    out = _ext.clip_grads(tuple(copies), *args)
+    if out is None:
+        out = accept(_step.CLIP_GRADS, (tuple(copies),), args, f)
+    info = StepInfo(*out)
+    if info.applied:
+        flags = group[1]
+        momentum(x, copies[0] if isinstance(g, np.ndarray) else list(copies), v,
+                 lr=group[3], t=group[2], alpha=group[4], beta=group[5],
+                 norm_coefficient=group[7], mode="nesterov" if flags & _step.NESTEROV
+                 else "standard", n_threads=n_threads, clipping=clipping,
+                 clip_eps=clip_eps, layout=layout)
+    return info
 
 
 # ------------------------------------------------------------------ public

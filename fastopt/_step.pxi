@@ -120,7 +120,7 @@ cdef bint _step_groups(tuple groups, fo_step_group *gs):
         if type(o) is not tuple or PyTuple_GET_SIZE(o) != 10:
             return False
         grp = <tuple>o
-        if not (_count(grp[0], &v) and v < 7):
+        if not (_count(grp[0], &v) and v < FO_N_RULES):
             return False
         gs[j].rule = <int32_t>v
         if not (_count(grp[1], &v) and v < 8):

@@ -32,15 +32,10 @@ import numpy as np
 from . import _ext
 from . import _validation as _v
 from ._dispatch import Op, accept
+from ._rules import AMSGRAD, MAXIMIZE, NESTEROV, needs  # noqa: F401 (re-exported)
+from ._rules import ID as RULES  # noqa: F401 (re-exported)
 
-RULES = {"momentum": 0, "adagrad": 1, "adam": 2, "sgd_torch": 3,
-         "adagrad_torch": 4, "adam_torch": 5, "adamw_torch": 6}
-NESTEROV, AMSGRAD, MAXIMIZE = 1, 2, 4
 CLIP = {"torch": 1, "optax": 2}
-# states each rule needs (names for messages); SGD without momentum has none
-STATES = {0: ("v",), 1: ("h",), 2: ("v", "h"), 3: ("momentum_buffer",),
-          4: ("sum",), 5: ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"),
-          6: ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")}
 
 
 class StepInfo(NamedTuple):
@@ -128,16 +123,6 @@ def group_tuple(rule: int, *, t: int, lr: float, alpha=0.0, beta=0.0, eps=0.0,
             float(decay), float(decay_post), float(lr_decay))
 
 
-def _needs(group: tuple) -> int:
-    """How many states a group's rule needs."""
-    rule, flags = group[0], group[1]
-    if rule == 3:
-        return 1 if group[4] != 0.0 else 0
-    if rule in (5, 6):
-        return 3 if flags & AMSGRAD else 2
-    return len(STATES[rule])
-
-
 def _check_n_threads(at: int):
     """The scalar check of a step-family entry point: n_threads (at index
     ``at`` of its scalars; the others arrive checked) is the only one."""
@@ -153,8 +138,8 @@ def _step_fast(arrays, scalars):
 
 def _needs_of(scalars) -> list:
     index, groups = scalars[0], scalars[1]
-    needs = [_needs(g) for g in groups]
-    return [needs[j] for j in index]
+    counts = [needs(g) for g in groups]
+    return [counts[j] for j in index]
 
 
 # The step and the gradient-list functions as rows of the dispatch's table.
@@ -187,3 +172,83 @@ def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
     if out is None:
         out = accept(STEP, arrays, scalars, f, labels, precheck)
     return StepInfo(*out)
+
+
+# ---- the front ends' lists, run as one step -----------------------------------------
+
+def as_list(x):
+    return [x] if isinstance(x, np.ndarray) else list(x)
+
+
+def lists(f, params, grads, *states):
+    """Lists of equal length (a single array counts as a list of one)."""
+    if not isinstance(params, (np.ndarray, list, tuple)):
+        raise TypeError(f"{f}: params must be a numpy.ndarray or a list/tuple of "
+                        f"numpy.ndarray, got {type(params).__name__}")
+    out = [as_list(params)]
+    for name, a in (("grads", grads),) + states:
+        if a is None:
+            out.append([None] * len(out[0]))
+            continue
+        if not isinstance(a, (np.ndarray, list, tuple)):
+            raise TypeError(f"{f}: {name} must be a numpy.ndarray or a list/tuple of "
+                            f"numpy.ndarray, got {type(a).__name__}")
+        a = as_list(a)
+        if len(a) != len(out[0]):
+            raise ValueError(f"{f}: {name} has {len(a)} tensors but params has "
+                             f"{len(out[0])}; every list must have one entry per "
+                             f"parameter")
+        out.append(a)
+    return out
+
+
+def step_count(f, step):
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)):
+        raise TypeError(f"{f}: step must be an integer, got {type(step).__name__}")
+    if not 1 <= step < 2**63:
+        raise ValueError(f"{f}: step must be >= 1 (torch's count after this step's "
+                         f"increment), got {step}")
+    return int(step)
+
+
+def run_lists(f, params, grads, states, group, names, n_threads, **options):
+    opts = check_options(f, **options)
+    ls = lists(f, params, grads, *zip(names, states))
+    xs, gs, sts = ls[0], ls[1], ls[2:] + [[None] * len(ls[0])] * (5 - len(ls))
+    n = len(xs)
+
+    def labels():                      # only built if the fast path declines
+        out = {"x": [f"params[{i}]" for i in range(n)], "g": [f"grads[{i}]" for i in range(n)]}
+        for k, name in enumerate(names):
+            out[f"s{k + 1}"] = [f"{name}[{i}]" for i in range(n)]
+        return out
+    return run(f, xs, gs, sts[:3], (0,) * n, (group,), opts, n_threads, labels)
+
+
+STEP_OPTIONS = ("grad_scale", "max_grad_norm", "norm_type", "clip_convention",
+                 "clip_value", "skip_if_nonfinite")
+
+
+def run_form(f, a, states, group, names):
+    """run_lists for a torch-form function whose arguments are the dict a."""
+    return run_lists(f, a["params"], a["grads"], states, group, names, a["n_threads"],
+                  **{k: a[k] for k in STEP_OPTIONS})
+
+
+def step_options(grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,
+                 skip_if_nonfinite) -> dict:
+    """The step options of an ONNX rule's call as a dict, empty when none is
+    set (the plain update, returning None)."""
+    if (grad_scale is None and max_grad_norm is None and clip_value is None
+            and skip_if_nonfinite is False and clip_convention == "torch"
+            and (norm_type == 2 if isinstance(norm_type, (int, float)) else False)):
+        return {}
+    return {"grad_scale": grad_scale, "max_grad_norm": max_grad_norm,
+            "norm_type": norm_type, "clip_convention": clip_convention,
+            "clip_value": clip_value, "skip_if_nonfinite": skip_if_nonfinite}
+
+
+def onnx_fused(f, x, g, states, names, group, n_threads, options) -> StepInfo:
+    """An ONNX rule (fastopt.momentum/adagrad/adam) with the step options:
+    its scalars checked by the caller into ``group``."""
+    return run_lists(f, x, g, states, group, names, n_threads, **options)

@@ -1,8 +1,15 @@
-# Thread facts of the C core (included by _ext.pyx). The thread count chosen
-# by fastopt.set_num_threads() lives in fastopt/_threads.py (a ContextVar);
-# _accept.pxi's _n_threads reads it on every call.
+# Thread facts of the C core (included by _ext.pyx), and the per-context
+# default thread count: a ContextVar created here, so the core imports nothing
+# of fastopt. fastopt/_threads.py sets it (set_num_threads); _accept.pxi's
+# _n_threads reads it on every call with n_threads=None.
 
-from fastopt._threads import default_n_threads as _default_n_threads
+import contextvars
+
+# None means "whatever OpenMP would use now" (OMP_NUM_THREADS, threadpoolctl).
+# A ContextVar, so a setting in one Python thread (or asyncio task) does not
+# leak into others.
+default_n_threads = contextvars.ContextVar("fastopt_n_threads", default=None)
+_default_n_threads = default_n_threads
 
 
 def have_openmp():
@@ -41,3 +48,4 @@ def thread_stats():
             "backoffs": s.backoffs, "last_bytes": s.last_bytes,
             "last_threads": s.last_threads, "last_joined": s.last_joined,
             "pool_size": fo_pool_size(), "spin_ns": fo_pool_spin_ns()}
+

@@ -1,22 +1,17 @@
 """Thread control: the thread count of fastopt calls.
 
-``default_n_threads`` is the ContextVar behind :func:`set_num_threads`; the
-extension's fast paths read it on every call with ``n_threads=None``. This
-module imports the extension only inside the functions that need it, since
-the extension itself imports this module while it loads.
+``default_n_threads`` is the ContextVar behind :func:`set_num_threads`. It
+belongs to the extension (``fastopt._ext.default_n_threads``), whose fast
+paths read it on every call with ``n_threads=None``; this module sets it.
 """
 from __future__ import annotations
 
 import contextlib
-import contextvars
 
+from . import _ext
 from ._validation import check_n_threads
 
-# Thread count chosen by set_num_threads(); None means "whatever OpenMP would
-# use now" (OMP_NUM_THREADS, threadpoolctl). A ContextVar so that the context
-# manager in one Python thread (or asyncio task) does not leak into others.
-default_n_threads: contextvars.ContextVar = contextvars.ContextVar(
-    "fastopt_n_threads", default=None)
+default_n_threads = _ext.default_n_threads
 
 
 @contextlib.contextmanager
@@ -48,8 +43,6 @@ def set_num_threads(n_threads):
 
 def get_num_threads() -> int:
     """The number of threads a call with ``n_threads=None`` would use now."""
-    from . import _ext
-
     n = default_n_threads.get()
     if n is None:
         return _ext.max_threads()

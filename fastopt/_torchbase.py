@@ -17,10 +17,10 @@ from typing import ClassVar
 
 import torch
 
-from . import _step, _torchprep
+from . import _dtypes, _step, _torchprep
 from . import _validation as _v
 
-_DTYPES = (torch.float32, torch.float64)
+_DTYPES = _dtypes.torch_dtypes(torch)
 _UNSUPPORTED = ("foreach", "fused", "capturable", "differentiable")
 _NO_OPTIONS = _step.Options()
 

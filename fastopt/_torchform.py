@@ -24,10 +24,12 @@ from ._step import (
     NESTEROV,
     RULES,
     StepInfo,
+    as_list,
     check_norm_type,
     check_options,
     group_tuple,
-    run,
+    run_form,
+    step_count,
 )
 
 ArrayOrList = Union[np.ndarray, Sequence[np.ndarray]]
@@ -65,110 +67,6 @@ _OPTIONS_DOC = """
 """
 
 
-def _as_list(x):
-    return [x] if isinstance(x, np.ndarray) else list(x)
-
-
-def _lists(f, params, grads, *states):
-    """Lists of equal length (a single array counts as a list of one)."""
-    if not isinstance(params, (np.ndarray, list, tuple)):
-        raise TypeError(f"{f}: params must be a numpy.ndarray or a list/tuple of "
-                        f"numpy.ndarray, got {type(params).__name__}")
-    out = [_as_list(params)]
-    for name, a in (("grads", grads),) + states:
-        if a is None:
-            out.append([None] * len(out[0]))
-            continue
-        if not isinstance(a, (np.ndarray, list, tuple)):
-            raise TypeError(f"{f}: {name} must be a numpy.ndarray or a list/tuple of "
-                            f"numpy.ndarray, got {type(a).__name__}")
-        a = _as_list(a)
-        if len(a) != len(out[0]):
-            raise ValueError(f"{f}: {name} has {len(a)} tensors but params has "
-                             f"{len(out[0])}; every list must have one entry per "
-                             f"parameter")
-        out.append(a)
-    return out
-
-
-def _step_count(f, step):
-    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)):
-        raise TypeError(f"{f}: step must be an integer, got {type(step).__name__}")
-    if not 1 <= step < 2**63:
-        raise ValueError(f"{f}: step must be >= 1 (torch's count after this step's "
-                         f"increment), got {step}")
-    return int(step)
-
-
-def _fused(f, params, grads, states, group, names, n_threads, **options):
-    opts = check_options(f, **options)
-    lists = _lists(f, params, grads, *zip(names, states))
-    xs, gs, sts = lists[0], lists[1], lists[2:] + [[None] * len(lists[0])] * (5 - len(lists))
-    n = len(xs)
-
-    def labels():                      # only built if the fast path declines
-        out = {"x": [f"params[{i}]" for i in range(n)], "g": [f"grads[{i}]" for i in range(n)]}
-        for k, name in enumerate(names):
-            out[f"s{k + 1}"] = [f"{name}[{i}]" for i in range(n)]
-        return out
-    return run(f, xs, gs, sts[:3], (0,) * n, (group,), opts, n_threads, labels)
-
-
-_STEP_OPTIONS = ("grad_scale", "max_grad_norm", "norm_type", "clip_convention",
-                 "clip_value", "skip_if_nonfinite")
-
-
-def _fused_form(f, a, states, group, names):
-    """_fused for a torch-form function whose arguments are the dict a."""
-    return _fused(f, a["params"], a["grads"], states, group, names, a["n_threads"],
-                  **{k: a[k] for k in _STEP_OPTIONS})
-
-
-def step_options(grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,
-                 skip_if_nonfinite) -> dict:
-    """The step options of an ONNX rule's call as a dict, empty when none is
-    set (the plain update, returning None)."""
-    if (grad_scale is None and max_grad_norm is None and clip_value is None
-            and skip_if_nonfinite is False and clip_convention == "torch"
-            and (norm_type == 2 if isinstance(norm_type, (int, float)) else False)):
-        return {}
-    return {"grad_scale": grad_scale, "max_grad_norm": max_grad_norm,
-            "norm_type": norm_type, "clip_convention": clip_convention,
-            "clip_value": clip_value, "skip_if_nonfinite": skip_if_nonfinite}
-
-
-def onnx_fused(f, x, g, states, names, group, n_threads, options) -> StepInfo:
-    """An ONNX rule (fastopt.momentum/adagrad/adam) with the step options:
-    its scalars checked by the caller into ``group``."""
-    return _fused(f, x, g, states, group, names, n_threads, **options)
-
-
-def agc_fused(f, x, g, v, group, clipping, clip_eps, layout, n_threads,
-              options) -> StepInfo:
-    """Momentum with AGC and the step options: unscale / check / clip the
-    gradients into copies (the gradients passed in are not written), then
-    the fused AGC-momentum update on the copies."""
-    from ._ops import momentum
-    o = check_options(f, **options)
-    gl = _as_list(g)
-    copies = [np.array(a, dtype=a.dtype.newbyteorder("="), order="C") if
-              isinstance(a, np.ndarray) else a for a in gl]
-    args = (o.grad_scale, o.max_norm, o.clip_value, o.clip, o.norm_type, o.check_finite,
-            n_threads)
-    out = _ext.clip_grads(tuple(copies), *args)
-    if out is None:
-        out = accept(CLIP_GRADS, (tuple(copies),), args, f)
-    info = StepInfo(*out)
-    if info.applied:
-        flags = group[1]
-        momentum(x, copies[0] if isinstance(g, np.ndarray) else list(copies), v,
-                 lr=group[3], t=group[2], alpha=group[4], beta=group[5],
-                 norm_coefficient=group[7], mode="nesterov" if flags & NESTEROV
-                 else "standard", n_threads=n_threads, clipping=clipping,
-                 clip_eps=clip_eps, layout=layout)
-    return info
-
-
 # ---- norm and clipping ------------------------------------------------------------
 
 def global_norm(grads: ArrayOrList, *, grad_scale: float | None = None,
@@ -196,7 +94,7 @@ def global_norm(grads: ArrayOrList, *, grad_scale: float | None = None,
     f = "fastopt.global_norm"
     scale = check_options(f, grad_scale=grad_scale).grad_scale
     nt = check_norm_type(f, norm_type)
-    gs = tuple(_as_list(grads)) if isinstance(grads, (np.ndarray, list, tuple)) else grads
+    gs = tuple(as_list(grads)) if isinstance(grads, (np.ndarray, list, tuple)) else grads
     out = _ext.global_norm(gs, scale, nt, n_threads) if type(gs) is tuple else None
     if out is None:
         out = accept(GLOBAL_NORM, (gs,), (scale, nt, n_threads), f, {"g": "grads"})
@@ -240,7 +138,7 @@ def clip_grads(grads: ArrayOrList, *, max_norm: float | None = None, norm_type=2
                       norm_type=norm_type, clip_convention=convention,
                       clip_value=clip_value, max_name="max_norm")
     args = (o.grad_scale, o.max_norm, o.clip_value, o.clip, o.norm_type, False, n_threads)
-    gs = tuple(_as_list(grads)) if isinstance(grads, (np.ndarray, list, tuple)) else grads
+    gs = tuple(as_list(grads)) if isinstance(grads, (np.ndarray, list, tuple)) else grads
     out = _ext.clip_grads(gs, *args) if type(gs) is tuple else None
     if out is None:
         out = accept(CLIP_GRADS, (gs,), args, f, {"g": "grads"})
@@ -264,14 +162,14 @@ def _adam_form(f, rule, a):
     b1, b2 = _betas(f, a["betas"])
     eps = _v.check_real(f, "eps", a["eps"], low=0.0)
     wd = _v.check_real(f, "weight_decay", a["weight_decay"], low=0.0)
-    t = _step_count(f, a["step"])
+    t = step_count(f, a["step"])
     amsgrad = a["amsgrad"]
     if amsgrad and a["max_exp_avg_sqs"] is None:
         raise ValueError(f"{f}: amsgrad=True needs max_exp_avg_sqs")
     flags = (AMSGRAD if amsgrad else 0) | (MAXIMIZE if a["maximize"] else 0)
     group = group_tuple(rule, t=t, lr=lr, alpha=b1, beta=b2, eps=eps, decay=wd, flags=flags)
     states = (a["exp_avgs"], a["exp_avg_sqs"], a["max_exp_avg_sqs"] if amsgrad else None)
-    return _fused_form(f, a, states, group, ("exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"))
+    return run_form(f, a, states, group, ("exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"))
 
 
 def adamw(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
@@ -362,7 +260,7 @@ def sgd_torch(params: ArrayOrList, grads: ArrayOrList,
     mom = _v.check_real(f, "momentum", momentum, low=0.0)
     damp = _v.check_real(f, "dampening", dampening)
     wd = _v.check_real(f, "weight_decay", weight_decay, low=0.0)
-    t = _step_count(f, step)
+    t = step_count(f, step)
     if nesterov and (mom <= 0.0 or damp != 0.0):
         raise ValueError(f"{f}: nesterov needs momentum > 0 and dampening 0 (as torch)")
     if mom != 0.0 and momentum_buffers is None:
@@ -371,7 +269,7 @@ def sgd_torch(params: ArrayOrList, grads: ArrayOrList,
     group = group_tuple(RULES["sgd_torch"], t=t - 1, lr=lr, alpha=mom, beta=damp,
                         decay=wd, flags=flags)
     bufs = momentum_buffers if mom != 0.0 else None
-    return _fused_form(f, args, (bufs,), group, ("momentum_buffers",))
+    return run_form(f, args, (bufs,), group, ("momentum_buffers",))
 
 
 def adagrad_torch(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrList, *,
@@ -398,10 +296,10 @@ def adagrad_torch(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrLi
     lr_decay = _v.check_real(f, "lr_decay", lr_decay, low=0.0)
     wd = _v.check_real(f, "weight_decay", weight_decay, low=0.0)
     eps = _v.check_real(f, "eps", eps, low=0.0)
-    t = _step_count(f, step)
+    t = step_count(f, step)
     group = group_tuple(RULES["adagrad_torch"], t=t, lr=lr, eps=eps, decay=wd,
                         lr_decay=lr_decay, flags=MAXIMIZE if maximize else 0)
-    return _fused_form(f, args, (state_sums,), group, ("state_sums",))
+    return run_form(f, args, (state_sums,), group, ("state_sums",))
 
 
 for _fn in (adamw, adam_torch, sgd_torch, adagrad_torch):

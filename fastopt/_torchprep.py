@@ -54,10 +54,11 @@ import collections
 import torch
 
 from . import _ext, _step
-from . import _torchbase as _tb  # (imports this module: read at call time)
+from ._dtypes import torch_dtypes
 
 _STRIDED = torch.strided
 _TENSOR = torch.Tensor
+_DTYPES = torch_dtypes(torch)
 _PARAM_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
@@ -127,7 +128,7 @@ def _count_record(opt, st):
     c = st.get("step")
     if type(c) is int:
         return None
-    if (type(c) is _TENSOR and c.dim() == 0 and c.dtype in _tb._DTYPES and c.is_cpu
+    if (type(c) is _TENSOR and c.dim() == 0 and c.dtype in _DTYPES and c.is_cpu
             and c.layout is _STRIDED and not c.is_neg() and not c.requires_grad):
         return (c, c.data_ptr(), c.dtype, c.numpy())
     return False

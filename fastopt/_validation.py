@@ -31,12 +31,14 @@ import sys
 
 import numpy as np
 
+from . import _dtypes
+
 try:  # NumPy >= 2.0
     from numpy.lib.array_utils import byte_bounds as _byte_bounds
 except ImportError:  # pragma: no cover - NumPy 1.x
     _byte_bounds = np.byte_bounds  # noqa: NPY201 (the NumPy 1.x name)
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_FLOATS = _dtypes.NUMPY
 MAX_THREADS = 1024   # as MAX_THREADS in _accept.pxi
 _LAYOUTS = ("oi", "io")
 _T_MAX = 2**63

@@ -29,7 +29,7 @@ import functools
 
 import numpy as np
 
-from . import _ops
+from . import _dtypes, _ops
 from . import _validation as _v
 
 __all__ = ["momentum", "adagrad", "adam", "reference_ops"]
@@ -69,7 +69,7 @@ def _fresh(fname: str, groups: list) -> list:
             if not isinstance(a, np.ndarray):
                 raise TypeError(f"{fname}: {role}[{i}] must be a numpy.ndarray, "
                                 f"got {type(a).__name__}")
-    floats = (np.dtype(np.float32), np.dtype(np.float64))
+    floats = _dtypes.NUMPY
     total = {dt: 0 for dt in floats}
     places = []  # per group, per array: (dtype, start) or None
     for _, arrays in groups:

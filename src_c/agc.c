@@ -129,7 +129,7 @@ typedef struct {
 
 static inline int64_t agc_elsize(const fo_agc_tensor *t)
 {
-    return t->dtype == FO_F64 ? 8 : 4;
+    return fo_dtype_size(t->dtype);
 }
 
 static void agc_run_item(const agc_plan *p, const agc_item *it)
@@ -349,7 +349,7 @@ static int agc_check(const fo_agc_tensor *ts, int64_t nt, double eps,
     for (int64_t k = 0; k < nt; k++) {
         const fo_agc_tensor *t = &ts[k];
         if (t->n_units < 0 || t->unit_len < 0
-                || (t->dtype != FO_F32 && t->dtype != FO_F64)
+                || fo_dtype_size(t->dtype) == 0
                 || (t->kind != FO_AGC_ROWS && t->kind != FO_AGC_COLS)
                 || !(t->clipping >= 0.0) || !isfinite(t->clipping))
             return FO_EINVAL;

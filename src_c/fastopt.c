@@ -125,7 +125,7 @@ typedef void (*fo_piece_fn)(const fo_tensor *t, int64_t lo, int64_t hi,
 
 static inline int64_t elsize(const fo_tensor *t)
 {
-    return t->dtype == FO_F64 ? 8 : 4;
+    return fo_dtype_size(t->dtype);
 }
 
 /*
@@ -192,7 +192,7 @@ static int run(const fo_tensor *ts, int64_t nt, fo_piece_fn fn,
 {
     int64_t total = 0;
     for (int64_t k = 0; k < nt; k++) {
-        if (ts[k].n < 0 || (ts[k].dtype != FO_F32 && ts[k].dtype != FO_F64))
+        if (ts[k].n < 0 || fo_dtype_size(ts[k].dtype) == 0)
             return FO_EINVAL;
         total += ts[k].n * elsize(&ts[k]);
     }

@@ -27,9 +27,9 @@ extern "C" {
 #define FO_EINVAL (-2)
 #define FO_ESTALE (-3)   /* fo_step: a guard (fo_step_guard) no longer holds */
 
-/* Element types of a tensor. */
-#define FO_F32 0
-#define FO_F64 1
+/* Element types of a tensor (FO_F32, FO_F64) and the update rules
+ * (FO_RULE_*): generated from the tables. */
+#include "tables.h"
 
 /* Momentum modes. */
 #define FO_STANDARD 0
@@ -301,14 +301,17 @@ extern "C" {
 #define FO_STEP_BLOCK 4096
 #define FO_STEP_LANES 32   /* 16 or 32 */
 
-/* Update rules. */
-#define FO_RULE_MOMENTUM 0       /* ONNX Momentum      s1 = V */
-#define FO_RULE_ADAGRAD 1        /* ONNX Adagrad       s1 = H */
-#define FO_RULE_ADAM 2           /* ONNX Adam          s1 = V, s2 = H */
-#define FO_RULE_SGD_TORCH 3      /* torch SGD          s1 = momentum buffer */
-#define FO_RULE_ADAGRAD_TORCH 4  /* torch Adagrad      s1 = sum */
-#define FO_RULE_ADAM_TORCH 5     /* torch Adam         s1 = exp_avg, s2 = exp_avg_sq, */
-#define FO_RULE_ADAMW_TORCH 6    /* torch AdamW           s3 = max_exp_avg_sq (amsgrad) */
+/* Update rules: FO_RULE_* in tables.h. A rule's name and facts from its id
+ * (name NULL and the rest 0 for an id outside the table). */
+typedef struct fo_rule_facts {
+    const char *name;   /* the row's NAME, e.g. "ADAM_TORCH" */
+    int32_t states;     /* the most state arrays it uses */
+    int32_t t0;         /* the smallest count t of its groups */
+} fo_rule_facts;
+fo_rule_facts fo_rule_info(int32_t rule);
+/* An element type's name ("F32"; NULL outside the table); its size is
+ * fo_dtype_size (tables.h). */
+const char *fo_dtype_name(int32_t dtype);
 
 /* Group flags. */
 #define FO_STEP_NESTEROV 1       /* Momentum, SGD */

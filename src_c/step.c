@@ -93,12 +93,8 @@ static void step_round(step_gcoef *c, int n)
 /* Check one group and derive its coefficients. */
 static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
 {
-    if (g->rule < FO_RULE_MOMENTUM || g->rule > FO_RULE_ADAMW_TORCH
-            || (g->flags & ~7) != 0)
-        return FO_EINVAL;
-    int torch1 = g->rule == FO_RULE_ADAGRAD_TORCH || g->rule == FO_RULE_ADAM_TORCH
-                 || g->rule == FO_RULE_ADAMW_TORCH;
-    if (g->t < (torch1 ? 1 : 0))
+    fo_rule_facts facts = fo_rule_info(g->rule);
+    if (facts.name == NULL || (g->flags & ~7) != 0 || g->t < facts.t0)
         return FO_EINVAL;
     c->rule = g->rule;
     c->tf = g->flags & FO_STEP_MAXIMIZE ? STEP_TF_NEG : 0;
@@ -357,7 +353,7 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
     int64_t nb = 0, bytes = 0;
     for (int64_t k = 0; k < nt; k++) {     /* check each tensor, build the views */
         const fo_step_tensor *t = &ts[k];
-        if ((t->dtype != FO_F32 && t->dtype != FO_F64) || t->n < 0
+        if (fo_dtype_size(t->dtype) == 0 || t->n < 0
                 || t->group < 0 || t->group >= ng || !step_has_states(t, &gs[t->group]))
             goto out;
         step_grad_add(&gr[k], t->g, t->n, t->dtype, &nb, &bytes);

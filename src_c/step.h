@@ -51,7 +51,7 @@ static inline void step_grad_add(step_grad *gr, const void *g, int64_t n,
     gr->pad_ = 0;
     gr->b0 = *nb;
     *nb += step_nblocks(n);
-    *bytes += n * (dtype == FO_F64 ? 8 : 4);
+    *bytes += n * fo_dtype_size(dtype);
 }
 
 /* The elementwise driver's view of a tensor. */

@@ -207,7 +207,7 @@ int step_grad_list(const void *const *gs, const int64_t *ns,
     *nb = 0;
     *bytes = 0;
     for (int64_t k = 0; k < nt; k++) {
-        if ((dtypes[k] != FO_F32 && dtypes[k] != FO_F64) || ns[k] < 0
+        if (fo_dtype_size(dtypes[k]) == 0 || ns[k] < 0
                 || (ns[k] > 0 && gs[k] == NULL))
             return FO_EINVAL;
         step_grad_add(&gr[k], gs[k], ns[k], dtypes[k], nb, bytes);

@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from fastopt import _dtypes
 from fastopt.optim import CheckpointError
 
 _KINDS = {"TypeError": TypeError, "ValueError": ValueError,
@@ -79,4 +80,4 @@ def default_n_threads(comm):
 
 def mpi_type(dtype):
     MPI = mpi()
-    return {4: MPI.FLOAT, 8: MPI.DOUBLE}[np.dtype(dtype).itemsize]
+    return _dtypes.mpi_type(MPI, dtype)

@@ -47,7 +47,7 @@ def flat(opt, per, groups):
     step, and its prepared form (``_ext.StepPlan``, None if the parameters
     or states need the slow path)."""
     present = tuple(tuple(g is not None for g in gg) for gg in per)
-    needs = tuple(_step._needs(g) for g in groups)
+    needs = tuple(_step.needs(g) for g in groups)
     key = (present, needs)
     cached = opt._flat
     if cached is None or cached[0] != key:
@@ -129,7 +129,7 @@ def run(opt, f, grads, per, groups, o, given_norm=float("nan")):
     then go to the prepared step as they are (no per-tensor Python work),
     and are split only if it declines."""
     groups = tuple(groups)
-    needs = tuple(map(_step._needs, groups))
+    needs = tuple(map(_step.needs, groups))
     plan = opt._plan_all
     if plan is None or plan[0] != needs:        # prepared for "every gradient given"
         every = [[True] * len(g["params"]) for g in opt.param_groups]

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _dtypes
 from ._checks import native, order
 
 _ALIGN = 64  # bytes: state views in the optional arena start on cache lines
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_FLOATS = _dtypes.NUMPY
 
 
 def _raw_groups(f, params):

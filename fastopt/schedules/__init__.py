@@ -54,8 +54,8 @@ schedule (``transition_steps <= 0``, ``decay_rate == 0``, negative
 
 Command line
 ------------
-:func:`main` implements ``python -m fastopt schedule NAME --param k=v ...
---steps N [--plot out.png]`` (the code is in ``fastopt/_cli/schedule.py``).
+``fastopt schedule NAME --param k=v ... --steps N [--plot out.png]`` prints
+(and plots) a schedule's first values; the code is in ``fastopt/_cli/``.
 
 Layout: ``base.py`` (the :class:`Schedule` protocol), ``_checks.py`` (the
 parameter checkers), ``angel.py`` (Angel's four decays and its
@@ -124,18 +124,5 @@ __all__ = [
     "warmup_cosine_decay",
     "sgdr",
     "join_schedules",
-    "main",
 ]
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Print (and optionally plot) the first values of a schedule.
-
-    ``python -m fastopt schedule NAME [--param k=v ...] [--steps N] [--plot
-    out.png]``; see :func:`fastopt._cli.schedule.main`. ``argv`` is what
-    follows the word ``schedule`` (default ``sys.argv[2:]``). Returns 0 on
-    success, 2 for a usage error, 1 if ``--plot`` needs a missing matplotlib.
-    """
-    from .._cli.schedule import main as schedule_main
-
-    return schedule_main(argv)

@@ -1,0 +1,37 @@
+"""The rule and element-type tables agree across languages: the rows the
+compiled core reports (src_c/tables.h, read through the extension) are the
+rows of fastopt/_rules.py and fastopt/_dtypes.py, in the same order."""
+import numpy as np
+
+from fastopt import _dtypes, _ext, _rules
+
+
+def test_rules_agree_with_the_c_table():
+    c = _ext.tables()["rules"]
+    py = [(r.name.upper(), len(r.states), r.t0) for r in _rules.RULES]
+    assert py == c
+
+
+def test_rule_ids_are_row_indices():
+    assert [_rules.ID[r.name] for r in _rules.RULES] == list(range(len(_rules.RULES)))
+
+
+def test_dtypes_agree_with_the_c_table():
+    c = _ext.tables()["dtypes"]
+    py = [(d.name, d.numpy.itemsize) for d in _dtypes.DTYPES]
+    assert py == c
+    assert all(d.numpy == d.numpy.newbyteorder("=") for d in _dtypes.DTYPES)
+    assert _dtypes.CODE == {np.dtype(np.float32): 0, np.dtype(np.float64): 1}
+
+
+def test_the_c_core_refuses_a_rule_outside_its_table():
+    # a group whose rule id is one past the table's last row: declined by
+    # the fast path (None), so nothing runs and nothing is written
+    x = np.ones(4, np.float32)
+    g = np.ones(4, np.float32)
+    s = np.zeros(4, np.float32)
+    group = (len(_rules.RULES), 0, 1, 0.1, 0.9, 0.999, 1e-8, 0.0, 0.0, 0.0)
+    out = _ext.step((x,), (g,), (s,), (s,), (s,), (0,), (group,), 1.0, 0.0, 0.0, 0, 0,
+                    False, 1)
+    assert out is None
+    assert (x == 1).all() and (s == 0).all()
