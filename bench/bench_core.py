@@ -10,7 +10,7 @@
 
 Implementations: fastopt; the NumPy formula in place (what a NumPy user
 writes, tensor by tensor); torch.optim with fused=True and foreach=True
-(when torch is installed); the C ceiling probe (bench/ceiling.c: the same
+(when torch is installed); the C ceiling probe (src_c/ceiling.c: the same
 bytes moved over one buffer of the same total size, no per-tensor work).
 """
 import ctypes

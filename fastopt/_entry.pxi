@@ -14,7 +14,7 @@
 #
 # Why: a Python function with 17-20 keyword-only parameters costs ~1,200
 # instructions a call just to fill their defaults (one dict lookup each);
-# this costs ~150 (bench/overhead.py, bench/RESULTS.md).
+# this costs a fraction of that (bench/overhead.py; figures in bench/RESULTS.md).
 
 import functools
 from inspect import CO_VARARGS, CO_VARKEYWORDS

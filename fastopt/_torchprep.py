@@ -2,8 +2,8 @@
 once, re-checked per step only where torch lets it change.
 
 A full step checks every hyperparameter, parameter, gradient, state and
-step count through torch calls (7-13 us a parameter, bench/RESULTS.md) and
-builds NumPy views. After one, :func:`build` keeps its work list as a
+step count through torch calls (several microseconds a parameter; figures in
+bench/RESULTS.md) and builds NumPy views. After one, :func:`build` keeps its work list as a
 ``_ext.StepPlan`` (the parameters' and states' views, checked once in C:
 dtypes, layouts, no written array overlapping another) beside, per
 parameter, the objects and facts the plan relied on. Per step,

@@ -67,25 +67,19 @@ const char *fo_isa_active(void)
 /* ---- tuning ------------------------------------------------------------- */
 
 /*
- * Below FO_SERIAL_BYTES of parameters in one call the update runs on the
- * calling thread alone: handing work to another thread costs a few
- * microseconds (more if it sleeps), which a smaller call does not win back.
- * Above it, the concatenated tensors are split into chunks of at most
+ * Below fo_serial_bytes() of parameters in one call (pool.c) the update
+ * runs on the calling thread alone. Above it, the concatenated tensors are split into chunks of at most
  * FO_CHUNK_BYTES (at least FO_CHUNKS_PER_THREAD per thread), claimed one at
  * a time by the caller and the pool's threads (pool.c), so a thread slowed
  * or descheduled by a noisy neighbour leaves its share to the others. Both
  * were chosen by measurement: see docs/threads.md and bench/RESULTS.md.
  */
-#ifndef FO_SERIAL_BYTES
-#define FO_SERIAL_BYTES ((int64_t)256 * 1024)
-#endif
 #ifndef FO_CHUNK_BYTES
 #define FO_CHUNK_BYTES ((int64_t)256 * 1024)
 #endif
 #define FO_CHUNKS_PER_THREAD 4
 #define FO_ALIGN 64
 
-int64_t fo_serial_bytes(void) { return FO_SERIAL_BYTES; }
 int64_t fo_chunk_bytes(void) { return FO_CHUNK_BYTES; }
 
 int fo_have_openmp(void)

@@ -45,6 +45,18 @@
 #include "fastopt.h"
 #include "pool.h"
 
+/*
+ * Below FO_SERIAL_BYTES of parameters in one call the work runs on the
+ * calling thread alone: handing work to another thread costs a few
+ * microseconds (more if it sleeps), which a smaller call does not win back.
+ * Chosen by measurement: see docs/threads.md and bench/RESULTS.md.
+ */
+#ifndef FO_SERIAL_BYTES
+#define FO_SERIAL_BYTES ((int64_t)256 * 1024)
+#endif
+
+int64_t fo_serial_bytes(void) { return FO_SERIAL_BYTES; }
+
 #ifdef _OPENMP
 #define FO_THREADED 1
 #include <pthread.h>
