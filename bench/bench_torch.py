@@ -62,9 +62,9 @@ def calls(shapes, rule):
     """{name: one step} for the four implementations (see the module)."""
     import torch
 
-    import fastopt._torchprep as tp
     import fastopt.optim as fo
     import fastopt.torch as ft
+    import fastopt.torch._prep as tp
     out = {}
     a, b, c, d = (_params(torch, shapes, s) for s in range(4))
     if rule == "sgd":

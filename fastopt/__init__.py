@@ -20,7 +20,6 @@ Thread control: :func:`set_num_threads`, :func:`get_num_threads`;
 build facts: :func:`show_config`. The submodules ``optim``, ``schedules``,
 ``onnx`` and ``torch`` load on first use.
 """
-__version__ = "0.1.0"
 
 
 def _no_extension(exc):
@@ -53,7 +52,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the install
     raise _no_extension(_exc) from _exc
 
-from ._buildinfo import config, show_config  # noqa: E402
+from ._buildinfo import __version__, config, show_config  # noqa: E402
 from ._ops import adagrad, adam, agc, momentum, unitwise_norm  # noqa: E402
 from ._step import StepInfo  # noqa: E402
 from ._threads import get_num_threads, set_num_threads  # noqa: E402

@@ -5,6 +5,8 @@ import sys
 
 from . import _ext
 
+__version__ = "0.1.0"   # as [project] version in pyproject.toml
+
 
 def config() -> dict:
     """The build facts shown by :func:`show_config`, as a dict."""
@@ -30,8 +32,6 @@ def config() -> dict:
 def show_config(file=None) -> None:
     """Print how the C core was built: OpenMP, compiler, flags, threads."""
     import numpy as np
-
-    from . import __version__
 
     c = config()
     lines = [

@@ -364,3 +364,17 @@ def loads_json(text: str, *, max_chars: int = 1 << 20):
         raise
     except ValueError as exc:  # json.JSONDecodeError
         raise NpzError(f"the header is not valid JSON: {exc}") from None
+
+
+def fsync_directory(directory) -> None:
+    """Make a rename in directory durable."""
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. platforms without directory fds
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(dfd)

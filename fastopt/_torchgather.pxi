@@ -1,4 +1,4 @@
-# fastopt.torch's prepared step, per step (fastopt/_torchprep.py), included
+# fastopt.torch's prepared step, per step (fastopt/torch/_prep.py), included
 # by _ext.pyx after _plan.pxi. No torch import: the tensors are Python
 # objects whose attributes are read here, and torch.strided arrives as an
 # argument. Compiled for the same reason as remembered_step: the loop runs
@@ -12,7 +12,7 @@ cdef double _MAX_COUNT = 9007199254740992.0     # 2**53
 
 
 cdef inline bint _count_ok(double v) noexcept:
-    """_torchbase._whole, compiled: a whole number in [0, 2**53)."""
+    """fastopt.torch._base._whole, compiled: a whole number in [0, 2**53)."""
     return 0.0 <= v < _MAX_COUNT and v == floor(v)
 
 
@@ -43,7 +43,7 @@ def torch_state_same(object state, tuple snap):
 
 def torch_gather(tuple groups, bint counted, Py_ssize_t add, Py_ssize_t nk,
                  object strided, object tensor):
-    """Every parameter's per-step checks (fastopt/_torchprep.py, the module
+    """Every parameter's per-step checks (fastopt/torch/_prep.py, the module
     docstring): (gradient addresses, each C group's t, the gradients'
     storages, held through the C call, the counts to advance), or 0 to
     decline this step (a gradient, a count's value) or 1 when what the plan

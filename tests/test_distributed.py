@@ -218,7 +218,7 @@ def test_nonfinite_norm_clips_as_single_process(bad):
 
 def test_grads_per_group_or_flat_and_their_errors():
     """step() takes one flat list or one list per group, as fastopt.optim
-    (the same rule and messages: optim._grads.split_counts), and a list that
+    (the same rule and messages: fastopt._groups.split_counts), and a list that
     fits neither form raises with nothing written."""
     from mpi4py import MPI
 

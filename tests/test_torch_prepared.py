@@ -1,4 +1,4 @@
-"""fastopt.torch's prepared step (fastopt/_torchprep.py).
+"""fastopt.torch's prepared step (fastopt/torch/_prep.py).
 
 After a full step, the next steps re-check only what torch lets change
 between steps. Each test runs two optimizers side by side on equal copies:
@@ -14,8 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch_helpers import same, snapshot  # noqa: E402
 
-import fastopt._torchprep as tp  # noqa: E402  (after the importorskip)
 import fastopt.torch as ft  # noqa: E402
+import fastopt.torch._prep as tp  # noqa: E402  (after the importorskip)
 
 KW = {"SGD": dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01),
       "SGD0": dict(lr=0.05),                      # no momentum: no state

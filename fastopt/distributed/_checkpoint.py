@@ -36,8 +36,8 @@ import zlib
 
 import numpy as np
 
+from fastopt._npz import fsync_directory
 from fastopt.optim import CheckpointError
-from fastopt.optim.checkpoint import _fsync_directory
 
 from ._comm import mpi_type, raise_agreed
 
@@ -165,7 +165,7 @@ def _publish(opt, path, tmp, name, infos):
         json.dump(meta, fh)
         fh.flush()
         os.fsync(fh.fileno())
-    _fsync_directory(tmp)
+    fsync_directory(tmp)
     os.rename(tmp, os.path.join(path, name))
     latest_tmp = os.path.join(path, f".LATEST.{secrets.token_hex(4)}.tmp")
     with open(latest_tmp, "w") as fh:
@@ -173,7 +173,7 @@ def _publish(opt, path, tmp, name, infos):
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(latest_tmp, os.path.join(path, "LATEST"))
-    _fsync_directory(path)
+    fsync_directory(path)
     for entry in os.listdir(path):   # older versions and debris of crashed saves
         if entry != name and (entry.startswith("ckpt-") or
                               (entry.startswith(".ckpt-") and entry.endswith(".tmp"))):

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ..optim._groups import _group_params
+from .._groups import group_params
 
 
 def _positive(f, label, value, *, allow_none=True):
@@ -29,7 +29,7 @@ def _parse_groups(f, params):
     raw = [dict(p) for p in params] if as_groups else [{"params": list(params)}]
     n, seen = 0, set()
     for gi, g in enumerate(raw):
-        g["params"] = _group_params(f, g, f"param_groups[{gi}]", n)
+        g["params"] = group_params(f, g, f"param_groups[{gi}]", n)
         for p in g["params"]:
             if id(p) in seen:
                 raise ValueError(f"{f}: params[{n}] appears twice; a parameter may appear "

@@ -9,14 +9,17 @@ import time
 import numpy as np
 
 from .. import _ext
-from ..optim._checks import native as _native
-from ..optim._grads import split_counts as _split_counts
+from .._groups import split_counts as _split_counts
 from . import _checkpoint
 from ._checks import _first_difference, _parse_groups, _positive
 from ._comm import default_n_threads, mpi, mpi_type, raise_agreed
 from ._layout import Layout, agc_cut_rule
 
 _F = "fastopt.distributed.ShardedOptimizer"
+
+
+def _native(dtype):
+    return dtype.newbyteorder("=")
 _FO_NORM_INF, _FO_NORM_SUMSQ = 1, 2    # src_c/fastopt.h's FO_NORM_INF, FO_NORM_SUMSQ
 DEFAULT_BUCKET_BYTES = 8 << 20
 _MISSING = object()

@@ -25,7 +25,6 @@ def positive(fname, label, value) -> float:
 
 
 def as_bool(fname, label, value) -> bool:
-    # merge-note: a check_bool in fastopt._validation would serve torch.py too
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{fname}: {label} must be True or False, got {type(value).__name__}")
     return bool(value)

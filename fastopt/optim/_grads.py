@@ -8,36 +8,12 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validation as _v
+from .._groups import split_counts
 
 
 def split(opt, f, grads):
     """grads -> one list per group (entries are arrays or None)."""
     return split_counts(f, grads, [len(g["params"]) for g in opt.param_groups])
-
-
-def split_counts(f, grads, sizes):
-    """grads -> one list per group of sizes[i] entries; grads is either one
-    flat list (one entry per parameter) or one list per group. Raises in
-    ``f``'s name when neither form fits."""
-    if not isinstance(grads, (list, tuple)):
-        raise TypeError(f"{f}: grads must be a list with one gradient per parameter "
-                        f"(or one list per group), got {type(grads).__name__}")
-    if (len(grads) == len(sizes) and len(grads) > 0
-            and all(isinstance(g, (list, tuple)) for g in grads)):
-        for gi, (gg, n) in enumerate(zip(grads, sizes)):
-            if len(gg) != n:
-                raise ValueError(f"{f}: grads[{gi}] has {len(gg)} gradients but "
-                                 f"param_groups[{gi}] has {n} parameters")
-        return [list(gg) for gg in grads]
-    total = sum(sizes)
-    if len(grads) != total:
-        raise ValueError(f"{f}: grads has {len(grads)} entries but the optimizer has "
-                         f"{total} parameters; give one gradient (or None) per parameter")
-    out, k = [], 0
-    for n in sizes:
-        out.append(list(grads[k:k + n]))
-        k += n
-    return out
 
 
 def check_grads(opt, f, per):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _dtypes
+from .._groups import group_params
 from ._checks import native, order
 
 _ALIGN = 64  # bytes: state views in the optional arena start on cache lines
@@ -26,30 +27,6 @@ def _raw_groups(f, params):
     return [{"params": list(params)}], ["params"]
 
 
-def _group_params(f, group, where, n):
-    """The checked parameter list of one group; n parameters come before it."""
-    if "params" not in group:
-        raise ValueError(f"{f}: {where} has no 'params' entry")
-    ps = group["params"]
-    if isinstance(ps, np.ndarray):
-        ps = [ps]
-    if not isinstance(ps, (list, tuple)):
-        raise TypeError(f"{f}: {where}['params'] must be a list of arrays, got "
-                        f"{type(ps).__name__}")
-    ps = list(ps)
-    for i, p in enumerate(ps):
-        label = f"params[{n + i}]"
-        if not isinstance(p, np.ndarray):
-            raise TypeError(f"{f}: {label} must be a numpy.ndarray, got "
-                            f"{type(p).__name__}")
-        if native(p.dtype) not in _FLOATS:
-            raise TypeError(f"{f}: {label} has dtype {p.dtype}; fastopt updates "
-                            f"float32 or float64 arrays")
-        if not p.flags.writeable:
-            raise ValueError(f"{f}: {label} is read-only; it is updated in place")
-    return ps
-
-
 def make_groups(opt, f, params):
     """The optimizer's checked parameter groups, every key filled in."""
     raw, labels = _raw_groups(f, params)
@@ -57,7 +34,7 @@ def make_groups(opt, f, params):
     groups = []
     n = 0
     for group, where in zip(raw, labels):
-        ps = _group_params(f, group, where, n)
+        ps = group_params(f, group, where, n)
         n += len(ps)
         unknown = set(group) - set(opt._HYPER) - {"params", "schedule"}
         if unknown:

@@ -185,20 +185,6 @@ def restore(opt, f, sd) -> None:
 
 # --------------------------------------------------------------------- files
 
-def _fsync_directory(directory) -> None:
-    """Make a rename in directory durable."""
-    try:
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. platforms without directory fds
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(dfd)
-
-
 def _remove_stale(directory, base) -> None:
     """Remove ``.<base>.<12 hex digits>.tmp`` files in ``directory``: what
     saves of the same path left when they were killed. A file a live save
@@ -264,7 +250,7 @@ def save(opt, path) -> None:
         raise
     finally:
         os.close(fd)
-    _fsync_directory(directory)
+    _npz.fsync_directory(directory)
 
 
 def load(opt, f, path) -> None:

@@ -1,4 +1,4 @@
-"""fastopt.torch's prepared step: what a full step (``_torchbase``) checked
+"""fastopt.torch's prepared step: what a full step (``fastopt.torch._base``) checked
 once, re-checked per step only where torch lets it change.
 
 A full step checks every hyperparameter, parameter, gradient, state and
@@ -53,8 +53,8 @@ import collections
 
 import torch
 
-from . import _ext, _step
-from ._dtypes import torch_dtypes
+from .. import _ext, _step
+from .._dtypes import torch_dtypes
 
 _STRIDED = torch.strided
 _TENSOR = torch.Tensor

@@ -8,7 +8,7 @@ parameter's first update needs are made, but kept aside. Only then the one
 C call runs, and only if it applied are the new states stored and the step
 counts advanced. A gradient that shares memory with a tensor the step
 writes is copied first, so every gradient is read as it was when step()
-was called. The public classes are in fastopt/torch.py.
+was called. The public classes are in fastopt/torch/__init__.py.
 """
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from typing import ClassVar
 
 import torch
 
-from . import _dtypes, _step, _torchprep
-from . import _validation as _v
+from .. import _dtypes, _step
+from .. import _validation as _v
+from . import _prep
 
 _DTYPES = _dtypes.torch_dtypes(torch)
 _UNSUPPORTED = ("foreach", "fused", "capturable", "differentiable")
@@ -140,7 +141,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
     parameter's first update (a new buffer), 1 after.
 
     After a full step, the next ones go through a prepared plan
-    (fastopt/_torchprep.py) while nothing but what a step may change did.
+    (fastopt/_prep.py) while nothing but what a step may change did.
     """
 
     _SPEC: ClassVar[dict] = {}
@@ -154,7 +155,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         # id(tensor) -> (tensor, data_ptr, shape, strides, NumPy view), of the
         # last step (_views) and, while a step plans, of the one before (_old)
         self._views = self._old = {}
-        self._prep = None       # the prepared step (_torchprep.Prepared)
+        self._prep = None       # the prepared step (_prep.Prepared)
         self._checked(name, defaults, None)
         super().__init__(params, defaults)
 
@@ -347,7 +348,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         self.last_step = info = _step.run(f, *args, opts, self.n_threads, labels)
         if not info.applied:
             if self._prep is None and not fresh:
-                self._prep = _torchprep.build(self, args, names_of, counted)
+                self._prep = _prep.build(self, args, names_of, counted)
             return loss
         for p, new in fresh:
             self.state[p].update(new)
@@ -363,7 +364,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 else:
                     st["step"] += 1
         if self._prep is None:
-            self._prep = _torchprep.build(self, args, names_of, counted)
+            self._prep = _prep.build(self, args, names_of, counted)
         return loss
 
 

@@ -55,7 +55,7 @@ from typing import ClassVar
 
 if __name__ == "torch":  # pragma: no cover - run with fastopt/ itself on sys.path
     raise ImportError(
-        "fastopt/torch.py was imported as the top-level module 'torch', because the "
+        "fastopt/torch/ was imported as the top-level package 'torch', because the "
         "fastopt package directory is on sys.path (e.g. a script run from inside "
         "it). Run from elsewhere, or with `python -m`.")
 
@@ -65,8 +65,8 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("fastopt.torch needs PyTorch (CPU build is enough), which is not "
                       "installed") from exc
 
-from . import _step
-from ._torchbase import _FastoptOptimizer, _scalar, _step_tensor, _zeros
+from .. import _step
+from ._base import _FastoptOptimizer, _scalar, _step_tensor, _zeros
 
 __all__ = [
     "SGD",

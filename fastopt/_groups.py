@@ -1,0 +1,57 @@
+"""Parameter groups and gradient lists as every optimizer front end takes
+them (``fastopt.optim`` and ``fastopt.distributed``): one checker each, the
+same messages in both."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _dtypes
+
+
+def group_params(f, group, where, n):
+    """The checked parameter list of one group; n parameters come before it."""
+    if "params" not in group:
+        raise ValueError(f"{f}: {where} has no 'params' entry")
+    ps = group["params"]
+    if isinstance(ps, np.ndarray):
+        ps = [ps]
+    if not isinstance(ps, (list, tuple)):
+        raise TypeError(f"{f}: {where}['params'] must be a list of arrays, got "
+                        f"{type(ps).__name__}")
+    ps = list(ps)
+    for i, p in enumerate(ps):
+        label = f"params[{n + i}]"
+        if not isinstance(p, np.ndarray):
+            raise TypeError(f"{f}: {label} must be a numpy.ndarray, got "
+                            f"{type(p).__name__}")
+        if p.dtype.newbyteorder("=") not in _dtypes.NUMPY:
+            raise TypeError(f"{f}: {label} has dtype {p.dtype}; fastopt updates "
+                            f"{_dtypes.NAMES} arrays")
+        if not p.flags.writeable:
+            raise ValueError(f"{f}: {label} is read-only; it is updated in place")
+    return ps
+
+
+def split_counts(f, grads, sizes):
+    """grads -> one list per group of sizes[i] entries; grads is either one
+    flat list (one entry per parameter) or one list per group. Raises in
+    ``f``'s name when neither form fits."""
+    if not isinstance(grads, (list, tuple)):
+        raise TypeError(f"{f}: grads must be a list with one gradient per parameter "
+                        f"(or one list per group), got {type(grads).__name__}")
+    if (len(grads) == len(sizes) and len(grads) > 0
+            and all(isinstance(g, (list, tuple)) for g in grads)):
+        for gi, (gg, n) in enumerate(zip(grads, sizes)):
+            if len(gg) != n:
+                raise ValueError(f"{f}: grads[{gi}] has {len(gg)} gradients but "
+                                 f"param_groups[{gi}] has {n} parameters")
+        return [list(gg) for gg in grads]
+    total = sum(sizes)
+    if len(grads) != total:
+        raise ValueError(f"{f}: grads has {len(grads)} entries but the optimizer has "
+                         f"{total} parameters; give one gradient (or None) per parameter")
+    out, k = [], 0
+    for n in sizes:
+        out.append(list(grads[k:k + n]))
+        k += n
+    return out
