@@ -69,22 +69,6 @@ cdef extern from "fastopt.h" nogil:
     int fo_adam(const fo_tensor *ts, int64_t nt, const fo_adam_args *a,
                 int n_threads)
 
-    # Serial single-array kernels.
-    void fo_momentum_f32(int64_t n, float *x, const float *g, float *v,
-                         float lr, float alpha, float b, float nc, int nesterov)
-    void fo_momentum_f64(int64_t n, double *x, const double *g, double *v,
-                         double lr, double alpha, double b, double nc, int nesterov)
-    void fo_adagrad_f32(int64_t n, float *x, const float *g, float *h,
-                        float r, float eps, float nc)
-    void fo_adagrad_f64(int64_t n, double *x, const double *g, double *h,
-                        double r, double eps, double nc)
-    void fo_adam_f32(int64_t n, float *x, const float *g, float *v, float *h,
-                     float radj, float alpha, float one_m_alpha, float beta,
-                     float one_m_beta, float eps, float nc, float post)
-    void fo_adam_f64(int64_t n, double *x, const double *g, double *v, double *h,
-                     double radj, double alpha, double one_m_alpha, double beta,
-                     double one_m_beta, double eps, double nc, double post)
-
     # Overlap check for the fast path.
     int fo_find_overlap(const int64_t *ext, const unsigned char *is_out,
                         int64_t m, int64_t *scratch, int64_t *order,

@@ -26,6 +26,7 @@
 
 #include "fastopt.h"
 #include "pool.h"
+#include "rules.h"
 
 /* ---- constants ------------------------------------------------------------ */
 

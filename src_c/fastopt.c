@@ -1,6 +1,7 @@
 /*
- * fastopt C core: kernel instantiation, the multi-tensor driver and the
- * overlap check. See fastopt.h for the API.
+ * fastopt C core: the multi-tensor elementwise driver, Momentum's
+ * coefficients, the overlap check and the build's ISA facts. The update
+ * rules are in step.c / step.inc. See fastopt.h for the API.
  */
 #include <math.h>
 #include <stdint.h>
@@ -14,20 +15,18 @@
 #include "fastopt.h"
 #include "pool.h"
 
-/* ---- kernel instantiation (one body, two types) ------------------------ */
+/* ---- instruction sets ------------------------------------------------- */
 
 /*
- * Runtime ISA dispatch. GCC's target_clones builds each kernel for several
- * ISAs and picks one at load time (an ifunc), so the extension needs no
- * -march flag. Only where the toolchain supports ifuncs (GCC, x86-64 Linux);
- * FO_NO_CLONES turns it off (e.g. for a sanitizer build that dislikes it).
+ * Runtime ISA dispatch: the update loops (step.h's FO_KERNEL) are built for
+ * several ISAs with GCC's target_clones and one is picked at load time (an
+ * ifunc), so the extension needs no -march flag. Only where the toolchain
+ * supports ifuncs (GCC, x86-64 Linux); FO_NO_CLONES turns it off.
  */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
     && defined(__linux__) && !defined(FO_NO_CLONES)
-#define FO_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
 #define FO_ISA_PATHS "x86-64 baseline, AVX2, AVX-512F (runtime dispatch)"
 #else
-#define FO_KERNEL
 #define FO_ISA_PATHS "compiler default target only"
 #endif
 
@@ -47,22 +46,6 @@ const char *fo_isa_active(void)
     return "compiler default target";
 #endif
 }
-
-#define FO_T float
-#define FO_NAME(op) op##_f32
-#define FO_SQRT sqrtf
-#include "kernels.inc"
-#undef FO_T
-#undef FO_NAME
-#undef FO_SQRT
-
-#define FO_T double
-#define FO_NAME(op) op##_f64
-#define FO_SQRT sqrt
-#include "kernels.inc"
-#undef FO_T
-#undef FO_NAME
-#undef FO_SQRT
 
 /* ---- tuning ------------------------------------------------------------- */
 
@@ -212,21 +195,7 @@ static int run(const fo_tensor *ts, int64_t nt, fo_piece_fn fn,
     return FO_OK;
 }
 
-/* ---- Momentum ----------------------------------------------------------- */
-
-static void momentum_piece(const fo_tensor *t, int64_t lo, int64_t hi,
-                           const void *vc)
-{
-    const fo_momentum_coef *c = (const fo_momentum_coef *)vc;
-    if (t->dtype == FO_F32)
-        fo_momentum_f32(hi - lo, (float *)t->x + lo, (const float *)t->g + lo,
-                        (float *)t->s1 + lo, c->lr_f, c->alpha_f, c->b_f,
-                        c->nc_f, c->nesterov);
-    else
-        fo_momentum_f64(hi - lo, (double *)t->x + lo, (const double *)t->g + lo,
-                        (double *)t->s1 + lo, c->lr, c->alpha, c->b, c->nc,
-                        c->nesterov);
-}
+/* ---- Momentum's coefficients (fo_step and the fused AGC driver) -------- */
 
 int fo_momentum_coefs(const fo_momentum_args *a, fo_momentum_coef *c)
 {
@@ -242,98 +211,6 @@ int fo_momentum_coefs(const fo_momentum_args *a, fo_momentum_coef *c)
     c->nc_f = (float)c->nc;
     c->nesterov = a->mode == FO_NESTEROV;
     return FO_OK;
-}
-
-int fo_momentum(const fo_tensor *ts, int64_t nt, const fo_momentum_args *a,
-                int n_threads)
-{
-    fo_momentum_coef c;
-    int rc = fo_momentum_coefs(a, &c);
-    return rc != FO_OK ? rc : run(ts, nt, momentum_piece, &c, n_threads);
-}
-
-/* ---- Adagrad ------------------------------------------------------------ */
-
-typedef struct {
-    double r, eps, nc;
-    float r_f, eps_f, nc_f;
-} adagrad_coef;
-
-static void adagrad_piece(const fo_tensor *t, int64_t lo, int64_t hi,
-                          const void *vc)
-{
-    const adagrad_coef *c = (const adagrad_coef *)vc;
-    if (t->dtype == FO_F32)
-        fo_adagrad_f32(hi - lo, (float *)t->x + lo, (const float *)t->g + lo,
-                       (float *)t->s1 + lo, c->r_f, c->eps_f, c->nc_f);
-    else
-        fo_adagrad_f64(hi - lo, (double *)t->x + lo, (const double *)t->g + lo,
-                       (double *)t->s1 + lo, c->r, c->eps, c->nc);
-}
-
-int fo_adagrad(const fo_tensor *ts, int64_t nt, const fo_adagrad_args *a,
-               int n_threads)
-{
-    if (a->t < 0)
-        return FO_EINVAL;
-    adagrad_coef c;
-    c.r = a->lr / (1.0 + (double)a->t * a->decay_factor);
-    c.eps = a->epsilon;
-    c.nc = a->norm_coefficient;
-    c.r_f = (float)c.r;
-    c.eps_f = (float)c.eps;
-    c.nc_f = (float)c.nc;
-    return run(ts, nt, adagrad_piece, &c, n_threads);
-}
-
-/* ---- Adam --------------------------------------------------------------- */
-
-typedef struct {
-    double radj, alpha, oma, beta, omb, eps, nc, post;
-    float radj_f, alpha_f, oma_f, beta_f, omb_f, eps_f, nc_f, post_f;
-} adam_coef;
-
-static void adam_piece(const fo_tensor *t, int64_t lo, int64_t hi,
-                       const void *vc)
-{
-    const adam_coef *c = (const adam_coef *)vc;
-    if (t->dtype == FO_F32)
-        fo_adam_f32(hi - lo, (float *)t->x + lo, (const float *)t->g + lo,
-                    (float *)t->s1 + lo, (float *)t->s2 + lo, c->radj_f,
-                    c->alpha_f, c->oma_f, c->beta_f, c->omb_f, c->eps_f,
-                    c->nc_f, c->post_f);
-    else
-        fo_adam_f64(hi - lo, (double *)t->x + lo, (const double *)t->g + lo,
-                    (double *)t->s1 + lo, (double *)t->s2 + lo, c->radj,
-                    c->alpha, c->oma, c->beta, c->omb, c->eps, c->nc, c->post);
-}
-
-int fo_adam(const fo_tensor *ts, int64_t nt, const fo_adam_args *a,
-            int n_threads)
-{
-    if (a->t < 0)
-        return FO_EINVAL;
-    adam_coef c;
-    double t = (double)a->t;
-    c.radj = a->t > 0
-        ? a->lr * sqrt(1.0 - pow(a->beta, t)) / (1.0 - pow(a->alpha, t))
-        : a->lr;
-    c.alpha = a->alpha;
-    c.oma = 1.0 - a->alpha;
-    c.beta = a->beta;
-    c.omb = 1.0 - a->beta;
-    c.eps = a->epsilon;
-    c.nc = a->norm_coefficient;
-    c.post = 1.0 - a->norm_coefficient_post;
-    c.radj_f = (float)c.radj;
-    c.alpha_f = (float)c.alpha;
-    c.oma_f = (float)c.oma;
-    c.beta_f = (float)c.beta;
-    c.omb_f = (float)c.omb;
-    c.eps_f = (float)c.eps;
-    c.nc_f = (float)c.nc;
-    c.post_f = (float)c.post;
-    return run(ts, nt, adam_piece, &c, n_threads);
 }
 
 /* ---- overlap check ------------------------------------------------------ */

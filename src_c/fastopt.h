@@ -6,8 +6,10 @@
  * aborts or prints. The one global state is the thread pool (pool.c: created
  * on first use, fork-safe, joined at exit) and its machine-load sample.
  *
- * Update rules: ONNX ai.onnx.preview.training Momentum, Adagrad and Adam
- * (see docs/semantics.md). Every array is contiguous, aligned to
+ * Update rules (tables.h): ONNX ai.onnx.preview.training Momentum, Adagrad
+ * and Adam, and torch.optim's SGD, Adagrad, Adam and AdamW (see
+ * docs/semantics.md), each run by fo_step; fo_momentum, fo_adagrad and
+ * fo_adam are the ONNX operators over the same update pass. Every array is contiguous, aligned to
  * its element size and in native byte order; the caller (fastopt/_ext.pyx)
  * guarantees that, and that no output overlaps another array of the call.
  * fastopt/_cfastopt.pxd mirrors this header line for line: change both.
@@ -103,31 +105,6 @@ int fo_adagrad(const fo_tensor *ts, int64_t nt, const fo_adagrad_args *a,
                int n_threads);
 int fo_adam(const fo_tensor *ts, int64_t nt, const fo_adam_args *a,
             int n_threads);
-
-/*
- * Serial single-array kernels (the loops the drivers call per chunk), for one
- * contiguous run of n elements with precomputed coefficients:
- *   momentum: v = alpha*v + b*(nc*x + g);  x -= lr*v   (standard)
- *                                         x -= lr*(g_r + alpha*v) (nesterov)
- *   adagrad:  h += g_r*g_r;  x -= r*g_r / (sqrt(h) + eps)
- *   adam:     v = alpha*v + (1-alpha)*g_r;  h = beta*h + (1-beta)*g_r*g_r;
- *             x = post * (x - radj*v / (sqrt(h) + eps))
- * where g_r = nc*x + g and post = 1 - norm_coefficient_post.
- */
-void fo_momentum_f32(int64_t n, float *x, const float *g, float *v,
-                     float lr, float alpha, float b, float nc, int nesterov);
-void fo_momentum_f64(int64_t n, double *x, const double *g, double *v,
-                     double lr, double alpha, double b, double nc, int nesterov);
-void fo_adagrad_f32(int64_t n, float *x, const float *g, float *h,
-                    float r, float eps, float nc);
-void fo_adagrad_f64(int64_t n, double *x, const double *g, double *h,
-                    double r, double eps, double nc);
-void fo_adam_f32(int64_t n, float *x, const float *g, float *v, float *h,
-                 float radj, float alpha, float one_m_alpha, float beta,
-                 float one_m_beta, float eps, float nc, float post);
-void fo_adam_f64(int64_t n, double *x, const double *g, double *v, double *h,
-                 double radj, double alpha, double one_m_alpha, double beta,
-                 double one_m_beta, double eps, double nc, double post);
 
 /*
  * Overlap check for the fast path. ext holds 2*m int64 values (start, end)
@@ -301,17 +278,7 @@ extern "C" {
 #define FO_STEP_BLOCK 4096
 #define FO_STEP_LANES 32   /* 16 or 32 */
 
-/* Update rules: FO_RULE_* in tables.h. A rule's name and facts from its id
- * (name NULL and the rest 0 for an id outside the table). */
-typedef struct fo_rule_facts {
-    const char *name;   /* the row's NAME, e.g. "ADAM_TORCH" */
-    int32_t states;     /* the most state arrays it uses */
-    int32_t t0;         /* the smallest count t of its groups */
-} fo_rule_facts;
-fo_rule_facts fo_rule_info(int32_t rule);
-/* An element type's name ("F32"; NULL outside the table); its size is
- * fo_dtype_size (tables.h). */
-const char *fo_dtype_name(int32_t dtype);
+/* Update rules: FO_RULE_* and fo_rule_info in tables.h. */
 
 /* Group flags. */
 #define FO_STEP_NESTEROV 1       /* Momentum, SGD */

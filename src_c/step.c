@@ -376,6 +376,56 @@ out:
     return rc;
 }
 
+/* ---- the ONNX operators: one group, no gradient transform ---------------- */
+
+static void step_plain_cb(const fo_tensor *t, int64_t lo, int64_t hi,
+                          const void *ctx)
+{
+    const step_gcoef *gc = (const step_gcoef *)ctx;
+    if (t->dtype == FO_F32)
+        step_plain_piece_f32(gc, t, lo, hi);
+    else
+        step_plain_piece_f64(gc, t, lo, hi);
+}
+
+/* The update pass of a step with one group and no transform, over the
+ * caller's views (s1, s2 the rule's states): the same pieces, rule bodies
+ * and coefficients as fo_step, without its allocations. */
+static int step_plain(const fo_tensor *ts, int64_t nt, const fo_step_group *g,
+                      int n_threads)
+{
+    step_gcoef gc;
+    if (nt < 0 || step_group_coefs(g, &gc) != FO_OK)
+        return FO_EINVAL;
+    return fo_run_elementwise(ts, nt, step_plain_cb, &gc, n_threads);
+}
+
+int fo_momentum(const fo_tensor *ts, int64_t nt, const fo_momentum_args *a,
+                int n_threads)
+{
+    if (a->mode != FO_STANDARD && a->mode != FO_NESTEROV)
+        return FO_EINVAL;
+    fo_step_group g = {FO_RULE_MOMENTUM, a->mode == FO_NESTEROV ? FO_STEP_NESTEROV : 0,
+                       a->t, a->lr, a->alpha, a->beta, 0.0, a->norm_coefficient, 0.0, 0.0};
+    return step_plain(ts, nt, &g, n_threads);
+}
+
+int fo_adagrad(const fo_tensor *ts, int64_t nt, const fo_adagrad_args *a,
+               int n_threads)
+{
+    fo_step_group g = {FO_RULE_ADAGRAD, 0, a->t, a->lr, 0.0, 0.0, a->epsilon,
+                       a->norm_coefficient, 0.0, a->decay_factor};
+    return step_plain(ts, nt, &g, n_threads);
+}
+
+int fo_adam(const fo_tensor *ts, int64_t nt, const fo_adam_args *a,
+            int n_threads)
+{
+    fo_step_group g = {FO_RULE_ADAM, 0, a->t, a->lr, a->alpha, a->beta, a->epsilon,
+                       a->norm_coefficient, a->norm_coefficient_post, 0.0};
+    return step_plain(ts, nt, &g, n_threads);
+}
+
 int fo_clip_grads(void *const *gs, const int64_t *ns, const int32_t *dtypes,
                   int64_t nt, const fo_step_opts *o, fo_step_result *res,
                   int n_threads)

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "fastopt.h"
+#include "rules.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
     && defined(__linux__) && !defined(FO_NO_CLONES)

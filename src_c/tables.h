@@ -2,12 +2,14 @@
  * The tables of the C core: one row per update rule of fo_step and one per
  * element type. Everything that counts or names rules or types is generated
  * from these rows (the FO_RULE_* and FO_F32/FO_F64 ids, FO_N_RULES,
- * FO_N_DTYPES, fo_rule_info, fo_dtype_size); fastopt/_rules.py and
+ * FO_N_DTYPES, fo_rule_info, fo_dtype_size, fo_dtype_name); fastopt/_rules.py and
  * fastopt/_dtypes.py are the Python tables, and tests/test_tables.py asserts
  * that both languages agree. Included by fastopt.h.
  */
 #ifndef FASTOPT_TABLES_H
 #define FASTOPT_TABLES_H
+
+#include <stdint.h>
 
 /*
  * Update rules, in id order: X(NAME, STATES, T0). NAME makes FO_RULE_NAME;
@@ -45,6 +47,44 @@ enum {
 #undef FO_X_DTYPE
     FO_N_DTYPES
 };
+
+/* A rule's name and facts from its id (name NULL, the rest 0, for an id
+ * outside the table). */
+typedef struct fo_rule_facts {
+    const char *name;   /* the row's NAME, e.g. "ADAM_TORCH" */
+    int32_t states;     /* the most state arrays it uses */
+    int32_t t0;         /* the smallest count t of its groups */
+} fo_rule_facts;
+
+static inline fo_rule_facts fo_rule_info(int32_t rule)
+{
+    fo_rule_facts f = {0, 0, 0};
+    switch (rule) {
+#define FO_X_RULE(N, S, T) \
+    case FO_RULE_##N: f.name = #N; f.states = S; f.t0 = T; break;
+    FO_RULE_TABLE(FO_X_RULE)
+#undef FO_X_RULE
+    default: break;
+    }
+    return f;
+}
+
+/* An element type's name ("F32"; NULL outside the table). */
+static inline const char *fo_dtype_name(int32_t dtype)
+{
+    switch (dtype) {
+#define FO_X_DTYPE(name, ctype, size) case FO_##name: return #name;
+    FO_DTYPE_TABLE(FO_X_DTYPE)
+#undef FO_X_DTYPE
+    default: return 0;
+    }
+}
+
+/* each row's SIZE is its C type's size */
+#define FO_X_DTYPE(name, ctype, size) \
+    _Static_assert(sizeof(ctype) == (size), "tables.h: " #name " SIZE");
+FO_DTYPE_TABLE(FO_X_DTYPE)
+#undef FO_X_DTYPE
 
 /* Bytes of one stored value of an element type; 0 outside the table. */
 static inline int fo_dtype_size(int dtype)
