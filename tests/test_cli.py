@@ -1,8 +1,12 @@
 """The fastopt command line: the bench and config commands and the dispatcher."""
+import pathlib
+import re
+
 import numpy as np
 import pytest
 from _subprocess import run_python
 
+import fastopt
 from fastopt import _cli as cli
 from fastopt._cli import bench as _bench
 
@@ -175,3 +179,44 @@ def test_module_entry_point(tmp_path):
                     "--param", "alpha=0.5", "--steps", "2"], tmp_path)
     assert r.returncode == 0, r.stderr
     assert "0.816496" in r.stdout
+    r = run_python(["-m", "fastopt", "--version"], tmp_path)
+    assert r.returncode == 0 and r.stdout == f"fastopt {fastopt.__version__}\n"
+
+
+def test_version(capsys):
+    for flag in ("--version", "-V"):
+        assert cli.main([flag]) == 0
+        assert capsys.readouterr().out == f"fastopt {fastopt.__version__}\n"
+
+
+@pytest.mark.parametrize("command", ["demo", "bench", "schedule", "config",
+                                     "distributed-demo"])
+def test_usage_names_the_fastopt_command(command, capsys):
+    """Usage lines name the console script, which works from any directory
+    (``python -m fastopt`` does not work from the root of a source checkout)."""
+    assert cli.main(["--help"]) == 0
+    usage = capsys.readouterr().out
+    assert usage.startswith("usage: fastopt COMMAND") and "python -m" not in usage
+    assert f"  {command} " in usage or f"  {command}\n" in usage
+    try:
+        status = cli.main([command, "--help"])
+    except SystemExit as exit_:          # argparse's --help
+        status = exit_.code
+    assert status == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: fastopt {command}") and "python -m" not in out
+
+
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
+_COMMAND = re.compile(r"^\s*(\$ )?(mpiexec .*)?python -m fastopt\b")
+
+
+def test_docs_suggest_the_fastopt_command():
+    """No command line in the README or the docs runs ``python -m fastopt``."""
+    pages = [_ROOT / "README.md", *sorted((_ROOT / "docs").glob("*.md"))]
+    if not all(p.exists() for p in pages[:2]):
+        pytest.skip("the README and docs/ are not next to the tests")
+    bad = [f"{p.name}:{i}: {line.strip()}" for p in pages
+           for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+           if _COMMAND.search(line)]
+    assert bad == []

@@ -261,7 +261,7 @@ def _row(op: str, dt, w: str, r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fastopt bench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="fastopt bench", description=__doc__.split("\n")[0])
     p.add_argument("--ops", default="momentum,adagrad,adam",
                    help="comma-separated ops (default: all three)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "both"])

@@ -1,4 +1,4 @@
-"""``python -m fastopt schedule NAME --param k=v ... --steps N [--plot out.png]``:
+"""``fastopt schedule NAME --param k=v ... --steps N [--plot out.png]``:
 print (and optionally plot) the first values of a learning-rate schedule."""
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def _build_from_cli(name: str, params: list[str]) -> Schedule:
 def main(argv: list[str] | None = None) -> int:
     """Print (and optionally plot) the first values of a schedule.
 
-    Usage: ``python -m fastopt schedule NAME [--param k=v ...] [--steps N]
+    Usage: ``fastopt schedule NAME [--param k=v ...] [--steps N]
     [--plot out.png]``. NAME is an Angel class name (any case) or a standard
     family name; each ``--param`` value is read as a Python literal (``0.1``,
     ``100``, ``{100: 0.5}``, ``[{...}]``) or ``true``/``false``/``none``.
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         ``--plot`` is given but matplotlib is not installed.
     """
     parser = argparse.ArgumentParser(
-        prog="python -m fastopt schedule",
+        prog="fastopt schedule",
         description="Print the first values of a learning-rate schedule.",
         epilog=f"Schedules: {_CLI_NAMES}.",
     )

@@ -54,7 +54,7 @@ schedule (``transition_steps <= 0``, ``decay_rate == 0``, negative
 
 Command line
 ------------
-:func:`main` implements ``python -m fastopt schedule NAME --param k=v ...
+:func:`main` implements ``fastopt schedule NAME --param k=v ...
 --steps N [--plot out.png]`` (the code is in ``fastopt/_cli/schedule.py``).
 
 Layout: ``base.py`` (the :class:`Schedule` protocol), ``_checks.py`` (the
@@ -131,7 +131,7 @@ __all__ = [
 def main(argv: list[str] | None = None) -> int:
     """Print (and optionally plot) the first values of a schedule.
 
-    ``python -m fastopt schedule NAME [--param k=v ...] [--steps N] [--plot
+    ``fastopt schedule NAME [--param k=v ...] [--steps N] [--plot
     out.png]``; see :func:`fastopt._cli.schedule.main`. ``argv`` is what
     follows the word ``schedule`` (default ``sys.argv[2:]``). Returns 0 on
     success, 2 for a usage error, 1 if ``--plot`` needs a missing matplotlib.
