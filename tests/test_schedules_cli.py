@@ -3,12 +3,14 @@ help, and plotting with and without matplotlib.
 """
 from __future__ import annotations
 
+import inspect
 import sys
 import types
 
 import pytest
 
 from fastopt import schedules as S
+from fastopt._cli import schedule as cli
 
 
 def parse_output(out):
@@ -47,7 +49,7 @@ def parse_output(out):
     ],
 )
 def test_cli_prints_values(capsys, argv, expected):
-    code = S.main(argv)
+    code = cli.main(argv)
     out, err = capsys.readouterr()
     if expected is None:  # an expression, not a literal: a clear error, code 2
         assert code == 2 and "cosine_kwargs" in err and out == ""
@@ -75,26 +77,50 @@ def test_cli_prints_values(capsys, argv, expected):
     ],
 )
 def test_cli_errors(capsys, argv, match):
-    assert S.main(argv) == 2
+    assert cli.main(argv) == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert match in err
 
 
 def test_cli_help_and_default_argv(capsys, monkeypatch):
-    assert S.main(["--help"]) == 0  # argparse's SystemExit becomes the return code
+    assert cli.main(["--help"]) == 0  # argparse's SystemExit becomes the return code
     assert "NAME" in capsys.readouterr().out
     monkeypatch.setattr(sys, "argv", ["python -m fastopt", "schedule", "constant",
                                       "--param", "value=2", "--steps", "2"])
-    assert S.main() == 0
+    assert cli.main() == 0
     assert parse_output(capsys.readouterr().out)[1] == [(0, 2.0), (1, 2.0)]
+
+
+def test_cli_help_lists_every_schedule_and_its_parameters(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "ConstantLearningRate: eta\n" in out
+    assert "WarmRestarts: eta_max, eta_min=None, alpha=0.001, interval=100\n" in out
+    assert "WarmupCosineDecay: init_value, peak_value, warmup_steps, decay_steps, " in out
+    for cls in set(cli._CLI_SCHEDULES.values()):
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"  {cls.__name__}: "))
+        for name in inspect.signature(cls).parameters:
+            assert name in line
+
+
+def test_cli_explains_the_first_warm_restarts_value(capsys):
+    """WarmRestarts' step 0 is below eta_max: the output says why."""
+    assert cli.main(["WarmRestarts", "--param", "eta_max=1", "--param", "interval=4",
+                     "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "0 0.868198" in out
+    assert "# step 0 is position 1 of the first cycle, as in Angel" in out
+    assert "eta_max, which is never returned" in out
+    assert cli.main(["constant", "--param", "value=1", "--steps", "1"]) == 0
+    assert "position" not in capsys.readouterr().out
 
 
 def test_cli_plot_without_matplotlib(capsys, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     out_file = tmp_path / "curve.png"
-    assert S.main(["constant", "--param", "value=1", "--plot", str(out_file)]) == 1
+    assert cli.main(["constant", "--param", "value=1", "--plot", str(out_file)]) == 1
     out, err = capsys.readouterr()
     assert "matplotlib" in err and "not installed" in err
     assert not out_file.exists()
@@ -127,8 +153,8 @@ def test_cli_plot_with_fake_matplotlib(capsys, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", package)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", figure_module)
     out_file = str(tmp_path / "curve.png")
-    assert S.main(["WarmRestarts", "--param", "eta_max=1", "--param", "interval=3", "--steps", "12",
-                   "--plot", out_file]) == 0
+    assert cli.main(["WarmRestarts", "--param", "eta_max=1", "--param", "interval=3",
+                     "--steps", "12", "--plot", out_file]) == 0
     assert saved["path"] == out_file
     assert saved["xy"] == (list(range(12)), [S.WarmRestarts(1, interval=3)(t) for t in range(12)])
     assert "plot saved" in capsys.readouterr().out
@@ -137,6 +163,6 @@ def test_cli_plot_with_fake_matplotlib(capsys, monkeypatch, tmp_path):
 def test_cli_plot_with_matplotlib(capsys, tmp_path):
     pytest.importorskip("matplotlib")
     out_file = tmp_path / "curve.png"
-    assert S.main(["cosine_decay", "--param", "init_value=1", "--param", "decay_steps=50",
-                   "--steps", "60", "--plot", str(out_file)]) == 0
+    assert cli.main(["cosine_decay", "--param", "init_value=1", "--param", "decay_steps=50",
+                     "--steps", "60", "--plot", str(out_file)]) == 0
     assert out_file.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -11,6 +11,8 @@ and ``ValueError`` for a wrong value, naming that parameter.
 
 Angel's StepSizeScheduler family
 --------------------------------
+The four learning-rate decays of Angel, Tencent's distributed machine
+learning platform (github.com/Angel-ML/angel), and its configuration keys.
 Angel's schedulers are stateful: each ``next()`` call advances a counter and
 returns the rate. Here ``schedule(k)`` is the value of the ``(k + 1)``-th
 ``next()`` call, computed in closed form.
@@ -54,15 +56,15 @@ schedule (``transition_steps <= 0``, ``decay_rate == 0``, negative
 
 Command line
 ------------
-:func:`main` implements ``fastopt schedule NAME --param k=v ...
---steps N [--plot out.png]`` (the code is in ``fastopt/_cli/schedule.py``).
+``fastopt schedule NAME --param k=v ... --steps N [--plot out.png]`` prints
+(and plots) the first values of any of these schedules; ``fastopt schedule
+--help`` lists each one's parameters (the code is in
+``fastopt/_cli/schedule.py``).
 
 Layout: ``base.py`` (the :class:`Schedule` protocol), ``_checks.py`` (the
 parameter checkers), ``angel.py`` (Angel's four decays and its
 configuration), ``family.py`` (the optax/torch family).
 """
-
-from __future__ import annotations
 
 from .angel import (
     ConstantLearningRate,
@@ -124,18 +126,5 @@ __all__ = [
     "warmup_cosine_decay",
     "sgdr",
     "join_schedules",
-    "main",
 ]
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Print (and optionally plot) the first values of a schedule.
-
-    ``fastopt schedule NAME [--param k=v ...] [--steps N] [--plot
-    out.png]``; see :func:`fastopt._cli.schedule.main`. ``argv`` is what
-    follows the word ``schedule`` (default ``sys.argv[2:]``). Returns 0 on
-    success, 2 for a usage error, 1 if ``--plot`` needs a missing matplotlib.
-    """
-    from .._cli.schedule import main as schedule_main
-
-    return schedule_main(argv)
