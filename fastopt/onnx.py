@@ -66,7 +66,7 @@ def _fresh(fname: str, groups: list) -> list:
         for i, a in enumerate(arrays):
             if not isinstance(a, np.ndarray):
                 raise TypeError(f"{fname}: {role}[{i}] must be a numpy.ndarray, "
-                                f"got {type(a).__name__}")
+                                f"got {_v._got(a)}")
     floats = (np.dtype(np.float32), np.dtype(np.float64))
     total = {dt: 0 for dt in floats}
     places = []  # per group, per array: (dtype, start) or None

@@ -111,6 +111,15 @@ OPTIM_CASES = [
               "shape (2, 3)"),
     Case("optim.AdamW", "broadcast_grads not a bool", opt_ctor(arr(), broadcast_grads=1),
          TypeError, OP + "AdamW: broadcast_grads must be True or False, got int"),
+    Case("optim.Momentum.step", "grads[0] a NumPy float32 scalar",
+         opt_call("Momentum", "step", lambda: [np.float32(0.5), arr((2, 3), F64)]), TypeError,
+         OP + "Momentum.step: grads[0] must be a numpy.ndarray or None, got a NumPy float32 "
+              "scalar, not an array; convert it with np.asarray(..., dtype=...) to an array "
+              "of its parameter's dtype"),
+    Case("optim.Momentum.step", "grads a list of Python floats",
+         opt_call("Momentum", "step", lambda: [0.5, 0.5, 0.5]), TypeError,
+         OP + "Momentum.step: grads is a list of numbers; give one gradient array per "
+              "parameter (np.asarray(..., dtype=...) makes an array of its parameter's dtype)"),
     Case("optim.Momentum.step", "grads[1] a str",
          opt_call("Momentum", "step", lambda: [arr(), "g"]), TypeError,
          OP + "Momentum.step: grads[1] must be a numpy.ndarray or None, got str"),
