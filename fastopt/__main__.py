@@ -1,4 +1,4 @@
-"""``python -m fastopt {demo,bench,schedule,config} ...``; see fastopt._cli."""
+"""``python -m fastopt``, the same as the ``fastopt`` command; see fastopt._cli."""
 from ._cli import main
 
 if __name__ == "__main__":

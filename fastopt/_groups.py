@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _dtypes
+from . import _validation as _v
 
 
 def group_params(f, group, where, n):
@@ -38,10 +39,18 @@ def split_counts(f, grads, sizes):
     ``f``'s name when neither form fits."""
     if not isinstance(grads, (list, tuple)):
         raise TypeError(f"{f}: grads must be a list with one gradient per parameter "
-                        f"(or one list per group), got {type(grads).__name__}")
+                        f"(or one list per group), got {_v._got(grads)}")
+    if _v._numbers(grads) and len(grads) != sum(sizes):
+        raise TypeError(f"{f}: grads is a {type(grads).__name__} of numbers; give one "
+                        f"gradient array per parameter (np.asarray(..., dtype=...) makes "
+                        f"an array of its parameter's dtype)")
     if (len(grads) == len(sizes) and len(grads) > 0
             and all(isinstance(g, (list, tuple)) for g in grads)):
         for gi, (gg, n) in enumerate(zip(grads, sizes)):
+            if _v._numbers(gg):
+                raise TypeError(f"{f}: grads[{gi}] is a {type(gg).__name__} of numbers, "
+                                f"not a gradient array; convert it with np.asarray(..., "
+                                f"dtype=...) to an array of its parameter's dtype")
             if len(gg) != n:
                 raise ValueError(f"{f}: grads[{gi}] has {len(gg)} gradients but "
                                  f"param_groups[{gi}] has {n} parameters")

@@ -184,7 +184,7 @@ def lists(f, params, grads, *states):
     """Lists of equal length (a single array counts as a list of one)."""
     if not isinstance(params, (np.ndarray, list, tuple)):
         raise TypeError(f"{f}: params must be a numpy.ndarray or a list/tuple of "
-                        f"numpy.ndarray, got {type(params).__name__}")
+                        f"numpy.ndarray, got {_v._got(params)}")
     out = [as_list(params)]
     for name, a in (("grads", grads),) + states:
         if a is None:
@@ -192,7 +192,11 @@ def lists(f, params, grads, *states):
             continue
         if not isinstance(a, (np.ndarray, list, tuple)):
             raise TypeError(f"{f}: {name} must be a numpy.ndarray or a list/tuple of "
-                            f"numpy.ndarray, got {type(a).__name__}")
+                            f"numpy.ndarray, got {_v._got(a)}")
+        if isinstance(a, (list, tuple)) and _v._numbers(a):
+            raise TypeError(f"{f}: {name} is a {type(a).__name__} of numbers, not of arrays; "
+                            f"convert it with np.asarray(..., dtype=...) to an array of its "
+                            f"parameter's dtype")
         a = as_list(a)
         if len(a) != len(out[0]):
             raise ValueError(f"{f}: {name} has {len(a)} tensors but params has "

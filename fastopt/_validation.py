@@ -56,6 +56,30 @@ def _hint(obj) -> str:
     return ""
 
 
+def _numbers(obj) -> bool:
+    """A number (NumPy scalars included) or a flat list/tuple of numbers."""
+    if isinstance(obj, (list, tuple)):
+        return len(obj) > 0 and all(_numbers(o) for o in obj if not isinstance(o, (list, tuple))) \
+            and not any(isinstance(o, (list, tuple)) for o in obj)
+    return isinstance(obj, (int, float, np.number)) and not isinstance(obj, bool)
+
+
+def _got(obj) -> str:
+    """What an array argument got instead, with advice: a NumPy scalar's type
+    name (float32) would read like a dtype complaint, and a number or a list
+    of numbers only needs np.asarray."""
+    if isinstance(obj, np.generic):
+        what = f"a NumPy {type(obj).__name__} scalar, not an array"
+    elif isinstance(obj, (list, tuple)) and _numbers(obj):
+        what = f"a {type(obj).__name__} of numbers"
+    else:
+        what = _type_name(obj)
+    if _numbers(obj):
+        return (f"{what}; convert it with np.asarray(..., dtype=...) to an array of its "
+                f"parameter's dtype")
+    return what + _hint(obj)
+
+
 def _masked(obj) -> bool:
     ma = sys.modules.get("numpy.ma")   # no masked array exists before it loads
     return ma is not None and isinstance(obj, ma.MaskedArray)
@@ -66,8 +90,7 @@ def check_array(fname: str, label: str, a, verb: str = "updates") -> None:
     array (fastopt would update its masked elements too). verb: what
     fastopt does to such arrays, for the message ("works on" for read ones)."""
     if not isinstance(a, np.ndarray):
-        raise TypeError(f"{fname}: {label} must be a numpy.ndarray, got "
-                        f"{_type_name(a)}{_hint(a)}")
+        raise TypeError(f"{fname}: {label} must be a numpy.ndarray, got {_got(a)}")
     if _masked(a):
         raise TypeError(
             f"{fname}: {label} is a numpy.ma.MaskedArray; fastopt would update its "
@@ -253,6 +276,10 @@ def _as_list(fname: str, name: str, obj, *, x_single: bool | None, n: int | None
         return [obj], True
     if isinstance(obj, (list, tuple)):
         if x_single is True:
+            if _numbers(obj):
+                raise TypeError(
+                    f"{fname}: {name} is a {type(obj).__name__} of numbers but {x_name} is "
+                    f"an array; pass np.asarray({name}, dtype={x_name}.dtype)")
             raise TypeError(
                 f"{fname}: {name} is a {type(obj).__name__} but {x_name} is a single "
                 f"array; pass {name} as a single array too")
@@ -266,7 +293,7 @@ def _as_list(fname: str, name: str, obj, *, x_single: bool | None, n: int | None
         return list(obj), False
     raise TypeError(
         f"{fname}: {name} must be a numpy.ndarray or a list/tuple of numpy.ndarray, "
-        f"got {_type_name(obj)}{_hint(obj)}")
+        f"got {_got(obj)}")
 
 
 def _lists(fname: str, arrays: dict, labels):

@@ -23,8 +23,6 @@ Adam and float64 from float32 Adam with T > 0); a wrong input count, a
 negative T or an unknown Momentum ``mode`` raise instead of being sliced,
 treated as T = 0, or run as Nesterov.
 """
-from __future__ import annotations
-
 import functools
 
 import numpy as np
@@ -32,7 +30,7 @@ import numpy as np
 from . import _dtypes, _ops
 from . import _validation as _v
 
-__all__ = ["momentum", "adagrad", "adam", "reference_ops"]
+__all__ = ["momentum", "adagrad", "adam", "reference_ops", "DOMAIN"]
 
 #: The ONNX domain of the three operators.
 DOMAIN = "ai.onnx.preview.training"
@@ -68,7 +66,7 @@ def _fresh(fname: str, groups: list) -> list:
         for i, a in enumerate(arrays):
             if not isinstance(a, np.ndarray):
                 raise TypeError(f"{fname}: {role}[{i}] must be a numpy.ndarray, "
-                                f"got {type(a).__name__}")
+                                f"got {_v._got(a)}")
     floats = _dtypes.NUMPY
     total = {dt: 0 for dt in floats}
     places = []  # per group, per array: (dtype, start) or None

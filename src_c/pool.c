@@ -22,22 +22,18 @@
  *     class where it did not goes serial for a while (doubling, up to
  *     FO_BACKOFF_MAX_NS), then tries again;
  *   - while other tasks leave no core free for a pool thread (runnable
- *     tasks in /proc/loadavg), calls below FO_BUSY_POOL_BYTES stay serial: a pool
- *     thread that claims a chunk there is often preempted before finishing
- *     it, and the caller would wait for it (measured: p99 of 1e6-element
- *     calls 53 ms against 0.6 ms serial, at a load average of 10-15 on 2
- *     cores).
+ *     tasks in /proc/loadavg), calls below FO_BUSY_POOL_BYTES stay serial: a
+ *     pool thread that claims a chunk there is often preempted before
+ *     finishing it, and the caller would wait for it (bench/RESULTS.md).
  *
- * Global state: unlike the rest of the C core this file keeps some (the
- * pool, and counters), since threads outlive a call. It is only reached
+ * Global state (the pool and counters: threads outlive a call), reached
  * through fo_pool_threads / fo_pool_run / fo_get_thread_stats. One calling
  * thread uses the pool at a time; another that finds it busy runs serially
  * (it has a core of its own anyway). After fork() the child starts with no
  * pool threads and re-creates them on demand; at exit the threads are
  * stopped and joined.
  *
- * Serial builds (no OpenMP: the build's test for thread support) compile
- * only the serial path.
+ * Serial builds (no OpenMP: the build's thread test) run serially only.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -45,16 +41,10 @@
 #include "fastopt.h"
 #include "pool.h"
 
-/*
- * Below FO_SERIAL_BYTES of parameters in one call the work runs on the
- * calling thread alone: handing work to another thread costs a few
- * microseconds (more if it sleeps), which a smaller call does not win back.
- * Chosen by measurement: see docs/threads.md and bench/RESULTS.md.
- */
+/* Calls under FO_SERIAL_BYTES run on the calling thread (docs/threads.md). */
 #ifndef FO_SERIAL_BYTES
 #define FO_SERIAL_BYTES ((int64_t)256 * 1024)
 #endif
-
 int64_t fo_serial_bytes(void) { return FO_SERIAL_BYTES; }
 
 #ifdef _OPENMP

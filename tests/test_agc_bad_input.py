@@ -49,7 +49,8 @@ def _bad_agc_cases():
         ([x0, np.ones(5, np.int64)], [np.full((3, 4), 0.5, np.float32), np.ones(5, np.int64)],
          {}, TypeError, r"x\[1\] has dtype int64; fastopt works on float32 or float64"),
         ([x0, np.ones(5)], [np.full((3, 4), 0.5, np.float32), [0.5] * 5], {}, TypeError,
-         r"g\[1\] must be a numpy.ndarray, got list"),
+         r"g\[1\] must be a numpy.ndarray, got a list of numbers; convert it with "
+         r"np.asarray"),
         ([x0, np.ones(5)], [np.full((3, 4), 0.5, np.float32)], {}, ValueError,
          r"g has 1 tensors but x has 2"),
         ([x0, np.ones(5)], np.full((3, 4), 0.5, np.float32), {}, TypeError,
@@ -111,7 +112,8 @@ def test_fused_bad_input_raises_and_modifies_nothing(case):
 
 def test_unitwise_norm_bad_input():
     with pytest.raises(TypeError,
-                       match=r"fastopt.unitwise_norm: x must be a numpy.ndarray, got list"):
+                       match=r"fastopt.unitwise_norm: x must be a numpy.ndarray, got a list of "
+                             r"numbers"):
         fastopt.unitwise_norm([1.0, 2.0])
     with pytest.raises(TypeError, match=r"x has dtype int64"):
         fastopt.unitwise_norm(np.ones(3, np.int64))

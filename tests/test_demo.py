@@ -1,4 +1,4 @@
-"""python -m fastopt demo, reduced (--quick): it runs and the MLP learns digits."""
+"""fastopt demo, reduced (--quick): it runs and the MLP learns digits."""
 import re
 
 import pytest

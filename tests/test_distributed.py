@@ -245,3 +245,30 @@ def test_grads_per_group_or_flat_and_their_errors():
         per.step(g[:2])
     for a, b in zip(per.params, before):
         np.testing.assert_array_equal(a, b)
+
+
+def test_gradient_shapes_as_in_optim():
+    """A gradient that only broadcasts to its parameter is refused, as by
+    fastopt.optim, unless the optimizer is built with broadcast_grads=True."""
+    from mpi4py import MPI
+
+    import fastopt.optim as fo
+    from fastopt.distributed import ShardedOptimizer
+    params = [np.ones((5, 3), np.float32), np.ones(4)]
+    exact = ShardedOptimizer(fo.Adam, [p.copy() for p in params], lr=0.1,
+                             comm=MPI.COMM_SELF)
+    before = [p.copy() for p in exact.params]
+    g = [np.ones(3, np.float32), np.ones(4)]
+    with pytest.raises(ValueError, match=r"ShardedOptimizer.step: grads\[0\] has shape "
+                                         r"\(3,\) but params\[0\] has shape \(5, 3\); "
+                                         r"the gradient must have its parameter's shape"):
+        exact.step(g)
+    for a, b in zip(exact.params, before):
+        np.testing.assert_array_equal(a, b)
+    loose = ShardedOptimizer(fo.Adam, [p.copy() for p in params], lr=0.1,
+                             comm=MPI.COMM_SELF, broadcast_grads=True)
+    single = fo.Adam([p.copy() for p in params], lr=0.1)
+    loose.step(g)
+    single.step([np.ones((5, 3), np.float32), np.ones(4)])
+    for a, b in zip(loose.params, single.params):
+        np.testing.assert_array_equal(a, b)

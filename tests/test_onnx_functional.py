@@ -131,7 +131,7 @@ def test_errors_name_the_onnx_function():
     with pytest.raises(ValueError, match=r"^fastopt\.onnx\.adam: alpha must be < 1"):
         fonnx.adam(0.1, 1, x, g, v, v, alpha=1.0)
     with pytest.raises(TypeError, match=r"^fastopt\.onnx\.momentum: x\[0\] must be a "
-                                        r"numpy\.ndarray, got list"):
+                                        r"numpy\.ndarray, got a list of numbers"):
         fonnx.momentum(0.1, 0, [1.0, 2.0], g, v, **a)
     with pytest.raises(TypeError, match=r"^fastopt\.onnx\.momentum: x\[0\] has dtype int64"):
         fonnx.momentum(0.1, 0, np.ones(3, np.int64), g, v, **a)

@@ -71,6 +71,20 @@ def test_threadpoolctl_limits_are_honoured():
     assert fastopt.get_num_threads() == _ext.max_threads()
 
 
+def test_fastopt_default_wins_over_torch_set_num_threads():
+    """docs/threads.md: torch.set_num_threads(1) may lower fastopt's default
+    (one OpenMP runtime per process); fastopt.set_num_threads overrides it."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        with fastopt.set_num_threads(2):
+            assert fastopt.get_num_threads() == 2
+        assert fastopt.get_num_threads() in (1, _ext.max_threads())
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_show_config(capsys):
     fastopt.show_config()
     out = capsys.readouterr().out

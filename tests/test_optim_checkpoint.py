@@ -168,6 +168,17 @@ def test_missing_checkpoint_file_is_file_not_found(tmp_path):
         opt.load(tmp_path / "nope.npz")
 
 
+def test_save_into_a_missing_directory_names_the_path_given(tmp_path):
+    """The error names the file asked for, not the temporary file beside it."""
+    opt, _ = _trained()
+    target = tmp_path / "no-such-dir" / "ckpt.npz"
+    with pytest.raises(FileNotFoundError, match=r"\.save: No such file or directory") as err:
+        opt.save(target)
+    assert err.value.filename == str(target)
+    assert ".tmp" not in str(err.value) and str(target) in str(err.value)
+    assert not (tmp_path / "no-such-dir").exists()
+
+
 @pytest.mark.parametrize("case", ["not a dict", "missing", "format", "steps", "state",
                                   "count", "array"])
 def test_bad_state_dict_is_rejected(case):

@@ -2,7 +2,8 @@
 (shapes 0-d to 3-D, size 0, both dtypes, C/F/strided/reversed/misaligned/
 byte-swapped layouts), parameter groups with their own hyperparameters,
 contiguous or separate state, thread counts, and random sequences of steps
-(gradients missing for some parameters, broadcast gradients, grad_scale,
+(gradients missing for some parameters, broadcast gradients with
+broadcast_grads=True, grad_scale,
 skip_if_nonfinite with NaN/Inf gradients):
 
 - every step equals, bit for bit, the functional kernel calls an independent
@@ -75,10 +76,12 @@ def cases(draw):
     group_over = [dict(hyper(draw, name), lr=draw(st.sampled_from([0.05, 0.2])))
                   if draw(st.booleans()) else {} for _ in range(2)]
     steps = []
+    broadcast = draw(st.booleans())     # the optimizer built with broadcast_grads
+    kinds = ["full", "full", "full", "none", "nan"] + (["bcast"] if broadcast else [])
     for _ in range(draw(st.integers(1, 4))):
         grads = []
         for dtype, values, _ in specs:
-            kind = draw(st.sampled_from(["full", "full", "full", "none", "bcast", "nan"]))
+            kind = draw(st.sampled_from(kinds))
             shape = values.shape
             if kind == "bcast":
                 shape = shape[draw(st.integers(0, len(shape))):]
@@ -90,7 +93,7 @@ def cases(draw):
                       "scale": draw(st.sampled_from([None, None, 2.0, 0.25])),
                       "skip": draw(st.booleans())})
     return {"name": name, "specs": specs, "cut": cut, "defaults": defaults,
-            "group_over": group_over, "steps": steps,
+            "group_over": group_over, "steps": steps, "broadcast": broadcast,
             "contiguous": draw(st.booleans()),
             "n_threads": draw(st.sampled_from([None, 1, 2, 3])),
             "resume_at": draw(st.integers(0, 3)), "via_file": draw(st.booleans())}
@@ -110,7 +113,8 @@ def make_opt(case, placed):
                   dict(case["group_over"][1], params=arrays[case["cut"]:])]
     return getattr(OPTIM, case["name"])(params, **case["defaults"],
                                     contiguous_state=case["contiguous"],
-                                    n_threads=case["n_threads"])
+                                    n_threads=case["n_threads"],
+                                    broadcast_grads=case["broadcast"])
 
 
 def group_of(case, i):

@@ -84,7 +84,7 @@ def test_fortran_ordered_params_get_fortran_ordered_states():
 def test_broadcast_and_strided_gradients():
     x = np.arange(6.0).reshape(2, 3)
     y = np.zeros(8)[::2]   # a strided parameter
-    opt = optim.Adagrad([x, y], lr=0.1)
+    opt = optim.Adagrad([x, y], lr=0.1, broadcast_grads=True)
     xr, yr, hx, hy = x.copy(), y.copy(), np.zeros((2, 3)), np.zeros(4)
     gx = np.array([1.0, 2.0, 3.0])
     gy = np.arange(8.0)[1::2]

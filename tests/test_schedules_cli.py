@@ -3,6 +3,7 @@ help, and plotting with and without matplotlib.
 """
 from __future__ import annotations
 
+import inspect
 import sys
 import types
 
@@ -89,6 +90,30 @@ def test_cli_help_and_default_argv(capsys, monkeypatch):
                                       "--param", "value=2", "--steps", "2"])
     assert cli.main() == 0
     assert parse_output(capsys.readouterr().out)[1] == [(0, 2.0), (1, 2.0)]
+
+
+def test_cli_help_lists_every_schedule_and_its_parameters(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "ConstantLearningRate: eta\n" in out
+    assert "WarmRestarts: eta_max, eta_min=None, alpha=0.001, interval=100\n" in out
+    assert "WarmupCosineDecay: init_value, peak_value, warmup_steps, decay_steps, " in out
+    for cls in set(cli._CLI_SCHEDULES.values()):
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"  {cls.__name__}: "))
+        for name in inspect.signature(cls).parameters:
+            assert name in line
+
+
+def test_cli_explains_the_first_warm_restarts_value(capsys):
+    """WarmRestarts' step 0 is below eta_max: the output says why."""
+    assert cli.main(["WarmRestarts", "--param", "eta_max=1", "--param", "interval=4",
+                     "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "0 0.868198" in out
+    assert "# step 0 is position 1 of the first cycle, as in Angel" in out
+    assert "eta_max, which is never returned" in out
+    assert cli.main(["constant", "--param", "value=1", "--steps", "1"]) == 0
+    assert "position" not in capsys.readouterr().out
 
 
 def test_cli_plot_without_matplotlib(capsys, monkeypatch, tmp_path):

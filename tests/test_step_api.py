@@ -298,7 +298,8 @@ def _bad_grad_lists():
             "self-overlap": ([zero_stride], r"grads\[0\] has elements that share memory"),
             "shared": ([same, same], r"grads\[0\] and grads\[1\] share memory"),
             "dtype": ([np.ones(2), np.ones(2, np.int32)], r"grads\[1\] has dtype int32"),
-            "type": ([np.ones(2), [1.0]], r"grads\[1\] must be a numpy.ndarray, got list")}
+            "type": ([np.ones(2), [1.0]],
+                     r"grads\[1\] must be a numpy.ndarray, got a list of numbers")}
 
 
 @pytest.mark.parametrize("what", sorted(_bad_grad_lists()))

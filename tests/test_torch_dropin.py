@@ -272,6 +272,33 @@ def test_bad_parameters_and_gradients_are_refused(name):
         same(before, snapshot(opt, ok))
 
 
+BETAS = {"mixed float, tensor": lambda: (0.9, torch.tensor(0.99)),
+         "mixed tensor, float": lambda: (torch.tensor(0.9), 0.99),
+         "integers": lambda: (0, 0),
+         "an integer and a float": lambda: (0, 0.99),
+         "both tensors": lambda: (torch.tensor(0.9), torch.tensor(0.99)),
+         "a list of floats": lambda: [0.9, 0.99],
+         "numpy float64": lambda: (np.float64(0.9), np.float64(0.99))}
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW"])
+@pytest.mark.parametrize("betas", list(BETAS))
+def test_betas_accepted_or_refused_as_torch_does(name, betas):
+    """Mixed float/tensor pairs and integers are a ValueError in torch.optim's
+    constructor; both floats or both one-element tensors are accepted."""
+    def build(cls):
+        try:
+            cls(params(), betas=BETAS[betas]())
+        except ValueError as exc:
+            return exc
+        return None
+    theirs, ours = build(getattr(torch.optim, name)), build(getattr(ft, name))
+    assert (theirs is None) == (ours is None), (theirs, ours)
+    if ours is not None:
+        assert str(ours).startswith(f"fastopt.torch.{name}: betas must be either both "
+                                    f"floats or both Tensors")
+
+
 def test_bad_hyperparameters_are_refused():
     ps = params()
     with pytest.raises(ValueError, match="lr must be a finite number >= 0"):

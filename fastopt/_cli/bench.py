@@ -1,13 +1,22 @@
-"""``python -m fastopt bench``: throughput of the standard workloads.
+"""``fastopt bench``: throughput of the standard workloads.
 
 For each op and workload it prints the p50 and p99 time of one update, ns
 per element and GB/s of parameter+gradient+state traffic (both from the
-p50), and the ratio to the plain NumPy formula and to the memory-bandwidth
+p50), and two ratios, both another time over fastopt's (higher is faster
+for fastopt): to the plain NumPy formula and to the memory-bandwidth
 ceiling (a probe built into the extension: the same bytes moved over one
 buffer of the same size, the ideal a multi-tensor optimizer can approach).
-If the machine looked busy while measuring (load average, or a wide p50-p99
-spread), one line says so. ``--plot out.png`` also draws throughput against
-tensor size for every op and dtype (small multiples).
+
+fastopt, NumPy and the probe are timed in turn, one call each per round,
+for at least ``MIN_ROUNDS`` rounds; the NumPy ratio is the median of the
+paired rounds and the ceiling the best of all the probe runs (three back to
+back per round, with fastopt's thread count and with one), so runs slowed by
+other programs change neither (:func:`summarize`). A ratio saying fastopt
+beats the ceiling would be a broken measurement: the row says "too noisy
+to measure" instead. If the machine looked busy while measuring (load
+average, or a wide p50-p99 spread), one line says so. ``--plot out.png``
+also draws throughput against tensor size for every op and dtype (small
+multiples).
 
 The full benchmark matrix, with torch, lives in ``bench/`` (pytest-benchmark).
 """
@@ -32,22 +41,78 @@ _KW = {
 }
 
 
-def _times(fn, budget: float, max_reps: int, min_reps: int = 3) -> list[float]:
-    """Wall times of fn() over as many runs as fit in ~budget seconds."""
-    fn()                                            # warm up (page faults)
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < max_reps and (len(times) < min_reps
-                                     or time.perf_counter() - start < budget):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
+#: Fewest interleaved rounds a row is computed from: a median of 11 ignores up
+#: to 5 rounds slowed by other programs, a best of 11 probe runs up to 10.
+MIN_ROUNDS = 11
+#: How far fastopt may seem to beat the ceiling before the row is refused
+#: (the probe and the update differ a little in their loop overhead).
+CEILING_SLACK = 0.10
+
+
+#: Back-to-back probe calls per round, the best kept: the first call after
+#: other work may wait for the probe's threads to wake.
+PROBE_REPEAT = 3
+
+
+def interleaved(fns: dict, budget: float, max_rounds: int,
+                min_rounds: int = MIN_ROUNDS, repeat: dict | None = None
+                ) -> dict[str, list[float]]:
+    """Wall times of every function, one call of each per round.
+
+    The order rotates from round to round, so a slow moment of the machine
+    falls on all of them alike, and round ``i`` of every list was taken at
+    the same moment (the samples are paired). ``repeat[name]`` calls that
+    function so many times back to back in its turn and keeps the best.
+    Rounds continue until both ``min_rounds`` and ``budget`` seconds are
+    reached, or ``max_rounds``.
+    """
+    names, repeat = list(fns), repeat or {}
+    for f in fns.values():                          # warm up (page faults)
+        f()
+    times: dict[str, list[float]] = {k: [] for k in names}
+    start, r = time.perf_counter(), 0
+    while r < max(min_rounds, 1) or (r < max_rounds
+                                     and time.perf_counter() - start < budget):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            best = math.inf
+            for _ in range(repeat.get(k, 1)):
+                t0 = time.perf_counter()
+                fns[k]()
+                best = min(best, time.perf_counter() - t0)
+            times[k].append(best)
+        r += 1
     return times
 
 
-def _median_time(fn, budget: float, max_reps: int, min_reps: int = 3) -> float:
-    """Median wall time of fn() over as many runs as fit in ~budget seconds."""
-    return float(np.median(_times(fn, budget, max_reps, min_reps)))
+def summarize(fast, numpy=None, probe=None, load: float = 0.0, ncpu: int = 1,
+              slack: float = CEILING_SLACK) -> dict:
+    """The figures of one row, from interleaved per-round times in seconds.
+
+    ``fastopt`` and ``fastopt_p99``: the median and 99th percentile of
+    ``fast``. ``vs_numpy``: the median over rounds of ``numpy[i] / fast[i]``
+    (paired). ``ceiling``: the best (least) probe time, since other programs
+    only ever slow a run down. ``vs_ceiling``: ``ceiling / fastopt``. Both
+    ratios are another time over fastopt's, so higher means fastopt is
+    faster, and ``vs_ceiling`` cannot honestly exceed 1. When it exceeds
+    ``1 + slack`` the measurement is broken (the probe ran only while the
+    machine was busy): ``refused`` then holds a "too noisy to measure"
+    reason naming the load average, and both ratios are None.
+    """
+    fast = np.asarray(fast, dtype=float)
+    out = {"fastopt": float(np.median(fast)),
+           "fastopt_p99": float(np.percentile(fast, 99)),
+           "vs_numpy": None, "ceiling": None, "vs_ceiling": None, "refused": None}
+    if numpy is not None:
+        out["vs_numpy"] = float(np.median(np.asarray(numpy, dtype=float) / fast))
+    if probe is not None:
+        out["ceiling"] = float(np.min(probe))
+        out["vs_ceiling"] = out["ceiling"] / out["fastopt"]
+        if out["vs_ceiling"] > 1.0 + slack:
+            out["refused"] = (f"too noisy to measure: load average {load:.1f} on "
+                              f"{ncpu} cores (fastopt seemed {out['vs_ceiling']:.1f}x "
+                              "faster than the memory-bandwidth ceiling)")
+            out["vs_numpy"] = out["vs_ceiling"] = None
+    return out
 
 
 def _arrays(shapes, dtype, nstates):
@@ -57,32 +122,43 @@ def _arrays(shapes, dtype, nstates):
     return xs, gs, states
 
 
-def measure(op: str, dtype, shapes, budget: float = 0.4, numpy: bool = True) -> dict:
-    """Median seconds per update for fastopt (and its p99), the NumPy formula
-    and the memory-bandwidth ceiling (the probe)."""
+def _calls(op: str, dtype, shapes, numpy: bool) -> dict:
+    """The functions one row times: fastopt, the NumPy formula, the probe
+    (with fastopt's thread count and, when that is more, with one)."""
     n = sum(math.prod(s) for s in shapes)
-    nstates = 2 if op == "adam" else 1
-    xs, gs, states = _arrays(shapes, dtype, nstates)
+    xs, gs, states = _arrays(shapes, dtype, 2 if op == "adam" else 1)
     kw = dict(_KW[op], t=1)
     if len(xs) == 1:
         args = (xs[0], gs[0], *(s[0] for s in states))
     else:
         args = (xs, gs, *states)
-    max_reps = max(5, min(20000, int(2e9 / max(n, 1))))
-    out = {"elements": n}
-    t = _times(lambda: _FAST[op](*args, **kw), budget, max_reps, min_reps=10)
-    out["fastopt"] = float(np.percentile(t, 50))
-    out["fastopt_p99"] = float(np.percentile(t, 99))
+    fns = {"fastopt": lambda: _FAST[op](*args, **kw)}
     if numpy:
         ref = getattr(_reference, f"{op}_inplace")
-        with np.errstate(all="ignore"):
-            out["numpy"] = _median_time(lambda: ref(xs, gs, *states, **kw),
-                                        budget, max(3, max_reps // 10))
-    reads, _ = TRAFFIC[op]
-    bufs = [np.ones(n, dtype) for _ in range(reads)]
+        fns["numpy"] = lambda: ref(xs, gs, *states, **kw)
+    bufs = [np.ones(n, dtype) for _ in range(TRAFFIC[op][0])]
     threads = get_num_threads()
+    fns["probe"] = lambda: _ext.probe(bufs, threads)
+    if threads > 1:     # its static split waits for a descheduled thread; one does not
+        fns["probe 1 thread"] = lambda: _ext.probe(bufs, 1)
+    return fns
+
+
+def measure(op: str, dtype, shapes, budget: float = 1.0, numpy: bool = True) -> dict:
+    """One row: :func:`summarize` of fastopt, the NumPy formula and the
+    memory-bandwidth probe, timed in turn (:func:`interleaved`)."""
+    n = sum(math.prod(s) for s in shapes)
+    max_rounds = max(MIN_ROUNDS, min(20000, int(2e9 / max(n, 1))))
+    load = _loadavg()
+    fns = _calls(op, dtype, shapes, numpy)
     with np.errstate(all="ignore"):
-        out["probe"] = _median_time(lambda: _ext.probe(bufs, threads), budget, max_reps)
+        t = interleaved(fns, budget, max_rounds,
+                        repeat={k: PROBE_REPEAT for k in fns if k.startswith("probe")})
+    load = max(load, _loadavg())
+    probe = t["probe"] + t.get("probe 1 thread", [])
+    out = summarize(t["fastopt"], t.get("numpy"), probe, load=load,
+                    ncpu=os.cpu_count() or 1)
+    out.update(elements=n, rounds=len(t["fastopt"]), load=load)
     return out
 
 
@@ -101,7 +177,7 @@ def _pyplot():
     return plt
 
 
-def _plot(plt, path: str, ops, dtypes, sizes=PLOT_SIZES, budget: float = 0.2) -> int:
+def _plot(plt, path: str, ops, dtypes, sizes=PLOT_SIZES, budget: float = 0.6) -> int:
     """Throughput against tensor size, one panel per op x dtype."""
     fig, axes = plt.subplots(len(ops), len(dtypes), squeeze=False, sharex=True,
                              figsize=(4.2 * len(dtypes), 3.0 * len(ops)))
@@ -112,6 +188,12 @@ def _plot(plt, path: str, ops, dtypes, sizes=PLOT_SIZES, budget: float = 0.2) ->
             series: dict[str, list[float]] = {"fastopt": [], "numpy": [], "probe": []}
             for n in sizes:
                 r = measure(op, dt, [(n,)], budget=budget)
+                if r["refused"]:               # no point rather than a wrong one
+                    print(f"{op} {np.dtype(dt).name} {n}: {r['refused']}")
+                    r = {"fastopt": math.nan, "numpy": math.nan, "probe": math.nan}
+                else:
+                    r = {"fastopt": r["fastopt"], "numpy": r["vs_numpy"] * r["fastopt"],
+                         "probe": r["ceiling"]}
                 for k, ys in series.items():
                     ys.append(n * nbytes / r[k] / 1e9)
             ax = axes[i][j]
@@ -162,15 +244,32 @@ def _fmt(t: float) -> str:
     return f"{t * 1e6:.1f}us" if t < 1e-2 else f"{t * 1e3:.2f}ms"
 
 
+RATIOS = ("ratios: another time / fastopt's time, higher is faster for fastopt; "
+          "vs ceiling is at most 1.00 (at the memory-bandwidth ceiling)")
+
+
+def _row(op: str, dt, w: str, r: dict) -> str:
+    """One table line; a refused row gives the reason instead of its ratios."""
+    reads, writes = TRAFFIC[op]
+    n, t, t99 = r["elements"], r["fastopt"], r["fastopt_p99"]
+    gbs = n * np.dtype(dt).itemsize * (reads + writes) / t / 1e9
+    head = (f"{op:9s} {np.dtype(dt).name:8s} {w:9s} {_fmt(t):>10s} "
+            f"{_fmt(t99):>10s} {t / n * 1e9:8.3f} {gbs:6.1f} ")
+    if r["refused"]:
+        return head + r["refused"]
+    return head + f"{r['vs_numpy']:8.1f}x {r['vs_ceiling']:9.2f}x"
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fastopt bench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="fastopt bench", description=__doc__.split("\n")[0])
     p.add_argument("--ops", default="momentum,adagrad,adam",
                    help="comma-separated ops (default: all three)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "both"])
     p.add_argument("--workloads", default=",".join(WORKLOADS),
                    help="comma-separated, from: " + ", ".join(WORKLOADS))
-    p.add_argument("--budget", type=float, default=0.3,
-                   help="seconds of timing per implementation and workload")
+    p.add_argument("--budget", type=float, default=1.0,
+                   help="seconds of timing per workload (fastopt, NumPy and the "
+                        "probe in turn)")
     p.add_argument("--plot", metavar="PNG",
                    help="also draw throughput against size for every op and dtype "
                         "(needs matplotlib)")
@@ -194,31 +293,28 @@ def main(argv: list[str] | None = None) -> int:
     cfg = _ext.build_info()
     print(f"fastopt bench: {get_num_threads()} threads, kernels {cfg['isa_active']}, "
           f"OpenMP {'on' if _ext.have_openmp() else 'off'}")
+    print(RATIOS)
     print(f"{'op':9s} {'dtype':8s} {'workload':9s} {'p50':>10s} {'p99':>10s} "
-          f"{'ns/elem':>8s} {'GB/s':>6s} {'vs numpy':>9s} {'vs probe':>9s}")
+          f"{'ns/elem':>8s} {'GB/s':>6s} {'vs numpy':>9s} {'vs ceiling':>10s}")
     loads, spread = [_loadavg()], 0.0
     for op in ops:
-        reads, writes = TRAFFIC[op]
         for dt in dtypes:
             for w in workloads:
                 r = measure(op, dt, WORKLOADS[w], budget=a.budget)
-                n = r["elements"]
-                gbs = n * np.dtype(dt).itemsize * (reads + writes) / r["fastopt"] / 1e9
                 t, t99 = r["fastopt"], r["fastopt_p99"]
                 if t99 - t > 50e-6:       # ignore microsecond jitter of tiny calls
                     spread = max(spread, t99 / t)
-                loads.append(_loadavg())
-                print(f"{op:9s} {np.dtype(dt).name:8s} {w:9s} {_fmt(t):>10s} "
-                      f"{_fmt(t99):>10s} {t / n * 1e9:8.3f} {gbs:6.1f} "
-                      f"{r['numpy'] / t:8.1f}x {t / r['probe']:8.2f}x")
+                loads.append(r["load"])
+                print(_row(op, dt, w, r))
     print("p50/p99: median and 99th percentile of one call; ns/elem, GB/s and the "
-          "ratios use the p50. vs numpy: how many times faster than the NumPy formula; "
-          "vs probe: time / memory-bandwidth-ceiling time (1.00 = at the ceiling)")
+          "ceiling ratio use the p50; vs numpy is the median of paired rounds. "
+          f"Each row: at least {MIN_ROUNDS} rounds, fastopt, NumPy and the probe "
+          "timed in turn; the ceiling is the best of the probe runs")
     note = _busy_note(loads, spread, os.cpu_count() or 1)
     if note:
         print(note)
     if a.plot:
         sizes = [int(float(s)) for s in a.plot_sizes.split(",") if s.strip()]
         return _plot(plt, a.plot, ops, [np.float32, np.float64], sizes,
-                     budget=min(a.budget, 0.2))
+                     budget=min(a.budget, 0.6))
     return 0

@@ -1,4 +1,4 @@
-"""``python -m fastopt demo``: what fastopt does, on this machine, in under a minute.
+"""``fastopt demo``: what fastopt does, on this machine, in under a minute.
 
 Part 1, "updates": 100 updates of each operator (Momentum, Adagrad, Adam)
 over the 161 parameter tensors of ResNet-50 (25.6 M float32 values), timed
@@ -250,7 +250,7 @@ def run_train(*, quick: bool = False, epochs=None) -> bool:
 def main(argv=None) -> int:
     """Run the demo; returns the process exit code."""
     parser = argparse.ArgumentParser(
-        prog="python -m fastopt demo",
+        prog="fastopt demo",
         description="Time fastopt's updates on ResNet-50's parameters and train an "
                     "MLP on scikit-learn's digits with fastopt.optim.")
     parser.add_argument("--quick", action="store_true",

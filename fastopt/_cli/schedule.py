@@ -1,4 +1,4 @@
-"""``python -m fastopt schedule NAME --param k=v ... --steps N [--plot out.png]``:
+"""``fastopt schedule NAME --param k=v ... --steps N [--plot out.png]``:
 print (and optionally plot) the first values of a learning-rate schedule."""
 from __future__ import annotations
 
@@ -46,11 +46,26 @@ _CLI_SCHEDULES: dict[str, type[Schedule]] = {
         SGDR,
     )
 }
+#: A line printed under the values of a schedule whose first values surprise.
+_NOTES = {
+    WarmRestarts: "step 0 is position 1 of the first cycle, as in Angel (next() advances "
+                  "its counter first): one step below eta_max, which is never returned",
+}
 _CLI_NAMES = (
     "ConstantLearningRate, StandardDecay, CorrectionDecay, WarmRestarts (any case), "
     "constant, inverse_time, exponential, piecewise_constant, polynomial, cosine_decay, "
     "warmup_cosine_decay, sgdr"
 )
+
+
+def _parameters() -> str:
+    """One line per schedule: its name and parameters (with defaults)."""
+    lines = []
+    for cls in _CLI_SCHEDULES.values():
+        args = [p.name if p.default is p.empty else f"{p.name}={p.default!r}"
+                for p in inspect.signature(cls).parameters.values()]
+        lines.append(f"  {cls.__name__}: {', '.join(args)}")
+    return "\n".join(lines)
 
 
 def _parse_value(text: str) -> Any:
@@ -92,7 +107,7 @@ def _build_from_cli(name: str, params: list[str]) -> Schedule:
 def main(argv: list[str] | None = None) -> int:
     """Print (and optionally plot) the first values of a schedule.
 
-    Usage: ``python -m fastopt schedule NAME [--param k=v ...] [--steps N]
+    Usage: ``fastopt schedule NAME [--param k=v ...] [--steps N]
     [--plot out.png]``. NAME is an Angel class name (any case) or a standard
     family name; each ``--param`` value is read as a Python literal (``0.1``,
     ``100``, ``{100: 0.5}``, ``[{...}]``) or ``true``/``false``/``none``.
@@ -111,9 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         ``--plot`` is given but matplotlib is not installed.
     """
     parser = argparse.ArgumentParser(
-        prog="python -m fastopt schedule",
+        prog="fastopt schedule",
         description="Print the first values of a learning-rate schedule.",
-        epilog=f"Schedules: {_CLI_NAMES}.",
+        epilog=f"Schedules (NAME in any case, _ optional) and their parameters "
+               f"(--param k=v; those without a default are required):\n{_parameters()}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("name", metavar="NAME", help="schedule name")
     parser.add_argument(
@@ -151,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {schedule!r}")
     for step, value in zip(steps, values):
         print(f"{step} {value!r}")
+    if type(schedule) in _NOTES:
+        print(f"# {_NOTES[type(schedule)]}")
     if args.plot:
         figure = Figure(figsize=(7, 4))
         axes = figure.subplots()

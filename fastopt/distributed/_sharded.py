@@ -251,7 +251,8 @@ class ShardedOptimizer:
         ----------
         grads : list
             This rank's gradients, one per parameter (or one list per group),
-            each of its parameter's dtype and broadcastable to its shape, or
+            each of its parameter's dtype and shape (or broadcastable to it,
+            with ``broadcast_grads=True`` among the optimizer's arguments), or
             None. The gradients of all ranks are averaged; a parameter whose
             gradient is None on every rank is left untouched, None on some
             ranks counts as zeros there.
@@ -352,6 +353,11 @@ class ShardedOptimizer:
             if _native(g.dtype) != p.dtype:
                 raise TypeError(f"{f}: grads[{i}] has dtype {g.dtype} but params[{i}] has "
                                 f"{p.dtype}; the gradient must match its parameter")
+            if g.shape != p.shape and not self._kwargs.get("broadcast_grads"):
+                raise ValueError(f"{f}: grads[{i}] has shape {g.shape} but params[{i}] has "
+                                 f"shape {p.shape}; the gradient must have its parameter's "
+                                 f"shape (or build the optimizer with broadcast_grads=True "
+                                 f"to broadcast it)")
             if g.shape != p.shape:
                 try:
                     ok = np.broadcast_shapes(g.shape, p.shape) == p.shape

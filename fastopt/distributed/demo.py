@@ -1,5 +1,4 @@
-"""A real distributed run on one machine: ``mpiexec -n 2 python -m fastopt distributed-demo``
-(or ``mpiexec -n 2 python -m fastopt.distributed.demo``).
+"""A real distributed run on one machine: ``mpiexec -n 2 fastopt distributed-demo``.
 
 Trains a small MLP (64-128-10, ReLU, softmax cross-entropy; forward and
 backward in NumPy) on scikit-learn's bundled handwritten digits (1,797 8x8

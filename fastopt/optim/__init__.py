@@ -33,8 +33,6 @@ Layout: ``_base.py`` (the shared optimizer: groups, state, step),
 (hyperparameter checkers), ``_groups.py`` (groups and state allocation),
 ``_grads.py`` (a step's gradients: split, checked).
 """
-from __future__ import annotations
-
 from .adagrad import Adagrad
 from .adam import Adam
 from .adamw import AdamTorch, AdamW

@@ -33,10 +33,11 @@ class _Optimizer:
     _HYPER: dict = {}
 
     def __init__(self, params, defaults: dict, *, contiguous_state: bool = False,
-                 n_threads: Optional[int] = None):
+                 n_threads: Optional[int] = None, broadcast_grads: bool = False):
         f = self._fname()
         self.n_threads = _v.check_n_threads(f, n_threads)
         self.contiguous_state = as_bool(f, "contiguous_state", contiguous_state)
+        self.broadcast_grads = as_bool(f, "broadcast_grads", broadcast_grads)
         checks = dict(self._HYPER, schedule=_schedule)
         self.defaults = {k: checks[k](f, k, v) for k, v in defaults.items()}
         if self.defaults["lr"] is None and self.defaults["schedule"] is None:
@@ -215,8 +216,9 @@ class _Optimizer:
         grads : list
             One gradient per parameter, in the order of :attr:`params` (or
             one list per parameter group). Each is an array of its
-            parameter's dtype, broadcastable to its shape, and is only read;
-            ``None`` leaves that parameter and its state untouched this step.
+            parameter's dtype and shape (or only broadcastable to its shape,
+            with ``broadcast_grads=True``), and is only read; ``None``
+            leaves that parameter and its state untouched this step.
         grad_scale : float, optional
             Divide every gradient by this (> 0) first, in the gradient's
             dtype (undoing a loss scale). The gradients passed in are not
@@ -270,6 +272,7 @@ class _Optimizer:
             pre = _fused.precheck(self, per, o)   # skip before the schedule is consulted
             if pre is not None:
                 if not pre[1]:
+                    _grads.check_shapes(self, f, per)   # refused even when skipped
                     self.last_grad_norm = pre[0]
                     self.last_step_info = _step.StepInfo(False, pre[0], False)
                     return False
@@ -304,6 +307,7 @@ class _Optimizer:
     def _step_groups(self, f, per, o) -> bool:
         """A step with one kernel call per group (AGC has no fused form): the
         gradient half of the step first, on scratch copies."""
+        _grads.check_shapes(self, f, per)
         if o != _step.Options():
             info, per = _fused.pre_clip(self, f, per, o)
             self.last_grad_norm = info.norm

@@ -147,6 +147,7 @@ def run(opt, f, grads, per, groups, o, given_norm=float("nan")):
     # writeable: the work list of this step, checked in full
     if per is None:
         per = _grads.split(opt, f, grads)
+    _grads.check_shapes(opt, f, per)      # the fast path below would broadcast
     xs, gs, states, index, lab, _ = flat(opt, per, groups)
     return _step.run(f, xs, gs, states, index, groups, o, opt.n_threads, lab, given_norm,
                      lambda: _grads.check_grads(opt, f, per))

@@ -26,8 +26,26 @@ def check_grads(opt, f, per):
                 continue
             if type(g) is not np.ndarray and not isinstance(g, np.ndarray):
                 raise TypeError(f"{f}: grads[{k + i}] must be a numpy.ndarray or None, "
-                                f"got {type(g).__name__}")
+                                f"got {_v._got(g)}")
             _v._check_role(f, f"grads[{k + i}]", f"params[{k + i}]", g, p, "g", False)
+        k += len(gg)
+
+
+def check_shapes(opt, f, per):
+    """Unless the optimizer was built with ``broadcast_grads=True``: every
+    gradient array has exactly its parameter's shape (one that would only
+    broadcast is most often a bug in the backward pass). The prepared step
+    accepts exact shapes only; this guards the paths that broadcast."""
+    if opt.broadcast_grads:
+        return
+    k = 0
+    for group, gg in zip(opt.param_groups, per):
+        for i, (p, g) in enumerate(zip(group["params"], gg)):
+            if isinstance(g, np.ndarray) and g.shape != p.shape:
+                raise ValueError(
+                    f"{f}: grads[{k + i}] has shape {g.shape} but params[{k + i}] has "
+                    f"shape {p.shape}; the gradient must have its parameter's shape (or "
+                    f"build the optimizer with broadcast_grads=True to broadcast it)")
         k += len(gg)
 
 

@@ -24,7 +24,7 @@ class Adagrad(_Optimizer):
         L2 coefficient (torch ``weight_decay``).
     initial_accumulator_value : float, default 0.0
         Initial fill of H (>= 0), as in torch.
-    schedule, contiguous_state, n_threads
+    schedule, contiguous_state, n_threads, broadcast_grads
         As in :class:`Momentum`.
     """
 
@@ -41,12 +41,13 @@ class Adagrad(_Optimizer):
 
     def __init__(self, params, lr=None, decay_factor=0.0, epsilon=1e-6,
                  norm_coefficient=0.0, initial_accumulator_value=0.0, schedule=None, *,
-                 contiguous_state=False, n_threads=None):
+                 contiguous_state=False, n_threads=None, broadcast_grads=False):
         super().__init__(params, dict(lr=lr, decay_factor=decay_factor, epsilon=epsilon,
                                       norm_coefficient=norm_coefficient,
                                       initial_accumulator_value=initial_accumulator_value,
                                       schedule=schedule),
-                         contiguous_state=contiguous_state, n_threads=n_threads)
+                         contiguous_state=contiguous_state, n_threads=n_threads,
+                         broadcast_grads=broadcast_grads)
 
     def _initial(self, group, name):
         return group["initial_accumulator_value"]

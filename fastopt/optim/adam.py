@@ -26,7 +26,7 @@ class Adam(_Optimizer):
         L2 coefficient folded into the gradient (torch Adam ``weight_decay``).
     norm_coefficient_post : float, default 0.0
         Decay after the step: ``x *= 1 - norm_coefficient_post``.
-    schedule, contiguous_state, n_threads
+    schedule, contiguous_state, n_threads, broadcast_grads
         As in :class:`Momentum`.
     """
 
@@ -44,12 +44,13 @@ class Adam(_Optimizer):
 
     def __init__(self, params, lr=None, alpha=0.9, beta=0.999, epsilon=1e-6,
                  norm_coefficient=0.0, norm_coefficient_post=0.0, schedule=None, *,
-                 contiguous_state=False, n_threads=None):
+                 contiguous_state=False, n_threads=None, broadcast_grads=False):
         super().__init__(params, dict(lr=lr, alpha=alpha, beta=beta, epsilon=epsilon,
                                       norm_coefficient=norm_coefficient,
                                       norm_coefficient_post=norm_coefficient_post,
                                       schedule=schedule),
-                         contiguous_state=contiguous_state, n_threads=n_threads)
+                         contiguous_state=contiguous_state, n_threads=n_threads,
+                         broadcast_grads=broadcast_grads)
 
     def _kwargs(self, group):
         return dict(alpha=float(group["alpha"]), beta=float(group["beta"]),

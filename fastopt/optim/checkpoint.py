@@ -233,7 +233,10 @@ def save(opt, path) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     _remove_stale(directory, os.path.basename(path))
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:      # name the path given, not the temporary file
+        raise type(exc)(exc.errno, f"{opt._fname()}.save: {exc.strerror}", path) from None
     try:
         if fcntl is not None:   # held until the rename: this file is not stale
             fcntl.flock(fd, fcntl.LOCK_EX)

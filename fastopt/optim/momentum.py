@@ -47,6 +47,12 @@ class Momentum(_Optimizer):
         arena (:attr:`arenas`) and expose them as views.
     n_threads : int, optional
         Threads for the kernels (None: fastopt's current default).
+    broadcast_grads : bool, default False
+        Accept a gradient that broadcasts to its parameter's shape (NumPy
+        rules, as the functions such as :func:`fastopt.momentum` do). By
+        default a gradient must have exactly its parameter's shape, as in
+        torch: a (10,) gradient for a (128, 10) weight is a ValueError, not
+        an update of every row.
     """
 
     _KERNEL = staticmethod(_ops.momentum)
@@ -65,12 +71,14 @@ class Momentum(_Optimizer):
 
     def __init__(self, params, lr=None, alpha=0.9, beta=1.0, norm_coefficient=0.0,
                  nesterov=False, clipping=None, clip_eps=1e-3, clip_layout="oi",
-                 schedule=None, *, contiguous_state=False, n_threads=None):
+                 schedule=None, *, contiguous_state=False, n_threads=None,
+                 broadcast_grads=False):
         super().__init__(params, dict(lr=lr, alpha=alpha, beta=beta,
                                       norm_coefficient=norm_coefficient, nesterov=nesterov,
                                       clipping=clipping, clip_eps=clip_eps,
                                       clip_layout=clip_layout, schedule=schedule),
-                         contiguous_state=contiguous_state, n_threads=n_threads)
+                         contiguous_state=contiguous_state, n_threads=n_threads,
+                         broadcast_grads=broadcast_grads)
 
     def _check_extra(self, f, group, where):
         c = group["clipping"]

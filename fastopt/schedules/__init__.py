@@ -11,6 +11,8 @@ and ``ValueError`` for a wrong value, naming that parameter.
 
 Angel's StepSizeScheduler family
 --------------------------------
+The four learning-rate decays of Angel, Tencent's distributed machine
+learning platform (github.com/Angel-ML/angel), and its configuration keys.
 Angel's schedulers are stateful: each ``next()`` call advances a counter and
 returns the rate. Here ``schedule(k)`` is the value of the ``(k + 1)``-th
 ``next()`` call, computed in closed form.
@@ -55,14 +57,14 @@ schedule (``transition_steps <= 0``, ``decay_rate == 0``, negative
 Command line
 ------------
 ``fastopt schedule NAME --param k=v ... --steps N [--plot out.png]`` prints
-(and plots) a schedule's first values; the code is in ``fastopt/_cli/``.
+(and plots) the first values of any of these schedules; ``fastopt schedule
+--help`` lists each one's parameters (the code is in
+``fastopt/_cli/schedule.py``).
 
 Layout: ``base.py`` (the :class:`Schedule` protocol), ``_checks.py`` (the
 parameter checkers), ``angel.py`` (Angel's four decays and its
 configuration), ``family.py`` (the optax/torch family).
 """
-
-from __future__ import annotations
 
 from .angel import (
     ConstantLearningRate,

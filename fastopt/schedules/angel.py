@@ -143,7 +143,10 @@ class WarmRestarts(Schedule):
 
     exactly as Angel's iterative code divides its current ``eta_max`` by
     ``sqrt(1 + restarts * alpha)`` at each restart. The value never equals
-    the peak (``c`` starts at 1) and every cycle ends at ``eta_min``. The
+    the peak and every cycle ends at ``eta_min``: Angel's ``next()``
+    advances its counter before computing, so step 0 is already position
+    ``c = 1`` (``WarmRestarts(1.0, interval=4)(0)`` is ``0.1 + 0.45 * (1 +
+    cos(pi / 4))``, about 0.868, not 1.0). The
     value is computed in closed form (a loop over the ``O(log step)`` restarts
     only), so ``schedule(10**9)`` is immediate; cycle lengths are exact
     integers (Angel's ``Int`` interval would overflow after about 2**31 steps).

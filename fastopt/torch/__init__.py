@@ -49,9 +49,7 @@ memory is released by the next step).
 
 This module imports torch; ``import fastopt`` alone never does.
 """
-from __future__ import annotations
-
-from typing import ClassVar
+from typing import ClassVar as _ClassVar
 
 if __name__ == "torch":  # pragma: no cover - run with fastopt/ itself on sys.path
     raise ImportError(
@@ -108,7 +106,7 @@ class SGD(_FastoptOptimizer):
     update of a parameter copies its (decayed) gradient into the buffer.
     """
 
-    _SPEC: ClassVar[dict] = {"lr": "lr", "momentum": {"low": 0.0}, "dampening": {},
+    _SPEC: _ClassVar[dict] = {"lr": "lr", "momentum": {"low": 0.0}, "dampening": {},
                              "weight_decay": {"low": 0.0}, "nesterov": "bool", **_MAXIMIZE}
     _COUNTS = False
 
@@ -165,7 +163,7 @@ class Adagrad(_FastoptOptimizer):
     as torch does).
     """
 
-    _SPEC: ClassVar[dict] = {"lr": "lr", "lr_decay": {"low": 0.0},
+    _SPEC: _ClassVar[dict] = {"lr": "lr", "lr_decay": {"low": 0.0},
                              "weight_decay": {"low": 0.0},
                              "initial_accumulator_value": {"low": 0.0},
                              "eps": {"low": 0.0}, **_MAXIMIZE}
@@ -234,7 +232,7 @@ class Adam(_FastoptOptimizer):
     zeros if amsgrad is turned on later).
     """
 
-    _SPEC: ClassVar[dict] = {"lr": "lr", "betas": "betas", "eps": {"low": 0.0},
+    _SPEC: _ClassVar[dict] = {"lr": "lr", "betas": "betas", "eps": {"low": 0.0},
                              "weight_decay": {"low": 0.0}, "amsgrad": "bool", **_MAXIMIZE,
                              "decoupled_weight_decay": "bool"}
 
@@ -340,7 +338,7 @@ class OnnxMomentum(_Onnx):
     """
 
     _STATES = ("momentum_buffer",)
-    _SPEC: ClassVar[dict] = {"lr": "lr", "alpha": {}, "beta": {}, "norm_coefficient": {},
+    _SPEC: _ClassVar[dict] = {"lr": "lr", "alpha": {}, "beta": {}, "norm_coefficient": {},
                              "nesterov": "bool"}
 
     def __init__(self, params, lr, alpha=0.9, beta=1.0, norm_coefficient=0.0,
@@ -377,7 +375,7 @@ class OnnxAdagrad(_Onnx):
     """
 
     _STATES = ("sum",)
-    _SPEC: ClassVar[dict] = {"lr": "lr", "decay_factor": {"low": 0.0},
+    _SPEC: _ClassVar[dict] = {"lr": "lr", "decay_factor": {"low": 0.0},
                              "epsilon": {"low": 0.0}, "norm_coefficient": {},
                              "initial_accumulator_value": {"low": 0.0}}
 
@@ -420,7 +418,7 @@ class OnnxAdam(_Onnx):
 
     _STATES = ("exp_avg", "exp_avg_sq")
     _T_ADD = 1
-    _SPEC: ClassVar[dict] = {"lr": "lr",
+    _SPEC: _ClassVar[dict] = {"lr": "lr",
                              "alpha": {"low": 0.0, "high": 1.0, "high_open": True},
                              "beta": {"low": 0.0, "high": 1.0}, "epsilon": {"low": 0.0},
                              "norm_coefficient": {}, "norm_coefficient_post": {}}

@@ -62,6 +62,20 @@ def _check(f, name, kind, v):
     return _v.check_real(f, name, v, **kind)
 
 
+def _betas_types(f, betas):
+    """torch.optim's rule for the constructor's betas (ValueError, as torch
+    raises): both floats or both tensors; an int is not a float."""
+    try:
+        b1, b2 = betas
+    except (TypeError, ValueError):
+        return                          # _check says what is wrong with it
+    if not ((isinstance(b1, float) and isinstance(b2, float))
+            or (isinstance(b1, torch.Tensor) and isinstance(b2, torch.Tensor))):
+        raise ValueError(f"{f}: betas must be either both floats or both Tensors, as "
+                         f"in torch.optim; got ({type(b1).__name__}, "
+                         f"{type(b2).__name__})")
+
+
 def _check_param(f, where, p):
     """A parameter that fastopt can update (raises)."""
     if p.device.type != "cpu":
@@ -180,6 +194,8 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                     raise ValueError(f"{f}: {k}=True is not supported: fastopt runs its "
                                      f"own multi-tensor C step on CPU tensors; leave {k} "
                                      f"at its default")
+            if gi is None and "betas" in self._SPEC:     # the constructor's, as torch
+                _betas_types(f, group["betas"])
             return {k: _check(f, k, kind, group[k]) for k, kind in self._SPEC.items()}
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"{exc}{_suffix(gi)}") from None

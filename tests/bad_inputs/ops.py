@@ -26,6 +26,9 @@ from bad_inputs.builders import (
 
 # Messages are exact; {L} in `what` is replaced by the long-list size.
 
+#: The advice after a number, NumPy scalar or list of numbers given for an array.
+NUMBERS_HINT = "; convert it with np.asarray(..., dtype=...) to an array of its parameter's dtype"
+
 CASES = [
     # --- arrays: writability
     Case(M, "x read-only", lambda: mom(x=ro(arr())), ValueError,
@@ -119,7 +122,7 @@ CASES = [
     # --- not arrays
     Case(M, "x a Python float", lambda: mom(x=1.0), TypeError,
          "fastopt.momentum: x must be a numpy.ndarray or a list/tuple of numpy.ndarray, "
-         "got float"),
+         "got float" + NUMBERS_HINT),
     Case(M, "x None", lambda: ((None, arr(), arr()), {"lr": 0.1, "t": 0}), TypeError,
          "fastopt.momentum: x must be a numpy.ndarray or a list/tuple of numpy.ndarray, "
          "got NoneType"),
@@ -128,10 +131,13 @@ CASES = [
          "got dict"),
     Case(M, "x a list of Python floats", lambda: (([1.0, 2.0], [arr(), arr()],
                                                    [arr(), arr()]), {"lr": 0.1, "t": 0}),
-         TypeError, "fastopt.momentum: x[0] must be a numpy.ndarray, got float"),
+         TypeError, "fastopt.momentum: x[0] must be a numpy.ndarray, got float" + NUMBERS_HINT),
     Case(M, "g a Python list of numbers for an array x", lambda: mom(g=[0.5, 0.5, 0.5]),
-         TypeError, "fastopt.momentum: g is a list but x is a single array; pass g as a "
-                    "single array too"),
+         TypeError, "fastopt.momentum: g is a list of numbers but x is an array; pass "
+                    "np.asarray(g, dtype=x.dtype)"),
+    Case(M, "g a NumPy float32 scalar", lambda: mom(g=np.float32(0.5)), TypeError,
+         "fastopt.momentum: g must be a numpy.ndarray or a list/tuple of numpy.ndarray, "
+         "got a NumPy float32 scalar, not an array" + NUMBERS_HINT),
     Case(G, "h a memoryview", lambda: ada(h=memoryview(arr(fill=0.0))), TypeError,
          "fastopt.adagrad: h must be a numpy.ndarray or a list/tuple of numpy.ndarray, "
          "got memoryview"),
@@ -296,7 +302,8 @@ CASES = [
                     f"or float64 arrays"),
     Case(M, "v[{L}] not an array at the end of a list of {N}",
          lambda: long_mom(lambda xs, gs, vs: setitem(vs, LAST, [0.0])), TypeError,
-         f"fastopt.momentum: v[{LAST}] must be a numpy.ndarray, got list"),
+         f"fastopt.momentum: v[{LAST}] must be a numpy.ndarray, got a list of numbers"
+         + NUMBERS_HINT),
     Case(M, "v[{L}] sharing memory with x[0] at the end of a list of {N}",
          lambda: long_mom(lambda xs, gs, vs: setitem(vs, LAST, xs[0])), ValueError,
          f"fastopt.momentum: x[0] and v[{LAST}] share memory; every parameter and state "

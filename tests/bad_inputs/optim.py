@@ -18,10 +18,11 @@ def opt_ctor(*params, **kw):
     return lambda: ((list(params),), kw)
 
 
-def opt_call(cls, method, *args, **kw):
-    """Arguments for a method call on a fresh optimizer over two parameters."""
+def opt_call(cls, method, *args, ctor=None, **kw):
+    """Arguments for a method call on a fresh optimizer over two parameters
+    (built with the keyword arguments ``ctor``)."""
     def build():
-        opt = getattr(_optim(), cls)([arr(), arr((2, 3), F64)], lr=0.1)
+        opt = getattr(_optim(), cls)([arr(), arr((2, 3), F64)], lr=0.1, **(ctor or {}))
         opt.step([arr(fill=0.5), arr((2, 3), F64, 0.5)])   # non-trivial state
         return (opt,) + tuple(a() if callable(a) else a for a in args), kw
     return build
@@ -88,10 +89,37 @@ OPTIM_CASES = [
          opt_call("Momentum", "step", lambda: [arr(), arr((2, 3), F32)]), TypeError,
          OP + "Momentum.step: grads[1] has dtype float32 but params[1] has float64; the "
               "gradient must match its parameter"),
-    Case("optim.Momentum.step", "grads[1] not broadcastable",
+    Case("optim.Momentum.step", "grads[1] of another shape",
          opt_call("Momentum", "step", lambda: [arr(), arr((3, 2), F64)]), ValueError,
+         OP + "Momentum.step: grads[1] has shape (3, 2) but params[1] has shape (2, 3); the "
+              "gradient must have its parameter's shape (or build the optimizer with "
+              "broadcast_grads=True to broadcast it)"),
+    Case("optim.Momentum.step", "grads[1] broadcastable, broadcast_grads off",
+         opt_call("Momentum", "step", lambda: [arr(), arr((3,), F64)]), ValueError,
+         OP + "Momentum.step: grads[1] has shape (3,) but params[1] has shape (2, 3); the "
+              "gradient must have its parameter's shape (or build the optimizer with "
+              "broadcast_grads=True to broadcast it)"),
+    Case("optim.Adam.step", "grads[0] broadcastable, broadcast_grads off",
+         opt_call("Adam", "step", lambda: [arr((1,)), arr((2, 3), F64)]), ValueError,
+         OP + "Adam.step: grads[0] has shape (1,) but params[0] has shape (3,); the "
+              "gradient must have its parameter's shape (or build the optimizer with "
+              "broadcast_grads=True to broadcast it)"),
+    Case("optim.Momentum.step", "grads[1] not broadcastable, broadcast_grads on",
+         opt_call("Momentum", "step", lambda: [arr(), arr((3, 2), F64)],
+                  ctor={"broadcast_grads": True}), ValueError,
          OP + "Momentum.step: grads[1] with shape (3, 2) cannot be broadcast to params[1]'s "
               "shape (2, 3)"),
+    Case("optim.AdamW", "broadcast_grads not a bool", opt_ctor(arr(), broadcast_grads=1),
+         TypeError, OP + "AdamW: broadcast_grads must be True or False, got int"),
+    Case("optim.Momentum.step", "grads[0] a NumPy float32 scalar",
+         opt_call("Momentum", "step", lambda: [np.float32(0.5), arr((2, 3), F64)]), TypeError,
+         OP + "Momentum.step: grads[0] must be a numpy.ndarray or None, got a NumPy float32 "
+              "scalar, not an array; convert it with np.asarray(..., dtype=...) to an array "
+              "of its parameter's dtype"),
+    Case("optim.Momentum.step", "grads a list of Python floats",
+         opt_call("Momentum", "step", lambda: [0.5, 0.5, 0.5]), TypeError,
+         OP + "Momentum.step: grads is a list of numbers; give one gradient array per "
+              "parameter (np.asarray(..., dtype=...) makes an array of its parameter's dtype)"),
     Case("optim.Momentum.step", "grads[1] a str",
          opt_call("Momentum", "step", lambda: [arr(), "g"]), TypeError,
          OP + "Momentum.step: grads[1] must be a numpy.ndarray or None, got str"),
