@@ -62,6 +62,7 @@ from ._torchform import (  # noqa: E402
     adamw,
     clip_grads,
     global_norm,
+    rmsprop,
     sgd_torch,
 )
 
@@ -83,7 +84,8 @@ def __dir__():
 
 __all__ = [
     "momentum", "adagrad", "adam", "agc", "unitwise_norm", "onnx", "optim", "schedules",
-    "adamw", "adam_torch", "sgd_torch", "adagrad_torch", "global_norm", "clip_grads",
+    "adamw", "adam_torch", "sgd_torch", "adagrad_torch", "rmsprop", "global_norm",
+    "clip_grads",
     "StepInfo",
     "set_num_threads", "get_num_threads", "show_config", "config",
     "__version__",

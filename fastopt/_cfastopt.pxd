@@ -143,6 +143,8 @@ cdef extern from "fastopt.h" nogil:
     int FO_STEP_NESTEROV
     int FO_STEP_AMSGRAD
     int FO_STEP_MAXIMIZE
+    int FO_STEP_CENTERED
+    int FO_STEP_FLAGS
 
     # Clipping by the global norm.
     int FO_CLIP_NONE

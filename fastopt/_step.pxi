@@ -123,7 +123,7 @@ cdef bint _step_groups(tuple groups, fo_step_group *gs):
         if not (_count(grp[0], &v) and v < FO_N_RULES):
             return False
         gs[j].rule = <int32_t>v
-        if not (_count(grp[1], &v) and v < 8):
+        if not (_count(grp[1], &v) and (v & ~FO_STEP_FLAGS) == 0):
             return False
         gs[j].flags = <int32_t>v
         if not _count(grp[2], &gs[j].t):

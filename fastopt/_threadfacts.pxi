@@ -48,4 +48,3 @@ def thread_stats():
             "backoffs": s.backoffs, "last_bytes": s.last_bytes,
             "last_threads": s.last_threads, "last_joined": s.last_joined,
             "pool_size": fo_pool_size(), "spin_ns": fo_pool_spin_ns()}
-

@@ -13,7 +13,7 @@ from typing import Union
 
 import numpy as np
 
-from . import _ext
+from . import _ext, _rules
 from . import _validation as _v
 from ._dispatch import accept
 from ._step import (
@@ -302,7 +302,71 @@ def adagrad_torch(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrLi
     return run_form(f, args, (state_sums,), group, ("state_sums",))
 
 
-for _fn in (adamw, adam_torch, sgd_torch, adagrad_torch):
+def rmsprop(params: ArrayOrList, grads: ArrayOrList, square_avgs: ArrayOrList, *,
+            lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+            weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False,
+            maximize: bool = False, momentum_buffers: ArrayOrList | None = None,
+            grad_avgs: ArrayOrList | None = None, grad_scale=None, max_grad_norm=None,
+            norm_type=2.0, clip_convention="torch", clip_value=None,
+            skip_if_nonfinite=False, n_threads: int | None = None) -> StepInfo:
+    """torch.optim.RMSprop's update, in place, in one C call.
+
+    For each tensor, with u the unscaled, clipped (and, for maximize,
+    negated) gradient and torch's operations in torch's order::
+
+        u_r = u + weight_decay * x                    # weight_decay != 0
+        sq = sq * alpha + ((1 - alpha) * u_r) * u_r
+        ga = ga + (1 - alpha) * (u_r - ga)            # centered (torch's lerp_)
+        avg = sqrt(sq - ga * ga) + eps                # centered; else sqrt(sq) + eps
+        buf = buf * momentum + u_r / avg              # momentum > 0
+        x = x - lr * buf                              # momentum > 0; else
+        x = x + (-lr * u_r) / avg
+
+    Parameters
+    ----------
+    params, grads, square_avgs : ndarray or list/tuple of ndarray
+        Parameters (float32/float64, may mix), gradients (only read;
+        broadcastable) and torch's ``square_avg`` states (start from
+        zeros), all updated in place but the gradients.
+    lr : float, default 1e-2
+    alpha : float, default 0.99
+        Smoothing constant (>= 0).
+    eps : float, default 1e-8
+    weight_decay : float, default 0
+        L2 penalty (>= 0), added to the gradient.
+    momentum : float, default 0
+        (>= 0); > 0 needs ``momentum_buffers`` (start from zeros).
+    centered : bool, default False
+        Normalise by the variance estimate; needs ``grad_avgs`` (start from
+        zeros).
+    maximize : bool, default False
+    momentum_buffers, grad_avgs : ndarray or list/tuple of ndarray, optional
+        torch's ``momentum_buffer`` and ``grad_avg`` states.
+    """
+    args = locals()
+    f = "fastopt.rmsprop"
+    h = {}
+    for name, kind in _rules.RMSPROP_SPEC.items():
+        v = args[name]
+        if kind == "lr":
+            h[name] = _v.check_lr(f, v)
+        elif kind == "bool":
+            h[name] = _v.check_bool(f, name, v)
+        else:
+            h[name] = _v.check_real(f, name, v, **kind)
+    slots = _rules.rmsprop_slots(h["momentum"], h["centered"])
+    given = {"square_avg": square_avgs, "momentum_buffer": momentum_buffers,
+             "grad_avg": grad_avgs}
+    for name in slots[1:]:
+        if given[name] is None:
+            why = "momentum > 0" if name == "momentum_buffer" else "centered=True"
+            raise ValueError(f"{f}: {why} needs {name}s")
+    group = group_tuple(t=1, **_rules.rmsprop_fields(h))
+    return run_form(f, args, tuple(given[n] for n in slots), group,
+                    tuple(n + "s" for n in slots))
+
+
+for _fn in (adamw, adam_torch, sgd_torch, adagrad_torch, rmsprop):
     _head = "" if "Parameters" in _fn.__doc__ else "\n    Parameters\n    ----------"
     _fn.__doc__ = _fn.__doc__.rstrip() + "\n" + _head + _OPTIONS_DOC
 del _fn, _head

@@ -167,6 +167,13 @@ def check_real(fname: str, name: str, value, *, low=None, low_open=False,
     return v
 
 
+def check_bool(fname: str, name: str, value) -> bool:
+    """A flag: True or False (NumPy's bool too), nothing else."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{fname}: {name} must be True or False, got {_type_name(value)}")
+    return bool(value)
+
+
 def check_mode(fname: str, mode) -> str:
     if not isinstance(mode, str):
         raise TypeError(f"{fname}: mode must be a str, got {_type_name(mode)}")

@@ -284,6 +284,8 @@ extern "C" {
 #define FO_STEP_NESTEROV 1       /* Momentum, SGD */
 #define FO_STEP_AMSGRAD 2        /* Adam(W) torch: s3 required */
 #define FO_STEP_MAXIMIZE 4       /* every rule: the rule sees -u */
+#define FO_STEP_CENTERED 8       /* RMSprop: the centered variance (grad_avg) */
+#define FO_STEP_FLAGS 15         /* every flag: a group's flags are within it */
 
 /* Clipping by the global norm. */
 #define FO_CLIP_NONE 0
@@ -304,6 +306,7 @@ extern "C" {
  *                                                                                       (0: buffer = g)
  *   ADAGRAD_TORCH  -          -           eps   weight_decay  -           lr_decay      step (>= 1)
  *   ADAM(W)_TORCH  beta1      beta2       eps   weight_decay  -           -             step (>= 1)
+ *   RMSPROP_TORCH  alpha      momentum    eps   weight_decay  -           -             step (>= 1)
  * SGD_TORCH with momentum 0 keeps no state (s1 may be NULL). The torch
  * rules follow torch.optim's single-tensor code operation by operation.
  */

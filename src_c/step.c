@@ -28,12 +28,21 @@
 #define STEP_TF_CLAMP 8
 #define STEP_TF_NEG 16
 
+/* Torch RMSprop coefficients (c[]): alpha, 1 - alpha, eps, weight decay,
+ * momentum, -lr, the lerp weight w = 1 - alpha and 1 - w. */
+enum { STEP_RMS_A, STEP_RMS_OMA, STEP_RMS_EPS, STEP_RMS_WD, STEP_RMS_MOM,
+       STEP_RMS_NLR, STEP_RMS_W, STEP_RMS_OMW, STEP_RMS_N };
+
+_Static_assert(STEP_RMS_N <= 9, "the coefficient arrays hold STEP_AD_N (9)");
+
 /* Torch Adam coefficients (fo_adam_torch's c[]) and flags. */
 enum { STEP_AD_DMUL, STEP_AD_WD, STEP_AD_W, STEP_AD_OMW, STEP_AD_B2,
        STEP_AD_OMB2, STEP_AD_BC2S, STEP_AD_EPS, STEP_AD_NSS, STEP_AD_N };
 #define STEP_ADF_L2 2
 #define STEP_ADF_AMSGRAD 4
 #define STEP_ADF_SMALLW 8
+#define STEP_ADF_MOM 16          /* RMSprop: momentum > 0 */
+#define STEP_ADF_CENTERED 32     /* RMSprop: centered */
 
 /* How a group's tensors of one type get their gradient in pass 2:
  * gm 0, 1, 2: fused, u = g, g*a, (g*a)*b (a, b already rounded to the
@@ -90,11 +99,33 @@ static void step_round(step_gcoef *c, int n)
         c->f[i] = (float)c->d[i];
 }
 
+/* torch.optim.RMSprop's coefficients; scalars reach torch's float kernels
+ * rounded once from double, 1 - w (lerp's) computed in the tensor's type. */
+static int step_rmsprop_coefs(const fo_step_group *g, step_gcoef *c)
+{
+    double w = 1.0 - g->alpha;
+    c->d[STEP_RMS_A] = g->alpha;
+    c->d[STEP_RMS_OMA] = 1.0 - g->alpha;
+    c->d[STEP_RMS_EPS] = g->eps;
+    c->d[STEP_RMS_WD] = g->decay;
+    c->d[STEP_RMS_MOM] = g->beta;
+    c->d[STEP_RMS_NLR] = -g->lr;
+    c->d[STEP_RMS_W] = w;
+    c->d[STEP_RMS_OMW] = 1.0 - w;
+    step_round(c, STEP_RMS_N);
+    c->f[STEP_RMS_OMW] = 1.0f - (float)w;
+    c->adflags = (g->decay != 0.0 ? STEP_ADF_L2 : 0)
+                 | (fabs(w) < 0.5 ? STEP_ADF_SMALLW : 0)
+                 | (g->beta != 0.0 ? STEP_ADF_MOM : 0)
+                 | (g->flags & FO_STEP_CENTERED ? STEP_ADF_CENTERED : 0);
+    return FO_OK;
+}
+
 /* Check one group and derive its coefficients. */
 static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
 {
     fo_rule_facts facts = fo_rule_info(g->rule);
-    if (facts.name == NULL || (g->flags & ~7) != 0 || g->t < facts.t0)
+    if (facts.name == NULL || (g->flags & ~FO_STEP_FLAGS) != 0 || g->t < facts.t0)
         return FO_EINVAL;
     c->rule = g->rule;
     c->tf = g->flags & FO_STEP_MAXIMIZE ? STEP_TF_NEG : 0;
@@ -143,6 +174,8 @@ static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
         c->d[3] = g->decay;
         step_round(c, 4);
         return FO_OK;
+    case FO_RULE_RMSPROP_TORCH:
+        return step_rmsprop_coefs(g, c);
     default: {                      /* torch Adam / AdamW */
         double w = 1.0 - g->alpha;
         /* AdamW's decay multiplies x (Adam's: 1, and x * 1 is x) */
@@ -182,6 +215,10 @@ static int step_has_states(const fo_step_tensor *t, const fo_step_group *g)
     case FO_RULE_ADAMW_TORCH:
         return t->s1 != NULL && t->s2 != NULL
                && (!(g->flags & FO_STEP_AMSGRAD) || t->s3 != NULL);
+    case FO_RULE_RMSPROP_TORCH: {  /* states packed: s1, then buffer, then avg */
+        int k = 1 + (g->beta != 0.0) + ((g->flags & FO_STEP_CENTERED) != 0);
+        return t->s1 != NULL && (k < 2 || t->s2 != NULL) && (k < 3 || t->s3 != NULL);
+    }
     default:
         return t->s1 != NULL;
     }

@@ -24,7 +24,9 @@
     X(SGD_TORCH, 1, 0)      /* torch SGD          s1 = momentum buffer */ \
     X(ADAGRAD_TORCH, 1, 1)  /* torch Adagrad      s1 = sum */ \
     X(ADAM_TORCH, 3, 1)     /* torch Adam         s1 = exp_avg, s2 = exp_avg_sq, */ \
-    X(ADAMW_TORCH, 3, 1)    /* torch AdamW           s3 = max_exp_avg_sq (amsgrad) */
+    X(ADAMW_TORCH, 3, 1)    /* torch AdamW           s3 = max_exp_avg_sq (amsgrad) */ \
+    X(RMSPROP_TORCH, 3, 1)  /* torch RMSprop      s1 = square_avg, then momentum_buffer \
+                               (momentum > 0), then grad_avg (centered) */
 
 /*
  * Element types, in id order: X(NAME, CTYPE, SIZE). NAME makes FO_NAME;

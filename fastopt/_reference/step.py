@@ -213,6 +213,37 @@ def adam_torch(x, g, m, v, vmax=None, *, lr, step, beta1=0.9, beta2=0.999,
     return x + (c(-step_size) * m) / denom, m, v, vmax
 
 
+@_quiet
+def rmsprop_torch(x, g, sq, buf=None, ga=None, *, lr, alpha=0.99, eps=1e-8,
+                  weight_decay=0.0, momentum=0.0, centered=False):
+    """torch.optim.RMSprop, one step (g already negated if maximize), its
+    operations in torch's order, each rounded to x's dtype. Returns
+    (x_new, sq_new, buf_new, ga_new); buf_new / ga_new are None when unused.
+    """
+    x = np.array(x)
+    c = _c(x)
+    g = np.asarray(g, dtype=x.dtype)
+    if weight_decay != 0.0:
+        g = g + c(weight_decay) * x
+    sq = np.asarray(sq, dtype=x.dtype) * c(alpha) + (c(1.0 - alpha) * g) * g
+    var = sq
+    if centered:
+        ga = np.asarray(ga, dtype=x.dtype)
+        w = 1.0 - alpha                    # torch's lerp_(grad, 1 - alpha)
+        if abs(w) < 0.5:
+            ga = ga + c(w) * (g - ga)
+        else:
+            ga = g - (g - ga) * (c(1.0) - c(w))
+        var = sq + (-ga) * ga
+    else:
+        ga = None
+    avg = np.sqrt(var) + c(eps)
+    if momentum != 0.0:
+        buf = np.asarray(buf, dtype=x.dtype) * c(momentum) + g / avg
+        return x + c(-lr) * buf, sq, buf, ga
+    return x + (c(-lr) * g) / avg, sq, None, ga
+
+
 # ---- the whole step ----------------------------------------------------------
 
 @_quiet
@@ -259,6 +290,15 @@ def rule_update(rule, x, u, states, hp):
                                   amsgrad=bool(hp.get("amsgrad")),
                                   decoupled=rule == "adamw_torch")
         return xn, (m, v, vm if vm is not None else s3)
+    if rule == "rmsprop_torch":          # states packed: sq, then buf, then ga
+        mom, cen = hp["beta"] != 0.0, bool(hp.get("centered"))
+        xn, sq, b, ga = rmsprop_torch(x, u, s1, s2 if mom else None,
+                                      (s3 if mom else s2) if cen else None, lr=hp["lr"],
+                                      alpha=hp["alpha"], eps=hp["eps"],
+                                      weight_decay=hp["decay"], momentum=hp["beta"],
+                                      centered=cen)
+        packed = [sq] + ([b] if mom else []) + ([ga] if cen else [])
+        return xn, tuple(packed + [None] * (3 - len(packed)))
     raise ValueError(f"unknown rule {rule!r}")
 
 

@@ -1,5 +1,5 @@
 """Stateful optimizers over fastopt's kernels: Momentum, Adagrad, Adam (ONNX
-forms), AdamW and AdamTorch (torch.optim's AdamW and Adam).
+forms), AdamW, AdamTorch and RMSprop (torch.optim's AdamW, Adam and RMSprop).
 
 An optimizer owns the state tensors (V, H) of a list of NumPy parameters and
 the update count T, and turns ``step(grads)`` into ONE fastopt C call over
@@ -38,5 +38,6 @@ from .adam import Adam
 from .adamw import AdamTorch, AdamW
 from .checkpoint import CheckpointError
 from .momentum import Momentum
+from .rmsprop import RMSprop
 
-__all__ = ["Momentum", "Adagrad", "Adam", "AdamW", "AdamTorch", "CheckpointError"]
+__all__ = ["Momentum", "Adagrad", "Adam", "AdamW", "AdamTorch", "RMSprop", "CheckpointError"]

@@ -197,6 +197,12 @@ class _Optimizer:
             calls.append((xs, gs, sts, kw))
         return calls, lrs
 
+    def _slots(self, group) -> tuple:
+        """The state names a group's rule reads, in the fused step's slot
+        order s1, s2, s3 (every state of the optimizer unless a rule packs
+        them by group)."""
+        return self._STATES
+
     def _group_tuple(self, kw) -> tuple | None:
         """The fused step's group (fastopt._step.group_tuple) for one group's
         kernel arguments, or None if the group cannot be fused."""

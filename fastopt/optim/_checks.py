@@ -79,3 +79,14 @@ def all_finite(a: np.ndarray) -> bool:
     if np.isfinite(np.add.reduce(a, axis=None)):
         return True
     return bool(np.isfinite(a).all())
+
+
+def from_spec(spec: dict) -> dict:
+    """A rule's hyperparameter spec (fastopt._rules: "lr", "bool" or the
+    bounds of a real) as a table of checkers."""
+    def real_of(bounds):
+        def check(fname, label, value):
+            return _v.check_real(fname, label, value, **bounds)
+        return check
+    return {k: lr_or_none if kind == "lr" else as_bool if kind == "bool" else real_of(kind)
+            for k, kind in spec.items()}

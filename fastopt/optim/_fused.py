@@ -54,7 +54,7 @@ def flat(opt, per, groups):
         xs, s1, s2, s3, index, where = [], [], [], [], [], []
         k = 0
         for gi, (group, st, pr) in enumerate(zip(opt.param_groups, opt._state, present)):
-            names = opt._STATES
+            names = opt._slots(group)
             for i, p in enumerate(group["params"]):
                 if not pr[i]:
                     continue
@@ -72,14 +72,17 @@ def flat(opt, per, groups):
         opt._flat = cached
     _, xs, states, index, where, plan = cached
     gs = tuple(g for gg in per for g in gg if g is not None and g is not True)
-    return xs, gs, states, index, lambda: labels(opt, where), plan
+    return xs, gs, states, index, lambda: labels(opt, where, index), plan
 
 
-def labels(opt, where):
-    names = opt._STATES
+def labels(opt, where, index):
+    """Names for messages: tensor j is params[where[j]] of group index[j],
+    its state slots named by that group's rule (opt._slots)."""
     out = {"x": [f"params[{k}]" for k in where], "g": [f"grads[{k}]" for k in where]}
-    for j, name in enumerate(names[:3]):
-        out[f"s{j + 1}"] = [f"state {name!r} of params[{k}]" for k in where]
+    slots = [opt._slots(opt.param_groups[gi]) for gi in index]
+    for j in range(3):
+        out[f"s{j + 1}"] = [f"state {names[j]!r} of params[{k}]" if j < len(names) else
+                            f"state {j + 1} of params[{k}]" for k, names in zip(where, slots)]
     return out
 
 

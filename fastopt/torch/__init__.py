@@ -6,10 +6,12 @@ Drop-ins, with torch's own names, defaults and state::
     # opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
     opt = fastopt.torch.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
 
-:class:`SGD`, :class:`Adagrad`, :class:`Adam` and :class:`AdamW` take the
+:class:`SGD`, :class:`Adagrad`, :class:`Adam`, :class:`AdamW` and
+:class:`RMSprop` take the
 arguments of the torch.optim classes of the same name (torch 2.13), keep the
 same state (``'step'``, ``'momentum_buffer'``, ``'sum'``, ``'exp_avg'``,
-``'exp_avg_sq'``, ``'max_exp_avg_sq'``; ``state_dict()`` has torch's shape,
+``'exp_avg_sq'``, ``'max_exp_avg_sq'``, ``'square_avg'``, ``'grad_avg'``;
+``state_dict()`` has torch's shape,
 so checkpoints move both ways) and compute torch's update (to rounding: torch
 fuses some multiply-adds). Everything else is torch's Optimizer:
 ``zero_grad``, parameter groups, ``add_param_group``, hooks and the
@@ -63,7 +65,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("fastopt.torch needs PyTorch (CPU build is enough), which is not "
                       "installed") from exc
 
-from .. import _step
+from .. import _rules, _step
 from ._base import _FastoptOptimizer, _scalar, _step_tensor, _zeros
 
 __all__ = [
@@ -75,7 +77,10 @@ __all__ = [
     "OnnxAdagrad",
     "OnnxAdam",
     "OnnxMomentum",
+    "RMSprop",
 ]
+
+_RMS = _rules.RMSPROP_DEFAULTS
 
 
 # ---- torch.optim drop-ins ------------------------------------------------------
@@ -290,6 +295,49 @@ class AdamW(Adam):
         super().__setstate__(state)
         for group in self.param_groups:
             group["decoupled_weight_decay"] = True
+
+
+class RMSprop(_FastoptOptimizer):
+    """torch.optim.RMSprop (alpha, eps, weight decay, momentum, centered,
+    maximize); the update of :func:`fastopt.rmsprop`.
+
+    Parameters
+    ----------
+    params : iterable of Tensor or dict
+    lr : float, default 1e-2
+    alpha : float, default 0.99
+    eps : float, default 1e-8
+    weight_decay, momentum : float, default 0
+    centered : bool, default False
+    capturable, foreach, differentiable
+        torch's; only their defaults are supported.
+    maximize : bool, default False
+    n_threads : int, optional
+
+    Notes
+    -----
+    State, as torch's: ``'step'`` (a float scalar tensor), ``'square_avg'``,
+    ``'momentum_buffer'`` (momentum > 0) and ``'grad_avg'`` (centered),
+    created from zeros on a parameter's first update (and when momentum or
+    centered is turned on later).
+    """
+
+    _SPEC: _ClassVar[dict] = dict(_rules.RMSPROP_SPEC)
+
+    def __init__(self, params, lr=_RMS["lr"], alpha=_RMS["alpha"], eps=_RMS["eps"],
+                 weight_decay=0, momentum=0, centered=False, capturable=False,
+                 foreach=None, maximize=False, differentiable=False, n_threads=None):
+        d = {"lr": lr, "alpha": alpha, "eps": eps, "weight_decay": weight_decay,
+             "momentum": momentum, "centered": centered, "capturable": capturable,
+             "foreach": foreach, "maximize": maximize, "differentiable": differentiable}
+        super().__init__(params, d, n_threads)
+
+    def _group(self, h):
+        return _rules.rmsprop_fields(h), _rules.rmsprop_slots(h["momentum"], h["centered"])
+
+    def _new_states(self, p, st, names, h):
+        fresh = {n: _zeros(p) for n in names if n not in st}
+        return {"step": _step_tensor(), **fresh} if not st else fresh
 
 
 # ---- the ONNX operators ----------------------------------------------------------
