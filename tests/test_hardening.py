@@ -1,0 +1,70 @@
+"""Edge cases that must give the documented result: NumPy integers where an
+int is expected, extreme scalars, in-place changes between steps."""
+import numpy as np
+import pytest
+
+import fastopt
+
+
+def _z():
+    return np.zeros(4)
+
+
+NP_INT_CALLS = {
+    "adamw": lambda x, g, n: fastopt.adamw(x, g, _z(), _z(), lr=0.1, step=1, n_threads=n),
+    "adam_torch": lambda x, g, n: fastopt.adam_torch(x, g, _z(), _z(), lr=0.1, step=1,
+                                                      n_threads=n),
+    "sgd_torch": lambda x, g, n: fastopt.sgd_torch(x, g, _z(), lr=0.1, step=1,
+                                                    momentum=0.9, n_threads=n),
+    "adagrad_torch": lambda x, g, n: fastopt.adagrad_torch(x, g, _z(), lr=0.1, step=1,
+                                                            n_threads=n),
+    "global_norm": lambda x, g, n: fastopt.global_norm([g], n_threads=n),
+    "clip_grads": lambda x, g, n: fastopt.clip_grads([g], max_norm=1.0, n_threads=n),
+    "momentum with grad_scale": lambda x, g, n: fastopt.momentum(
+        x, g, _z(), lr=0.1, t=1, grad_scale=0.5, n_threads=n),
+    "clipped momentum with grad_scale": lambda x, g, n: fastopt.momentum(
+        x, g, _z(), lr=0.1, t=1, grad_scale=0.5, clipping=0.1, n_threads=n),
+    "adam with max_grad_norm": lambda x, g, n: fastopt.adam(
+        x, g, _z(), _z(), lr=0.1, t=1, max_grad_norm=1.0, n_threads=n),
+    "adagrad with grad_scale": lambda x, g, n: fastopt.adagrad(
+        x, g, _z(), lr=0.1, t=1, grad_scale=0.5, n_threads=n),
+}
+
+
+@pytest.mark.parametrize("n", [np.int64(2), np.int32(1), np.uint8(3), np.int64(-1)])
+@pytest.mark.parametrize("call", list(NP_INT_CALLS))
+def test_numpy_integer_n_threads_is_an_int(call, n):
+    x, g = np.linspace(1.0, 2.0, 4), np.linspace(-1.0, 3.0, 4)
+    x0, g0 = x.copy(), g.copy()
+    want = NP_INT_CALLS[call](x0, g0, int(n))
+    got = NP_INT_CALLS[call](x, g, n)
+    np.testing.assert_equal(got, want)   # a norm not measured is NaN in both
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(g, g0)
+
+
+@pytest.mark.parametrize("kind", ["optim", "torch"])
+@pytest.mark.parametrize("clipping", [None, 0.1])
+def test_an_optimizers_numpy_integer_n_threads_is_an_int(kind, clipping):
+    if kind == "optim":
+        x = np.linspace(1.0, 2.0, 4)
+        opt = fastopt.optim.Momentum([x], lr=0.1, clipping=clipping)
+        opt.n_threads = np.int64(2)
+
+        def step():
+            return opt.step([np.ones(4)], max_grad_norm=0.5)
+    else:
+        if clipping is not None:
+            pytest.skip("fastopt.torch has no clipping=")
+        torch = pytest.importorskip("torch")
+        p = torch.nn.Parameter(torch.linspace(1.0, 2.0, 4, dtype=torch.float64))
+        opt = fastopt.torch.AdamW([p], lr=0.1)
+        opt.n_threads = np.int64(2)
+        x = p.detach().numpy()
+
+        def step():
+            p.grad = torch.ones(4, dtype=torch.float64)
+            return opt.step(max_grad_norm=0.5)
+    for _ in range(3):      # the full step, then the prepared one
+        step()
+    assert np.all(x < np.linspace(1.0, 2.0, 4))
