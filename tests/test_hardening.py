@@ -68,3 +68,17 @@ def test_an_optimizers_numpy_integer_n_threads_is_an_int(kind, clipping):
     for _ in range(3):      # the full step, then the prepared one
         step()
     assert np.all(x < np.linspace(1.0, 2.0, 4))
+
+
+TINY_F64 = np.array([0.0, -0.0, 2.0**-1074, -(2.0**-1060), 1e-310, 2.0**-1030])
+
+
+@pytest.mark.parametrize("scale", [2.0**-1023, 2.0**-1024, 2.0**-1050, 2.0**-1074])
+@pytest.mark.parametrize("clip", [None, 1e300])
+def test_float64_grad_scale_below_the_normal_range_divides(scale, clip):
+    x = np.ones(TINY_F64.size)
+    fastopt.sgd_torch(x, TINY_F64.copy(), None, lr=2.0**-60, step=1, grad_scale=scale,
+                      max_grad_norm=clip)
+    np.testing.assert_array_equal(x, 1.0 - 2.0**-60 * (TINY_F64 / scale))
+    info = fastopt.global_norm([TINY_F64], grad_scale=scale)
+    assert info == np.sqrt(np.sum((TINY_F64 / scale) ** 2))
