@@ -82,3 +82,21 @@ def test_float64_grad_scale_below_the_normal_range_divides(scale, clip):
     np.testing.assert_array_equal(x, 1.0 - 2.0**-60 * (TINY_F64 / scale))
     info = fastopt.global_norm([TINY_F64], grad_scale=scale)
     assert info == np.sqrt(np.sum((TINY_F64 / scale) ** 2))
+
+
+def test_adam_at_the_last_update_count_refuses_the_next_step_untouched():
+    x = np.ones(3)
+    opt = fastopt.optim.Adam([x], lr=0.1)
+    opt.step([np.ones(3)])
+    sd = opt.state_dict()
+    sd["steps"] = 2**63 - 2          # the next update count is 2**63 - 1, the last
+    opt.load_state_dict(sd)
+    opt.step([np.ones(3)])
+    assert opt.steps == 2**63 - 1
+    before = (x.copy(), opt.state_dict())
+    with pytest.raises(ValueError, match=r"fastopt\.optim\.Adam\.step: the update count "
+                                         r"would be 2\*\*63"):
+        opt.step([np.ones(3)])
+    np.testing.assert_array_equal(x, before[0])
+    assert opt.steps == 2**63 - 1
+    np.testing.assert_equal(opt.state_dict()["state"], before[1]["state"])

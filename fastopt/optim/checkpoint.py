@@ -100,12 +100,15 @@ def _check_header(opt, f, sd) -> int:
         raise CheckpointError(f"{f}: the checkpoint was saved by "
                               f"fastopt.optim.{sd['optimizer']}, not {name}")
     steps = sd["steps"]
+    t0 = opt._T0        # the next update count, steps + t0, must be an int64
     if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)) \
-            or not 0 <= steps < _STEPS_LIMIT:
+            or not 0 <= steps < _STEPS_LIMIT - t0:
         shown = f"an integer of {int(steps).bit_length()} bits" if isinstance(
             steps, int) and steps.bit_length() > 256 else repr(steps)
+        bound = f"2**63 - {t0} (the update count, steps + {t0}, is an int64)" if t0 \
+            else "2**63"
         raise CheckpointError(f"{f}: the checkpoint's step count must be an integer "
-                              f">= 0 and < 2**63, got {shown}")
+                              f">= 0 and < {bound}, got {shown}")
     return int(steps)
 
 
