@@ -34,6 +34,10 @@ enum { STEP_AD_DMUL, STEP_AD_WD, STEP_AD_W, STEP_AD_OMW, STEP_AD_B2,
 #define STEP_ADF_L2 2
 #define STEP_ADF_AMSGRAD 4
 #define STEP_ADF_SMALLW 8
+/* torch SGD's flags: which paths torch takes, decided by the double
+ * coefficients (1e-300 is 0 in float32, yet torch keeps its buffer). */
+#define STEP_SGDF_WD 1
+#define STEP_SGDF_MOM 2
 
 /* How a group's tensors of one type get their gradient in pass 2:
  * gm 0, 1, 2: fused, u = g, g*a, (g*a)*b (a, b already rounded to the
@@ -146,6 +150,8 @@ static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
         c->d[2] = 1.0 - g->beta;
         c->d[3] = g->decay;
         step_round(c, 4);
+        c->adflags = (g->decay != 0.0 ? STEP_SGDF_WD : 0)
+                     | (g->alpha != 0.0 ? STEP_SGDF_MOM : 0);
         return FO_OK;
     default: {                      /* torch Adam / AdamW */
         double w = 1.0 - g->alpha;

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import fastopt
+from fastopt._reference.step import sgd_torch as sgd_reference
 
 
 def _z():
@@ -100,3 +101,30 @@ def test_adam_at_the_last_update_count_refuses_the_next_step_untouched():
     np.testing.assert_array_equal(x, before[0])
     assert opt.steps == 2**63 - 1
     np.testing.assert_equal(opt.state_dict()["state"], before[1]["state"])
+
+
+@pytest.mark.parametrize("momentum, weight_decay", [(1e-300, 0.0), (0.0, 1e-300),
+                                                    (1e-300, 1e-300), (1e-45, 0.0)])
+def test_float32_sgd_torch_takes_torchs_path_for_a_coefficient_that_rounds_to_zero(
+        momentum, weight_decay):
+    """torch picks the buffer and weight-decay paths by the Python float, then
+    computes with it rounded to float32 (where 1e-300 is 0): the same NaNs and
+    buffer as torch, the reference's bits."""
+    torch = pytest.importorskip("torch")
+    x0 = np.array([1.0, np.inf, -2.0, 3.0], np.float32)
+    p = torch.nn.Parameter(torch.from_numpy(x0.copy()))
+    hyper = dict(lr=0.1, momentum=momentum, dampening=0.5, weight_decay=weight_decay)
+    ref = torch.optim.SGD([p], **hyper)
+    x, buf = x0.copy(), np.zeros(4, np.float32)
+    want, want_buf = x0.copy(), None
+    for step in range(1, 4):
+        g = np.array([0.5, 1.0, -0.25, 2.0], np.float32) * step
+        p.grad = torch.from_numpy(g.copy())
+        ref.step()
+        fastopt.sgd_torch(x, g, buf, step=step, **hyper)
+        want, want_buf = sgd_reference(want, g, want_buf, first=step == 1, **hyper)
+    np.testing.assert_array_equal(x, want)
+    np.testing.assert_allclose(x, p.detach().numpy(), rtol=1e-6)    # torch uses FMAs
+    if momentum:
+        np.testing.assert_array_equal(buf, want_buf)
+        np.testing.assert_allclose(buf, ref.state[p]["momentum_buffer"].numpy(), rtol=1e-6)
