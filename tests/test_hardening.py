@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import fastopt
+from fastopt._reference.step import adagrad_torch as adagrad_reference
 from fastopt._reference.step import sgd_torch as sgd_reference
 
 
@@ -128,3 +129,24 @@ def test_float32_sgd_torch_takes_torchs_path_for_a_coefficient_that_rounds_to_ze
     if momentum:
         np.testing.assert_array_equal(buf, want_buf)
         np.testing.assert_allclose(buf, ref.state[p]["momentum_buffer"].numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("options", [{}, {"grad_scale": 2.0}, {"max_grad_norm": 1.0}])
+def test_adagrad_torch_without_weight_decay_never_multiplies_the_parameter(dtype, options):
+    """torch adds weight_decay * x only when weight_decay != 0, so an infinite
+    parameter stays infinite and its sum finite."""
+    n = 37                            # a vector body and a tail
+    x0 = np.linspace(-3.0, 3.0, n).astype(dtype)
+    x0[[0, 5, n - 1]] = [np.inf, -np.inf, np.inf]
+    g = np.linspace(0.5, 2.0, n).astype(dtype)
+    x, h = x0.copy(), np.full(n, 0.1, dtype)
+    fastopt.adagrad_torch(x, g, h, lr=0.1, step=3, lr_decay=0.01, **options)
+    assert np.isfinite(h).all()
+    np.testing.assert_array_equal(x[np.isinf(x0)], x0[np.isinf(x0)])
+    assert np.isfinite(x[np.isfinite(x0)]).all()
+    if not options:
+        want_x, want_h = adagrad_reference(x0, g, np.full(n, 0.1, dtype), lr=0.1, step=3,
+                                           lr_decay=0.01)
+        np.testing.assert_array_equal(x, want_x)
+        np.testing.assert_array_equal(h, want_h)
