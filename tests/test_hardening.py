@@ -150,3 +150,22 @@ def test_adagrad_torch_without_weight_decay_never_multiplies_the_parameter(dtype
                                            lr_decay=0.01)
         np.testing.assert_array_equal(x, want_x)
         np.testing.assert_array_equal(h, want_h)
+
+
+@pytest.mark.parametrize("cls", ["Momentum", "Adam", "AdamW", "Adagrad"])
+@pytest.mark.parametrize("shape", [(1,), ()])
+def test_an_lr_array_in_param_groups_changed_in_place_is_the_lr_of_the_next_step(cls,
+                                                                                 shape):
+    lr = np.full(shape, 0.1)
+    x, y = np.ones(3), np.ones(3)
+    opt = getattr(fastopt.optim, cls)([x], lr=0.1)
+    ref = getattr(fastopt.optim, cls)([y], lr=0.1)
+    opt.param_groups[0]["lr"] = lr
+    for value in (0.1, 0.1, 0.1, 0.0, 0.0, 0.5, 0.5, 0.25):
+        lr[...] = value
+        ref.param_groups[0]["lr"] = value
+        assert opt.current_lr() == value
+        opt.step([np.ones(3)])
+        ref.step([np.ones(3)])
+        assert opt.last_lr == [value]
+        np.testing.assert_array_equal(x, y)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+import numpy as np
+
 from .. import _ext, _step
 from .. import _validation as _v
 from . import _fused, _grads, checkpoint
@@ -159,6 +161,8 @@ class _Optimizer:
         key = tuple(map(group.get, self._KEYS))
         if list in map(type, key):  # compare lists (clipping) by value, not identity
             key = tuple(tuple(v) if type(v) is list else v for v in key)
+        if any(isinstance(v, np.ndarray) for v in key):
+            key = object()          # an array (an lr) may change in place: check it anew
         cached = self._cache.get(gi)
         if cached is None or cached[0] != key:
             checked = self._check_group(f, group, f"param_groups[{gi}]")
