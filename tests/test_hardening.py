@@ -169,3 +169,26 @@ def test_an_lr_array_in_param_groups_changed_in_place_is_the_lr_of_the_next_step
         ref.step([np.ones(3)])
         assert opt.last_lr == [value]
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("cls", ["Momentum", "AdamW"])
+def test_a_parameter_reshaped_in_place_is_refused_by_the_prepared_step_as_by_the_full_one(
+        cls):
+    x = np.ones(6)
+    opt = getattr(fastopt.optim, cls)([x], lr=0.1)
+    for _ in range(3):                   # the prepared and the remembered step
+        opt.step([np.ones(6)])
+    x.shape = (2, 3)
+    before, steps = x.copy(), opt.steps
+    refusals = {(6,): r"grads\[0\] with shape \(6,\) cannot be broadcast to params\[0\]'s "
+                      r"shape \(2, 3\)",
+                (2, 3): r"state '\w+' of params\[0\] has shape \(6,\) but params\[0\] has "
+                        r"shape \(2, 3\)"}
+    for shape, message in refusals.items():
+        with pytest.raises(ValueError, match=message):
+            opt.step([np.ones(shape)])
+        np.testing.assert_array_equal(x, before)
+        assert opt.steps == steps
+    x.shape = (6,)                       # back as it was: the steps run again
+    opt.step([np.ones(6)])
+    assert opt.steps == steps + 1
