@@ -391,7 +391,8 @@ class _Optimizer:
         FileNotFoundError, PermissionError
             If the file cannot be opened.
         CheckpointError
-            If it is not a fastopt checkpoint (not an npz, truncated or
+            If it is not a fastopt checkpoint (not a regular file, e.g. a
+            FIFO, which is refused without waiting; not an npz, truncated or
             corrupt, entries missing or unexpected) or does not match this
             optimizer (another optimizer's file, other groups, shapes or
             dtypes). The optimizer is unchanged after any error. The file is

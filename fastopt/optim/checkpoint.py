@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 import struct
 import time
 import zipfile
@@ -220,12 +221,13 @@ def _remove_stale(directory, base) -> None:
             continue
         full = os.path.join(directory, name)
         try:
-            if now - os.stat(full).st_mtime < _STALE_AFTER:
+            st = os.lstat(full)     # a FIFO, link or device of that name is not ours
+            if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < _STALE_AFTER:
                 continue
             if fcntl is None:
                 os.unlink(full)
                 continue
-            fd = os.open(full, os.O_RDONLY)
+            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
             continue
         try:
@@ -273,7 +275,11 @@ def save(opt, path) -> None:
 def load(opt, f, path) -> None:
     """Restore a checkpoint file written by :func:`save` into opt."""
     path = os.fspath(path)
-    with open(path, "rb") as fh:
+    try:
+        fh = _npz.open_regular(path)    # a FIFO would block the open forever
+    except _npz.NpzError as exc:
+        raise CheckpointError(f"{f}: {exc}; a checkpoint is an .npz file") from None
+    with fh:
         try:
             sd = read_npz(opt, f, fh)
         except CheckpointError as exc:
