@@ -192,3 +192,27 @@ def test_a_parameter_reshaped_in_place_is_refused_by_the_prepared_step_as_by_the
     x.shape = (6,)                       # back as it was: the steps run again
     opt.step([np.ones(6)])
     assert opt.steps == steps + 1
+
+
+@pytest.mark.parametrize("options", [{}, {"max_grad_norm": 1.0}])
+@pytest.mark.parametrize("what", ["param", "state", "state dtype"])
+def test_a_bad_array_in_a_later_agc_group_writes_nothing(what, options):
+    a, b = np.ones(4), np.ones(4)
+    opt = fastopt.optim.Momentum([{"params": [a], "clipping": 0.1}, {"params": [b]}],
+                                 lr=0.1)
+    opt.step([np.ones(4), np.ones(4)])
+    if what == "param":
+        b.flags.writeable = False
+        message = r"Momentum\.step: params\[1\] is read-only"
+    elif what == "state":
+        opt.state["v"][1].flags.writeable = False
+        message = r"Momentum\.step: state 'v' of params\[1\] is read-only"
+    else:
+        opt.state["v"][1].dtype = np.int64
+        message = r"Momentum\.step: state 'v' of params\[1\] has dtype int64"
+    before = (a.copy(), opt.state["v"][0].copy(), opt.steps)
+    with pytest.raises((TypeError, ValueError), match=message):
+        opt.step([np.ones(4), np.ones(4)], **options)
+    np.testing.assert_array_equal(a, before[0])
+    np.testing.assert_array_equal(opt.state["v"][0], before[1])
+    assert opt.steps == before[2]

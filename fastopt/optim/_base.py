@@ -326,6 +326,8 @@ class _Optimizer:
                 _grads.check_grads(self, f, per)
                 per = _grads.check_overlaps(self, f, per)
                 checked = True
+        if sum(any(g is not None for g in gg) for gg in per) > 1:
+            _grads.check_written(self, f, per)   # before the first call writes
         calls, lrs = self._calls(f, per)
         kernel = type(self)._KERNEL
         for xs, gs, sts, kw in calls:
