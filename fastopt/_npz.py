@@ -30,6 +30,7 @@ import ast
 import json
 import math
 import os
+import stat
 import struct
 import zipfile
 import zlib
@@ -57,6 +58,31 @@ _ZIP_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, IndexError,
 
 class NpzError(ValueError):
     """An .npz file that is damaged, hostile or not what the caller expects."""
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def open_regular(path):
+    """``open(path, "rb")`` for a regular file only, else NpzError. The open
+    is non-blocking, so a FIFO (which would block until a writer came) or a
+    device is refused at once; the file is switched to blocking reads after
+    the check."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(path, flags | getattr(os, "O_BINARY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+            raise NpzError(f"{os.fsdecode(path)!r} is not a regular file ({kind})")
+        if flags & getattr(os, "O_NONBLOCK", 0):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @dataclass(frozen=True)
@@ -175,7 +201,7 @@ class NpzReader:
     def __init__(self, file, *, max_bytes: Optional[int] = None):
         self._own = None
         if isinstance(file, (str, bytes, os.PathLike)):
-            file = self._own = open(file, "rb")
+            file = self._own = open_regular(file)
         try:
             self._open(file, max_bytes)
         except BaseException:

@@ -50,11 +50,24 @@ cdef extern from *:
                 return 0;
         return 1;
     }
+    /* Has o (an ndarray) the shape dims[0..nd)? */
+    static inline int fo_plan_shape(PyObject *o, int nd, const npy_intp *dims)
+    {
+        const npy_intp *d = PyArray_DIMS((PyArrayObject *)o);
+        int k;
+        if (PyArray_NDIM((PyArrayObject *)o) != nd)
+            return 0;
+        for (k = 0; k < nd; k++)
+            if (d[k] != dims[k])
+                return 0;
+        return 1;
+    }
     /* A written array's guard: its data pointer, dtype object and every bit
        of flags (writeable, aligned, its contiguity) as now. Its shape is
        not guarded: the optimizer holds a reference to it, so NumPy refuses
        to resize it (only resize(refcheck=False), which NumPy documents as
-       unsafe, could), and an in-place reshape keeps its size. */
+       unsafe, could), and an in-place reshape keeps its size (a parameter's
+       shape is compared with the gradient's in StepPlan._accept). */
     static inline void fo_plan_guard(fo_step_guard *g, PyObject *o, int flags)
     {
         PyArrayObject_fields *a = (PyArrayObject_fields *)o;
@@ -70,6 +83,7 @@ cdef extern from *:
     bint fo_plan_arr(PyObject *o, void *descr, int type_num, int flags, int nd,
                      const cnp.npy_intp *dims) noexcept
     void fo_plan_guard(fo_step_guard *g, PyObject *o, int flags) noexcept
+    bint fo_plan_shape(PyObject *o, int nd, const cnp.npy_intp *dims) noexcept
 
 
 cdef struct PlanTensor:
@@ -279,12 +293,16 @@ cdef class StepPlan:
         cdef PlanTensor *t
         cdef PyObject *g
         cdef void *gp
+        cdef tuple xs = <tuple>self.keep[0]
         for i in range(self.nt):
             t = &self.pt[i]
             g = PyTuple_GET_ITEM(gs, i)
             if not fo_exact_array(g) and not _is_array(<object>g):
                 return False
             if not fo_plan_arr(g, t.descr, t.type_num, t.rflags, t.ndim, t.dims):
+                return False
+            # the parameter's shape (x.shape = ... in place keeps every guard)
+            if not fo_plan_shape(PyTuple_GET_ITEM(xs, i), t.ndim, t.dims):
                 return False
             gp = fo_data(g)
             if gp != self.ts[i].g:

@@ -125,10 +125,12 @@ def group_tuple(rule: int, *, t: int, lr: float, alpha=0.0, beta=0.0, eps=0.0,
 
 def _check_n_threads(at: int):
     """The scalar check of a step-family entry point: n_threads (at index
-    ``at`` of its scalars; the others arrive checked) is the only one."""
+    ``at`` of its scalars; the others arrive checked) is the only one,
+    returned as an int (a NumPy integer is one too)."""
     def check(f, arrays, scalars):
-        _v.check_n_threads(f, scalars[at])
-        return scalars
+        out = list(scalars)
+        out[at] = _v.check_n_threads(f, scalars[at])
+        return tuple(out)
     return check
 
 

@@ -43,6 +43,13 @@ enum { STEP_AD_DMUL, STEP_AD_WD, STEP_AD_W, STEP_AD_OMW, STEP_AD_B2,
 #define STEP_ADF_SMALLW 8
 #define STEP_ADF_MOM 16          /* RMSprop: momentum > 0 */
 #define STEP_ADF_CENTERED 32     /* RMSprop: centered */
+/* torch SGD's flags: which paths torch takes, decided by the double
+ * coefficients (1e-300 is 0 in float32, yet torch keeps its buffer). */
+#define STEP_SGDF_WD 1
+#define STEP_SGDF_MOM 2
+/* Adagrad's: add nc*x (ONNX always; torch only when weight_decay != 0, so an
+ * infinite x does not make 0*x a NaN). */
+#define STEP_AGF_NC 1
 
 /* How a group's tensors of one type get their gradient in pass 2:
  * gm 0, 1, 2: fused, u = g, g*a, (g*a)*b (a, b already rounded to the
@@ -154,6 +161,7 @@ static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
         c->d[1] = g->eps;
         c->d[2] = g->decay;
         step_round(c, 3);
+        c->adflags = g->rule == FO_RULE_ADAGRAD || g->decay != 0.0 ? STEP_AGF_NC : 0;
         return FO_OK;
     case FO_RULE_ADAM:              /* as fo_adam derives them */
         c->d[0] = g->t > 0
@@ -173,6 +181,7 @@ static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
         c->d[2] = 1.0 - g->beta;
         c->d[3] = g->decay;
         step_round(c, 4);
+        c->adflags = (g->decay != 0.0 ? STEP_SGDF_WD : 0) | (g->alpha != 0.0 ? STEP_SGDF_MOM : 0);
         return FO_OK;
     case FO_RULE_RMSPROP_TORCH:
         return step_rmsprop_coefs(g, c);

@@ -107,7 +107,8 @@ static inline void step_result_init(fo_step_result *res)
 
 /*
  * 1/s if s is a power of two whose inverse the type (f32: float) holds
- * exactly (not 0, not inf); else 0. Multiplying by it gives the very bits
+ * exactly (not 0, not inf: below 2**-1023 the inverse overflows double
+ * too); else 0. Multiplying by it gives the very bits
  * of dividing by s (both are the correctly rounded g * 2**-k), and a
  * multiplication is several times cheaper than a division in a vector loop.
  */
@@ -117,6 +118,8 @@ static inline double step_exact_inverse(double s, int f32)
     if (!(s > 0.0) || !isfinite(s) || frexp(s, &e) != 0.5)
         return 0.0;
     double inv = 1.0 / s;
+    if (!isfinite(inv))
+        return 0.0;
     if (f32) {
         float sf = (float)s, invf = (float)inv;
         if (!isfinite(sf) || invf == 0.0f || !isfinite(invf) || (double)invf != inv)

@@ -86,6 +86,25 @@ def _big_steps_state_dict():
     return sd
 
 
+def _adam_last_steps_state_dict():
+    """steps = 2**63 - 1: Adam's next update count (steps + 1) is beyond int64."""
+    from fastopt import optim
+
+    sd = optim.Adam([arr(), arr((2, 3), F64)], lr=0.1).state_dict()
+    sd["steps"] = 2**63 - 1
+    return sd
+
+
+def _fifo(name):
+    """Arguments for Momentum.load of a FIFO (refused without waiting for a writer)."""
+    def build():
+        path = os.path.join(CKPT_DIR, name)
+        if not os.path.exists(path):
+            os.mkfifo(path)
+        return opt_call("Momentum", "load", path)()
+    return build
+
+
 OL = "fastopt.optim.Momentum.load: "
 UNREADABLE = (OL + "'" + TOKEN + "/{}' is not a readable fastopt checkpoint (truncated, "
               "corrupt or not an .npz file): ")
@@ -187,7 +206,21 @@ SCHEDULE_BIG_CASES = [
              "digits"),
 ]
 
-HOSTILE_CASES = CHECKPOINT_CASES + SCHEDULE_BIG_CASES
+# Values just past a bound that an earlier check let through (kept last, so
+# that a new row does not renumber the others).
+EDGE_CASES = [
+    Case("optim.Adam.load_state_dict", "a step count of 2**63 - 1 (Adam's update count "
+         "is steps + 1)",
+         opt_call("Adam", "load_state_dict", _adam_last_steps_state_dict), CheckpointError,
+         "fastopt.optim.Adam.load_state_dict: the checkpoint's step count must be an "
+         "integer >= 0 and < 2**63 - 1 (the update count, steps + 1, is an int64), got "
+         "9223372036854775807"),
+] + ([Case("optim.Momentum.load", "a FIFO (a load would wait for a writer forever)",
+           _fifo("fifo.npz"), CheckpointError,
+           OL + "'" + TOKEN + "/fifo.npz' is not a regular file (a FIFO); a checkpoint is "
+           "an .npz file")] if hasattr(os, "mkfifo") else [])
+
+HOSTILE_CASES = CHECKPOINT_CASES + SCHEDULE_BIG_CASES + EDGE_CASES
 
 
 def normalise(message: str) -> str:

@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 
@@ -297,3 +298,77 @@ def test_header_that_numpy_cannot_tokenize(tmp_path):
     text = "{'descr': '<f8', 'fortran_order': False, 'shape': (10,), }" + "(" * 50
     rebuild(path, {"state.v.0.npy": npy_header(None, text=text) + bytes(80)})
     rejected(opt, path, r"entry 'state.v.0' has an unreadable .npy header: SyntaxError")
+
+
+# ---------------------------------------------------------- FIFOs (no hang)
+
+def _unblock_later(path, after=5.0):
+    """If an open of the FIFO at path blocks (waiting for its other end),
+    open that end after a while, so that the test fails instead of hanging.
+    Returns an event to set when the call under test has returned."""
+    done = threading.Event()
+
+    def run():
+        if done.wait(after):
+            return
+        for flags in (os.O_WRONLY | os.O_NONBLOCK, os.O_RDONLY | os.O_NONBLOCK):
+            try:
+                os.close(os.open(path, flags))
+            except OSError:
+                pass
+
+    threading.Thread(target=run, daemon=True).start()
+    return done
+
+
+needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+
+
+@needs_fifo
+def test_load_of_a_fifo_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "ckpt.npz"
+    os.mkfifo(fifo)
+    opt = trained()
+    done = _unblock_later(fifo)
+    t0 = time.monotonic()
+    try:
+        rejected(opt, fifo, r"Momentum\.load: '.*ckpt\.npz' is not a regular file \(a "
+                            r"FIFO\); a checkpoint is an \.npz file")
+    finally:
+        done.set()
+    assert time.monotonic() - t0 < 4.0
+
+
+@needs_fifo
+def test_the_npz_reader_refuses_a_fifo_path(tmp_path):
+    from fastopt import _npz
+
+    fifo = tmp_path / "x.npz"
+    os.mkfifo(fifo)
+    done = _unblock_later(fifo)
+    try:
+        with pytest.raises(_npz.NpzError, match=r"x\.npz' is not a regular file \(a FIFO\)"):
+            _npz.NpzReader(str(fifo))
+    finally:
+        done.set()
+
+
+@needs_fifo
+def test_save_leaves_a_fifo_named_like_a_stale_tmp_file_alone(tmp_path):
+    path = tmp_path / "ckpt.npz"
+    fifo = tmp_path / ".ckpt.npz.0123456789ab.tmp"
+    os.mkfifo(fifo)
+    old = time.time() - 3600
+    os.utime(fifo, (old, old))
+    opt = trained()
+    done = _unblock_later(fifo)
+    t0 = time.monotonic()
+    try:
+        opt.save(path)
+    finally:
+        done.set()
+    assert time.monotonic() - t0 < 4.0
+    assert fifo.is_fifo()
+    fresh = trained()
+    fresh.load(path)
+    assert state(fresh) == state(opt)

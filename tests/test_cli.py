@@ -220,3 +220,23 @@ def test_docs_suggest_the_fastopt_command():
            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
            if _COMMAND.search(line)]
     assert bad == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch", "0"], "argument --batch: must be an integer >= 1, got '0'"),
+    (["--batch", "x"], "argument --batch: must be an integer >= 1, got 'x'"),
+    (["--epochs", "-1"], "argument --epochs: must be an integer >= 0, got '-1'"),
+    (["--lr", "nan"], "argument --lr: must be a finite number >= 0, got 'nan'"),
+    (["--lr", "inf"], "argument --lr: must be a finite number >= 0, got 'inf'"),
+    (["--lr", "-0.1"], "argument --lr: must be a finite number >= 0, got '-0.1'"),
+])
+def test_distributed_demo_refuses_bad_arguments_through_argparse(args, message, capsys):
+    """Refused while parsing, before MPI is imported: every rank prints the
+    usage error and exits with status 2 (no traceback)."""
+    from fastopt.distributed import demo
+
+    with pytest.raises(SystemExit) as exit_:
+        demo.main(args)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: fastopt distributed-demo") and message in err

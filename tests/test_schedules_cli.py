@@ -166,3 +166,33 @@ def test_cli_plot_with_matplotlib(capsys, tmp_path):
     assert cli.main(["cosine_decay", "--param", "init_value=1", "--param", "decay_steps=50",
                      "--steps", "60", "--plot", str(out_file)]) == 0
     assert out_file.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_streams_its_lines_and_stops_quietly_on_a_closed_pipe(monkeypatch):
+    """--steps 10**12 prints as it goes (it does not build the list first),
+    and a reader that goes away (``| head``) ends it with status 0."""
+    from fastopt._cli import schedule as cli_schedule
+
+    printed = []
+
+    class Head:
+        def write(self, text):
+            printed.append(text)
+            if "".join(printed).count("\n") > 5:
+                raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+    class Counted:
+        calls = 0
+
+        def __call__(self, step):
+            self.calls += 1
+            assert self.calls < 1000 or printed, "values computed before any was printed"
+            return 0.1
+
+    monkeypatch.setattr(cli_schedule, "_build_from_cli", lambda name, params: Counted())
+    monkeypatch.setattr(sys, "stdout", Head())
+    assert cli_schedule.main(["constant", "--steps", str(10**12)]) == 0
+    assert "".join(printed).splitlines()[1:4] == ["0 0.1", "1 0.1", "2 0.1"]

@@ -164,12 +164,19 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 1
     steps = range(args.steps)
-    values = [schedule(step) for step in steps]
-    print(f"# {schedule!r}")
-    for step, value in zip(steps, values):
-        print(f"{step} {value!r}")
-    if type(schedule) in _NOTES:
-        print(f"# {_NOTES[type(schedule)]}")
+    values = [] if args.plot else None
+    try:        # line by line: --steps 10**12 | head prints at once and stops
+        print(f"# {schedule!r}")
+        for step in steps:
+            value = schedule(step)
+            print(f"{step} {value!r}")
+            if values is not None:
+                values.append(value)
+        if type(schedule) in _NOTES:
+            print(f"# {_NOTES[type(schedule)]}")
+    except BrokenPipeError:     # the reader has gone (| head): stop, quietly
+        sys.stdout = None       # nothing more to flush at exit
+        return 0
     if args.plot:
         figure = Figure(figsize=(7, 4))
         axes = figure.subplots()

@@ -17,6 +17,7 @@ bit-identical; at 3 or more ranks they are whenever MPI adds in rank order.)
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 import numpy as np
@@ -73,12 +74,36 @@ def _accuracy(p, x, y):
     return float(np.mean(np.argmax(_forward(p, x)[-1], axis=1) == y))
 
 
+def _at_least(low):
+    """An argparse type: an int >= low (every rank refuses it while parsing)."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+        return value
+    return parse
+
+
+def _rate(text):
+    """An argparse type: a finite float >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0.0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="fastopt distributed-demo",
                                  description="Train the digits MLP with sharded Adam over MPI.")
-    ap.add_argument("--epochs", type=int, default=15)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--epochs", type=_at_least(0), default=15)
+    ap.add_argument("--batch", type=_at_least(1), default=64)
+    ap.add_argument("--lr", type=_rate, default=3e-3)
     args = ap.parse_args(argv)
     from mpi4py import MPI
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+import numpy as np
+
 from .. import _ext, _step
 from .. import _validation as _v
 from . import _fused, _grads, checkpoint
@@ -160,6 +162,8 @@ class _Optimizer:
         key = tuple(map(group.get, self._KEYS))
         if list in map(type, key):  # compare lists (clipping) by value, not identity
             key = tuple(tuple(v) if type(v) is list else v for v in key)
+        if any(isinstance(v, np.ndarray) for v in key):
+            key = object()          # an array (an lr) may change in place: check it anew
         cached = self._cache.get(gi)
         if cached is None or cached[0] != key:
             checked = self._check_group(f, group, f"param_groups[{gi}]")
@@ -172,6 +176,9 @@ class _Optimizer:
         else:
             kw["lr"] = self._lr(f, checked, gi)
         kw["t"] = self._steps + self._T0
+        if kw["t"] >= 2**63:        # only after a checkpoint loaded near the limit
+            raise ValueError(f"{f}: the update count would be 2**63, beyond int64; "
+                             f"this optimizer has taken its last step")
         return kw
 
     def _calls(self, f, per):
@@ -329,6 +336,8 @@ class _Optimizer:
                 _grads.check_grads(self, f, per)
                 per = _grads.check_overlaps(self, f, per)
                 checked = True
+        if sum(any(g is not None for g in gg) for gg in per) > 1:
+            _grads.check_written(self, f, per)   # before the first call writes
         calls, lrs = self._calls(f, per)
         kernel = type(self)._KERNEL
         for xs, gs, sts, kw in calls:
@@ -394,7 +403,8 @@ class _Optimizer:
         FileNotFoundError, PermissionError
             If the file cannot be opened.
         CheckpointError
-            If it is not a fastopt checkpoint (not an npz, truncated or
+            If it is not a fastopt checkpoint (not a regular file, e.g. a
+            FIFO, which is refused without waiting; not an npz, truncated or
             corrupt, entries missing or unexpected) or does not match this
             optimizer (another optimizer's file, other groups, shapes or
             dtypes). The optimizer is unchanged after any error. The file is

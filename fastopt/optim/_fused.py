@@ -23,6 +23,7 @@ from itertools import chain
 import numpy as np
 
 from .. import _ext, _step
+from .. import _validation as _v
 from . import _grads
 
 
@@ -166,7 +167,7 @@ def pre_clip(opt, f, per, o):
               for gg, group in zip(per, opt.param_groups)]
     flat_copies = tuple(g for gg in copies for g in gg if g is not None)
     out = _ext.clip_grads(flat_copies, o.grad_scale, o.max_norm, o.clip_value, o.clip,
-                          o.norm_type, o.check_finite, opt.n_threads)
+                          o.norm_type, o.check_finite, _v.check_n_threads(f, opt.n_threads))
     if out is None:
         raise RuntimeError(f"{f}: internal error: scratch gradients were declined")
     return _step.StepInfo(*out), copies

@@ -49,6 +49,24 @@ def check_shapes(opt, f, per):
         k += len(gg)
 
 
+def check_written(opt, f, per):
+    """The kernels' checks of every parameter and state a step writes (an
+    array of a float dtype, writeable, its state of its dtype and shape),
+    with the optimizer's numbering: for a step of several kernel calls,
+    which must not fail after an earlier one has written."""
+    k = 0
+    for group, gg, st in zip(opt.param_groups, per, opt._state):
+        for i, (p, g) in enumerate(zip(group["params"], gg)):
+            if g is None:
+                continue
+            plab = f"params[{k + i}]"
+            _v.check_array(f, plab, p)
+            _v.check_written(f, plab, p)
+            for n in opt._STATES:
+                _v._check_role(f, f"state {n!r} of {plab}", plab, st[n][i], p, n, True)
+        k += len(gg)
+
+
 def _written(opt):
     """Every parameter and state array, group by group."""
     for group, st in zip(opt.param_groups, opt._state):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 import struct
 import time
 import zipfile
@@ -100,12 +101,15 @@ def _check_header(opt, f, sd) -> int:
         raise CheckpointError(f"{f}: the checkpoint was saved by "
                               f"fastopt.optim.{sd['optimizer']}, not {name}")
     steps = sd["steps"]
+    t0 = opt._T0        # the next update count, steps + t0, must be an int64
     if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)) \
-            or not 0 <= steps < _STEPS_LIMIT:
+            or not 0 <= steps < _STEPS_LIMIT - t0:
         shown = f"an integer of {int(steps).bit_length()} bits" if isinstance(
             steps, int) and steps.bit_length() > 256 else repr(steps)
+        bound = f"2**63 - {t0} (the update count, steps + {t0}, is an int64)" if t0 \
+            else "2**63"
         raise CheckpointError(f"{f}: the checkpoint's step count must be an integer "
-                              f">= 0 and < 2**63, got {shown}")
+                              f">= 0 and < {bound}, got {shown}")
     return int(steps)
 
 
@@ -203,12 +207,13 @@ def _remove_stale(directory, base) -> None:
             continue
         full = os.path.join(directory, name)
         try:
-            if now - os.stat(full).st_mtime < _STALE_AFTER:
+            st = os.lstat(full)     # a FIFO, link or device of that name is not ours
+            if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < _STALE_AFTER:
                 continue
             if fcntl is None:
                 os.unlink(full)
                 continue
-            fd = os.open(full, os.O_RDONLY)
+            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
             continue
         try:
@@ -259,7 +264,11 @@ def save(opt, path) -> None:
 def load(opt, f, path) -> None:
     """Restore a checkpoint file written by :func:`save` into opt."""
     path = os.fspath(path)
-    with open(path, "rb") as fh:
+    try:
+        fh = _npz.open_regular(path)    # a FIFO would block the open forever
+    except _npz.NpzError as exc:
+        raise CheckpointError(f"{f}: {exc}; a checkpoint is an .npz file") from None
+    with fh:
         try:
             sd = read_npz(opt, f, fh)
         except CheckpointError as exc:
