@@ -56,15 +56,18 @@ from ._buildinfo import __version__, config, show_config  # noqa: E402
 from ._ops import adagrad, adam, agc, momentum, unitwise_norm  # noqa: E402
 from ._step import StepInfo  # noqa: E402
 from ._threads import get_num_threads, set_num_threads  # noqa: E402
+from ._torchform import RULE_FUNCTIONS as _RULE_FUNCTIONS  # noqa: E402
 from ._torchform import (  # noqa: E402
     adagrad_torch,
     adam_torch,
     adamw,
     clip_grads,
     global_norm,
-    rmsprop,
     sgd_torch,
 )
+
+# the rules of the table (fastopt._rules.TORCH_RULES): rmsprop, ...
+globals().update(_RULE_FUNCTIONS)
 
 # Loaded on first attribute access (PEP 562): `import fastopt` stays cheap.
 _LAZY = ("onnx", "optim", "schedules", "torch")
@@ -84,7 +87,7 @@ def __dir__():
 
 __all__ = [
     "momentum", "adagrad", "adam", "agc", "unitwise_norm", "onnx", "optim", "schedules",
-    "adamw", "adam_torch", "sgd_torch", "adagrad_torch", "rmsprop", "global_norm",
+    "adamw", "adam_torch", "sgd_torch", "adagrad_torch", *_RULE_FUNCTIONS, "global_norm",
     "clip_grads",
     "StepInfo",
     "set_num_threads", "get_num_threads", "show_config", "config",

@@ -54,26 +54,106 @@ def needs(group: tuple) -> int:
     return len(RULES[rule].states)
 
 
-# ---- RMSprop: torch.optim.RMSprop ------------------------------------------------
-# Hyperparameters as torch names them: the check of each ("lr", "bool", or
-# the bounds of a real number) and torch's default.
-RMSPROP_SPEC = {"lr": "lr", "alpha": {"low": 0.0}, "eps": {"low": 0.0},
-                "weight_decay": {"low": 0.0}, "momentum": {"low": 0.0},
-                "centered": "bool", "maximize": "bool"}
-RMSPROP_DEFAULTS = {"lr": 1e-2, "alpha": 0.99, "eps": 1e-8, "weight_decay": 0.0,
-                    "momentum": 0.0, "centered": False, "maximize": False}
+# ---- rules described once for every front end ---------------------------------
+# A rule added as a TorchRule row gets its public function (fastopt.<name>),
+# its fastopt.optim class and its fastopt.torch drop-in from the generic
+# builders (fastopt/_torchform.py, fastopt/optim/_generic.py,
+# fastopt/torch/_generic.py): its C body, its C and Python table rows, this
+# row and its NumPy reference are all it needs.
+
+class Arg(NamedTuple):
+    """One of torch's constructor arguments: its name and default, and its
+    check: "lr", "bool", the bounds of a real number (check_real's keywords),
+    or None for a torch flag fastopt supports only at its default."""
+    name: str
+    default: object
+    check: object
+    doc: str = ""
 
 
-def rmsprop_slots(momentum, centered) -> tuple:
-    """The states a group uses, packed in slot order s1, s2, s3."""
-    return (("square_avg",) + (("momentum_buffer",) if momentum != 0 else ())
-            + (("grad_avg",) if centered else ()))
+class TorchRule(NamedTuple):
+    name: str            # the public function: fastopt.<name>
+    cls: str             # the class in fastopt.optim and fastopt.torch
+    row: str             # its RULES row
+    args: tuple          # Arg rows, in torch's constructor order (after params)
+    states: tuple        # torch's state names, in slot order when all are used
+    needs: dict          # state -> the condition that asks for it (for messages)
+    slots: object        # checked hyperparameters -> the states used, packed
+    fields: object       # checked hyperparameters -> the C group's fields (no t)
+    summary: str
+    formula: str
+    keyword_from: str = ""   # torch's first keyword-only argument, if any
 
 
-def rmsprop_fields(h: dict) -> dict:
-    """A group's checked hyperparameters (RMSPROP_SPEC's names) as the
-    fields of its C group (without t: torch's step count, unused by the
-    rule)."""
+def _rmsprop_slots(h) -> tuple:
+    return (("square_avg",) + (("momentum_buffer",) if h["momentum"] != 0 else ())
+            + (("grad_avg",) if h["centered"] else ()))
+
+
+def _rmsprop_fields(h) -> dict:
     return {"rule": ID["rmsprop_torch"], "lr": h["lr"], "alpha": h["alpha"],
             "beta": h["momentum"], "eps": h["eps"], "decay": h["weight_decay"],
             "flags": (CENTERED if h["centered"] else 0) | (MAXIMIZE if h["maximize"] else 0)}
+
+
+_NONNEG = {"low": 0.0}
+
+RMSPROP = TorchRule(
+    name="rmsprop", cls="RMSprop", row="rmsprop_torch",
+    args=(Arg("lr", 1e-2, "lr", "Learning rate (>= 0)."),
+          Arg("alpha", 0.99, _NONNEG, "Smoothing constant (>= 0)."),
+          Arg("eps", 1e-8, _NONNEG, "Added to the root of the average (>= 0)."),
+          Arg("weight_decay", 0.0, _NONNEG, "L2 penalty added to the gradient (>= 0)."),
+          Arg("momentum", 0.0, _NONNEG, "Momentum of the update (>= 0)."),
+          Arg("centered", False, "bool", "Normalise by the variance estimate."),
+          Arg("capturable", False, None), Arg("foreach", None, None),
+          Arg("maximize", False, "bool", "Maximise the objective."),
+          Arg("differentiable", False, None)),
+    states=("square_avg", "momentum_buffer", "grad_avg"),
+    needs={"momentum_buffer": "momentum > 0", "grad_avg": "centered=True"},
+    slots=_rmsprop_slots, fields=_rmsprop_fields,
+    summary="RMSprop as torch.optim.RMSprop computes it",
+    formula="""u_r = u + weight_decay * x                    # weight_decay != 0
+sq = sq * alpha + ((1 - alpha) * u_r) * u_r
+ga = ga + (1 - alpha) * (u_r - ga)            # centered (torch's lerp_)
+avg = sqrt(sq - ga * ga) + eps                # centered; else sqrt(sq) + eps
+buf = buf * momentum + u_r / avg              # momentum > 0
+x = x - lr * buf                              # momentum > 0; else
+x = x + (-lr * u_r) / avg""")
+
+#: every rule built by the generic front ends, in the order they are listed
+TORCH_RULES = (RMSPROP,)
+
+
+def define(name: str, params: list, call: str, namespace: dict, module: str):
+    """A function ``name`` with the real signature ``params`` (a list of
+    source strings: "x", "lr=D['lr']", "*", ...) whose body is ``return
+    <call>``: generated once per rule, so calls are parsed by the
+    interpreter as for any function and ``help()`` shows the signature."""
+    src = f"def {name}({', '.join(params)}):\n    return {call}\n"
+    ns = dict(namespace)
+    exec(src, ns)    # noqa: S102 (source made here from the table's names)
+    fn = ns[name]
+    fn.__module__ = module
+    return fn
+
+
+def torch_params(rule: TorchRule, default_src: str) -> list:
+    """torch's constructor parameters after params, as source strings whose
+    defaults read ``<default_src>[name]``, with torch's keyword-only mark."""
+    out = []
+    for a in rule.args:
+        if a.name == rule.keyword_from:
+            out.append("*")
+        out.append(f"{a.name}={default_src}[{a.name!r}]")
+    return out
+
+
+def spec(rule: TorchRule) -> dict:
+    """The checked hyperparameters of a rule: name -> check kind."""
+    return {a.name: a.check for a in rule.args if a.check is not None}
+
+
+def defaults(rule: TorchRule) -> dict:
+    """torch's defaults of the checked hyperparameters."""
+    return {a.name: a.default for a in rule.args if a.check is not None}

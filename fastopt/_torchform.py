@@ -302,71 +302,81 @@ def adagrad_torch(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrLi
     return run_form(f, args, (state_sums,), group, ("state_sums",))
 
 
-def rmsprop(params: ArrayOrList, grads: ArrayOrList, square_avgs: ArrayOrList, *,
-            lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
-            weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False,
-            maximize: bool = False, momentum_buffers: ArrayOrList | None = None,
-            grad_avgs: ArrayOrList | None = None, grad_scale=None, max_grad_norm=None,
-            norm_type=2.0, clip_convention="torch", clip_value=None,
-            skip_if_nonfinite=False, n_threads: int | None = None) -> StepInfo:
-    """torch.optim.RMSprop's update, in place, in one C call.
+# ---- the rules of fastopt._rules.TORCH_RULES: one generic function each ----------
 
-    For each tensor, with u the unscaled, clipped (and, for maximize,
-    negated) gradient and torch's operations in torch's order::
+_STEP_DEFAULTS = (("grad_scale", None), ("max_grad_norm", None), ("norm_type", 2.0),
+                  ("clip_convention", "torch"), ("clip_value", None),
+                  ("skip_if_nonfinite", False), ("n_threads", None))
 
-        u_r = u + weight_decay * x                    # weight_decay != 0
-        sq = sq * alpha + ((1 - alpha) * u_r) * u_r
-        ga = ga + (1 - alpha) * (u_r - ga)            # centered (torch's lerp_)
-        avg = sqrt(sq - ga * ga) + eps                # centered; else sqrt(sq) + eps
-        buf = buf * momentum + u_r / avg              # momentum > 0
-        x = x - lr * buf                              # momentum > 0; else
-        x = x + (-lr * u_r) / avg
 
-    Parameters
-    ----------
-    params, grads, square_avgs : ndarray or list/tuple of ndarray
-        Parameters (float32/float64, may mix), gradients (only read;
-        broadcastable) and torch's ``square_avg`` states (start from
-        zeros), all updated in place but the gradients.
-    lr : float, default 1e-2
-    alpha : float, default 0.99
-        Smoothing constant (>= 0).
-    eps : float, default 1e-8
-    weight_decay : float, default 0
-        L2 penalty (>= 0), added to the gradient.
-    momentum : float, default 0
-        (>= 0); > 0 needs ``momentum_buffers`` (start from zeros).
-    centered : bool, default False
-        Normalise by the variance estimate; needs ``grad_avgs`` (start from
-        zeros).
-    maximize : bool, default False
-    momentum_buffers, grad_avgs : ndarray or list/tuple of ndarray, optional
-        torch's ``momentum_buffer`` and ``grad_avg`` states.
-    """
-    args = locals()
-    f = "fastopt.rmsprop"
-    h = {}
-    for name, kind in _rules.RMSPROP_SPEC.items():
-        v = args[name]
+def check_hyper(f, rule, values) -> dict:
+    """A rule's hyperparameters checked (raises TypeError/ValueError naming
+    ``f`` and the argument), by the kinds of its table row."""
+    out = {}
+    for name, kind in _rules.spec(rule).items():
+        v = values[name]
         if kind == "lr":
-            h[name] = _v.check_lr(f, v)
+            out[name] = _v.check_lr(f, v)
         elif kind == "bool":
-            h[name] = _v.check_bool(f, name, v)
+            out[name] = _v.check_bool(f, name, v)
         else:
-            h[name] = _v.check_real(f, name, v, **kind)
-    slots = _rules.rmsprop_slots(h["momentum"], h["centered"])
-    given = {"square_avg": square_avgs, "momentum_buffer": momentum_buffers,
-             "grad_avg": grad_avgs}
+            out[name] = _v.check_real(f, name, v, **kind)
+    return out
+
+
+def _rule_call(rule, a):
+    """The body of a generated rule function; ``a`` holds its arguments."""
+    f = f"fastopt.{rule.name}"
+    h = check_hyper(f, rule, a)
+    slots = rule.slots(h)
     for name in slots[1:]:
-        if given[name] is None:
-            why = "momentum > 0" if name == "momentum_buffer" else "centered=True"
-            raise ValueError(f"{f}: {why} needs {name}s")
-    group = group_tuple(t=1, **_rules.rmsprop_fields(h))
-    return run_form(f, args, tuple(given[n] for n in slots), group,
+        if a[name + "s"] is None:
+            raise ValueError(f"{f}: {rule.needs[name]} needs {name}s")
+    group = group_tuple(t=1, **rule.fields(h))
+    return run_form(f, a, tuple(a[n + "s"] for n in slots), group,
                     tuple(n + "s" for n in slots))
 
 
-for _fn in (adamw, adam_torch, sgd_torch, adagrad_torch, rmsprop):
+def _rule_doc(rule) -> str:
+    first, *rest = rule.states
+    lines = [f"{rule.summary}: in place, in one C call.", "",
+             "For each tensor, with u the unscaled, clipped (and, for maximize,",
+             "negated) gradient and torch's operations in torch's order::", ""]
+    lines += ["    " + ln for ln in rule.formula.splitlines()]
+    lines += ["", "Parameters", "----------",
+              f"params, grads, {first}s : ndarray or list/tuple of ndarray",
+              "    Parameters (float32/float64, may mix), gradients (only read;",
+              f"    broadcastable) and torch's ``{first}`` states (start from zeros),",
+              "    all updated in place but the gradients."]
+    for arg in rule.args:
+        if arg.check is not None:
+            kind = "bool" if arg.check == "bool" else "float"
+            lines += [f"{arg.name} : {kind}, default {arg.default!r}", f"    {arg.doc}"]
+    for name in rest:
+        lines += [f"{name}s : ndarray or list/tuple of ndarray, optional",
+                  f"    torch's ``{name}`` states (start from zeros); needed when "
+                  f"{rule.needs[name]}."]
+    return "\n    ".join(lines)
+
+
+def _rule_function(rule):
+    first, *rest = rule.states
+    params = ["params", "grads", f"{first}s", "*"]
+    params += [f"{k}=D[{k!r}]" for k in _rules.defaults(rule)]
+    params += [f"{n}s=None" for n in rest]
+    params += [f"{k}=S[{k!r}]" for k, _ in _STEP_DEFAULTS]
+    fn = _rules.define(rule.name, params, "call(rule, locals())",
+                       {"D": _rules.defaults(rule), "S": dict(_STEP_DEFAULTS),
+                        "call": _rule_call, "rule": rule}, "fastopt")
+    fn.__doc__ = _rule_doc(rule)
+    return fn
+
+
+#: name -> the public function of every rule of the table
+RULE_FUNCTIONS = {r.name: _rule_function(r) for r in _rules.TORCH_RULES}
+
+
+for _fn in (adamw, adam_torch, sgd_torch, adagrad_torch, *RULE_FUNCTIONS.values()):
     _head = "" if "Parameters" in _fn.__doc__ else "\n    Parameters\n    ----------"
     _fn.__doc__ = _fn.__doc__.rstrip() + "\n" + _head + _OPTIONS_DOC
 del _fn, _head

@@ -33,11 +33,14 @@ Layout: ``_base.py`` (the shared optimizer: groups, state, step),
 (hyperparameter checkers), ``_groups.py`` (groups and state allocation),
 ``_grads.py`` (a step's gradients: split, checked).
 """
+from ._generic import CLASSES as _CLASSES
 from .adagrad import Adagrad
 from .adam import Adam
 from .adamw import AdamTorch, AdamW
 from .checkpoint import CheckpointError
 from .momentum import Momentum
-from .rmsprop import RMSprop
 
-__all__ = ["Momentum", "Adagrad", "Adam", "AdamW", "AdamTorch", "RMSprop", "CheckpointError"]
+# the rules of the table (fastopt._rules.TORCH_RULES): RMSprop, ...
+globals().update(_CLASSES)
+
+__all__ = ["Momentum", "Adagrad", "Adam", "AdamW", "AdamTorch", *_CLASSES, "CheckpointError"]

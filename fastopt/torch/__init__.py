@@ -65,8 +65,12 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("fastopt.torch needs PyTorch (CPU build is enough), which is not "
                       "installed") from exc
 
-from .. import _rules, _step
+from .. import _step
 from ._base import _FastoptOptimizer, _scalar, _step_tensor, _zeros
+from ._generic import CLASSES as _CLASSES
+
+# the rules of the table (fastopt._rules.TORCH_RULES): RMSprop, ...
+globals().update(_CLASSES)
 
 __all__ = [
     "SGD",
@@ -77,10 +81,8 @@ __all__ = [
     "OnnxAdagrad",
     "OnnxAdam",
     "OnnxMomentum",
-    "RMSprop",
+    *_CLASSES,
 ]
-
-_RMS = _rules.RMSPROP_DEFAULTS
 
 
 # ---- torch.optim drop-ins ------------------------------------------------------
@@ -295,49 +297,6 @@ class AdamW(Adam):
         super().__setstate__(state)
         for group in self.param_groups:
             group["decoupled_weight_decay"] = True
-
-
-class RMSprop(_FastoptOptimizer):
-    """torch.optim.RMSprop (alpha, eps, weight decay, momentum, centered,
-    maximize); the update of :func:`fastopt.rmsprop`.
-
-    Parameters
-    ----------
-    params : iterable of Tensor or dict
-    lr : float, default 1e-2
-    alpha : float, default 0.99
-    eps : float, default 1e-8
-    weight_decay, momentum : float, default 0
-    centered : bool, default False
-    capturable, foreach, differentiable
-        torch's; only their defaults are supported.
-    maximize : bool, default False
-    n_threads : int, optional
-
-    Notes
-    -----
-    State, as torch's: ``'step'`` (a float scalar tensor), ``'square_avg'``,
-    ``'momentum_buffer'`` (momentum > 0) and ``'grad_avg'`` (centered),
-    created from zeros on a parameter's first update (and when momentum or
-    centered is turned on later).
-    """
-
-    _SPEC: _ClassVar[dict] = dict(_rules.RMSPROP_SPEC)
-
-    def __init__(self, params, lr=_RMS["lr"], alpha=_RMS["alpha"], eps=_RMS["eps"],
-                 weight_decay=0, momentum=0, centered=False, capturable=False,
-                 foreach=None, maximize=False, differentiable=False, n_threads=None):
-        d = {"lr": lr, "alpha": alpha, "eps": eps, "weight_decay": weight_decay,
-             "momentum": momentum, "centered": centered, "capturable": capturable,
-             "foreach": foreach, "maximize": maximize, "differentiable": differentiable}
-        super().__init__(params, d, n_threads)
-
-    def _group(self, h):
-        return _rules.rmsprop_fields(h), _rules.rmsprop_slots(h["momentum"], h["centered"])
-
-    def _new_states(self, p, st, names, h):
-        fresh = {n: _zeros(p) for n in names if n not in st}
-        return {"step": _step_tensor(), **fresh} if not st else fresh
 
 
 # ---- the ONNX operators ----------------------------------------------------------

@@ -1,0 +1,63 @@
+"""The fastopt.torch drop-in of every rule of fastopt._rules.TORCH_RULES,
+built from its table row: torch's constructor (names, defaults, order,
+keyword-only marks), state names and step count."""
+from __future__ import annotations
+
+from .. import _rules
+from ._base import _FastoptOptimizer, _step_tensor, _zeros
+
+
+class _RuleDropin(_FastoptOptimizer):
+    """The shared body of the table's drop-ins (_RULE: the row)."""
+
+    _RULE: _rules.TorchRule
+
+    def _group(self, h):
+        return self._RULE.fields(h), self._RULE.slots(h)
+
+    def _new_states(self, p, st, names, h):
+        fresh = {n: _zeros(p) for n in names if n not in st}
+        return {"step": _step_tensor(), **fresh} if not st else fresh
+
+
+def _init(self, params, a):
+    n_threads = a.pop("n_threads")
+    _FastoptOptimizer.__init__(self, params, {k: a[k] for k in
+                                              (arg.name for arg in self._RULE.args)},
+                               n_threads)
+
+
+def _doc(rule) -> str:
+    lines = [f"torch.optim.{rule.cls}: {rule.summary}; the update of",
+             f":func:`fastopt.{rule.name}`.", "", "Parameters", "----------",
+             "params : iterable of Tensor or dict"]
+    for arg in rule.args:
+        if arg.check is not None:
+            kind = "bool" if arg.check == "bool" else "float"
+            lines += [f"{arg.name} : {kind}, default {arg.default!r}"]
+    unsupported = [a.name for a in rule.args if a.check is None]
+    lines += [", ".join(unsupported), "    torch's; only their defaults are supported.",
+              "n_threads : int, optional", "", "Notes", "-----",
+              f"State, as torch's: ``'step'`` (a float scalar tensor) and "
+              f"{', '.join(f'``{s!r}``' for s in rule.states)} as the group's",
+              "hyperparameters ask for them, created from zeros on a parameter's",
+              "first update (and when a hyperparameter asks for one later)."]
+    return "\n    ".join(lines)
+
+
+def make_class(rule: _rules.TorchRule) -> type:
+    """fastopt.torch.<rule.cls>."""
+    params = ["self", "params", *_rules.torch_params(rule, "D")]
+    params += ["n_threads=None"] if "*" in params else ["*", "n_threads=None"]
+    init = _rules.define("__init__", params, "init(self, params, locals())",
+                         {"D": {a.name: a.default for a in rule.args}, "init": _init},
+                         "fastopt.torch")
+    cls = type(rule.cls, (_RuleDropin,), {
+        "__init__": init, "__doc__": _doc(rule), "__module__": "fastopt.torch",
+        "_RULE": rule, "_SPEC": _rules.spec(rule)})
+    init.__qualname__ = f"{rule.cls}.__init__"
+    return cls
+
+
+#: class name -> class, for every rule of the table
+CLASSES = {r.cls: make_class(r) for r in _rules.TORCH_RULES}
