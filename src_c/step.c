@@ -84,6 +84,24 @@ typedef struct {
 
 /* ---- kernel instantiation ------------------------------------------------- */
 
+/*
+ * A value's storage type (what is in memory) is apart from its compute type
+ * FO_T in step.inc: FO_SX, FO_SG and FO_SS are the parameters', gradients'
+ * and states' storage, FO_LDX/G/S widen a stored value to FO_T and
+ * FO_STX/G/S round an FO_T to storage. Both instantiations below store what
+ * they compute (the macros are the identity); a storage type of its own is
+ * an instantiation with its conversions. The tiled path (step_piece_tiled)
+ * feeds the rule transformed gradients of type FO_T: it needs FO_SG == FO_T.
+ */
+#define FO_SX FO_T
+#define FO_SG FO_T
+#define FO_SS FO_T
+#define FO_LDX(v) (v)
+#define FO_LDG(v) (v)
+#define FO_LDS(v) (v)
+#define FO_STX(v) (v)
+#define FO_STG(v) (v)
+#define FO_STS(v) (v)
 #define FO_T float
 #define FO_NAME(op) op##_f32
 #define FO_SQRT sqrtf
@@ -91,6 +109,15 @@ typedef struct {
 #define FO_FU(c) (&(c)->fu_f)
 #include "step.inc"
 
+#define FO_SX FO_T
+#define FO_SG FO_T
+#define FO_SS FO_T
+#define FO_LDX(v) (v)
+#define FO_LDG(v) (v)
+#define FO_LDS(v) (v)
+#define FO_STX(v) (v)
+#define FO_STG(v) (v)
+#define FO_STS(v) (v)
 #define FO_T double
 #define FO_NAME(op) op##_f64
 #define FO_SQRT sqrt
