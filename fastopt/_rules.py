@@ -34,6 +34,7 @@ RULES = (
     Rule("adam_torch", ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), 1),
     Rule("adamw_torch", ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), 1),
     Rule("rmsprop_torch", ("square_avg", "momentum_buffer", "grad_avg"), 1),
+    Rule("adamax_torch", ("exp_avg", "exp_inf"), 1),
 )
 
 #: name -> C id
@@ -63,8 +64,9 @@ def needs(group: tuple) -> int:
 
 class Arg(NamedTuple):
     """One of torch's constructor arguments: its name and default, and its
-    check: "lr", "bool", the bounds of a real number (check_real's keywords),
-    or None for a torch flag fastopt supports only at its default."""
+    check: "lr", "bool", "betas" (a pair, each in [0, 1)), the bounds of a
+    real number (check_real's keywords), or None for a torch flag fastopt
+    supports only at its default."""
     name: str
     default: object
     check: object
@@ -83,6 +85,7 @@ class TorchRule(NamedTuple):
     summary: str
     formula: str
     keyword_from: str = ""   # torch's first keyword-only argument, if any
+    counted: bool = False    # the update reads torch's step count (bias correction)
 
 
 def _rmsprop_slots(h) -> tuple:
@@ -121,8 +124,34 @@ buf = buf * momentum + u_r / avg              # momentum > 0
 x = x - lr * buf                              # momentum > 0; else
 x = x + (-lr * u_r) / avg""")
 
+def _adamax_fields(h) -> dict:
+    b1, b2 = h["betas"]
+    return {"rule": ID["adamax_torch"], "lr": h["lr"], "alpha": b1, "beta": b2,
+            "eps": h["eps"], "decay": h["weight_decay"],
+            "flags": MAXIMIZE if h["maximize"] else 0}
+
+
+ADAMAX = TorchRule(
+    name="adamax", cls="Adamax", row="adamax_torch",
+    args=(Arg("lr", 2e-3, "lr", "Learning rate (>= 0)."),
+          Arg("betas", (0.9, 0.999), "betas",
+              "Decay rates of the first moment and of the infinity norm, each in [0, 1)."),
+          Arg("eps", 1e-8, _NONNEG, "Added to the gradient's magnitude (>= 0)."),
+          Arg("weight_decay", 0.0, _NONNEG, "L2 penalty added to the gradient (>= 0)."),
+          Arg("foreach", None, None),
+          Arg("maximize", False, "bool", "Maximise the objective."),
+          Arg("differentiable", False, None), Arg("capturable", False, None)),
+    states=("exp_avg", "exp_inf"), needs={},
+    slots=lambda h: ("exp_avg", "exp_inf"), fields=_adamax_fields,
+    summary="Adamax as torch.optim.Adamax computes it",
+    formula="""u_r = u + weight_decay * x                    # weight_decay != 0
+m = m + (1 - beta1) * (u_r - m)               # torch's lerp_
+v = maximum(v * beta2, |u_r| + eps)           # NaN if either is NaN
+x = x + (-lr / (1 - beta1**step) * m) / v""",
+    keyword_from="maximize", counted=True)
+
 #: every rule built by the generic front ends, in the order they are listed
-TORCH_RULES = (RMSPROP,)
+TORCH_RULES = (RMSPROP, ADAMAX)
 
 
 def define(name: str, params: list, call: str, namespace: dict, module: str):

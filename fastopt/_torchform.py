@@ -319,6 +319,8 @@ def check_hyper(f, rule, values) -> dict:
             out[name] = _v.check_lr(f, v)
         elif kind == "bool":
             out[name] = _v.check_bool(f, name, v)
+        elif kind == "betas":
+            out[name] = _betas(f, v)
         else:
             out[name] = _v.check_real(f, name, v, **kind)
     return out
@@ -329,29 +331,35 @@ def _rule_call(rule, a):
     f = f"fastopt.{rule.name}"
     h = check_hyper(f, rule, a)
     slots = rule.slots(h)
-    for name in slots[1:]:
-        if a[name + "s"] is None:
+    for name in slots:
+        if a[name + "s"] is None and name in rule.needs:
             raise ValueError(f"{f}: {rule.needs[name]} needs {name}s")
-    group = group_tuple(t=1, **rule.fields(h))
+    t = step_count(f, a["step"]) if rule.counted else 1
+    group = group_tuple(t=t, **rule.fields(h))
     return run_form(f, a, tuple(a[n + "s"] for n in slots), group,
                     tuple(n + "s" for n in slots))
 
 
 def _rule_doc(rule) -> str:
-    first, *rest = rule.states
+    given = [n for n in rule.states if n not in rule.needs]
+    rest = [n for n in rule.states if n in rule.needs]
     lines = [f"{rule.summary}: in place, in one C call.", "",
              "For each tensor, with u the unscaled, clipped (and, for maximize,",
              "negated) gradient and torch's operations in torch's order::", ""]
     lines += ["    " + ln for ln in rule.formula.splitlines()]
     lines += ["", "Parameters", "----------",
-              f"params, grads, {first}s : ndarray or list/tuple of ndarray",
+              f"params, grads, {', '.join(n + 's' for n in given)} : ndarray or list/tuple "
+              "of ndarray",
               "    Parameters (float32/float64, may mix), gradients (only read;",
-              f"    broadcastable) and torch's ``{first}`` states (start from zeros),",
-              "    all updated in place but the gradients."]
+              f"    broadcastable) and torch's {', '.join(f'``{n}``' for n in given)}",
+              "    states (start from zeros), all updated in place but the gradients."]
     for arg in rule.args:
         if arg.check is not None:
             kind = "bool" if arg.check == "bool" else "float"
             lines += [f"{arg.name} : {kind}, default {arg.default!r}", f"    {arg.doc}"]
+    if rule.counted:
+        lines += ["step : int",
+                  "    torch's ``state['step']`` after this step's increment (1 first)."]
     for name in rest:
         lines += [f"{name}s : ndarray or list/tuple of ndarray, optional",
                   f"    torch's ``{name}`` states (start from zeros); needed when "
@@ -360,8 +368,9 @@ def _rule_doc(rule) -> str:
 
 
 def _rule_function(rule):
-    first, *rest = rule.states
-    params = ["params", "grads", f"{first}s", "*"]
+    rest = [n for n in rule.states if n in rule.needs]
+    params = ["params", "grads", *(n + "s" for n in rule.states if n not in rule.needs), "*"]
+    params += ["step"] if rule.counted else []
     params += [f"{k}=D[{k!r}]" for k in _rules.defaults(rule)]
     params += [f"{n}s=None" for n in rest]
     params += [f"{k}=S[{k!r}]" for k, _ in _STEP_DEFAULTS]

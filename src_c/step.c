@@ -33,7 +33,12 @@
 enum { STEP_RMS_A, STEP_RMS_OMA, STEP_RMS_EPS, STEP_RMS_WD, STEP_RMS_MOM,
        STEP_RMS_NLR, STEP_RMS_W, STEP_RMS_OMW, STEP_RMS_N };
 
-_Static_assert(STEP_RMS_N <= 9, "the coefficient arrays hold STEP_AD_N (9)");
+/* Torch Adamax coefficients (c[]), as step_adamax_coefs derives them. */
+enum { STEP_AMX_W, STEP_AMX_OMW, STEP_AMX_B2, STEP_AMX_EPS, STEP_AMX_WD,
+       STEP_AMX_NCLR, STEP_AMX_N };
+
+_Static_assert(STEP_RMS_N <= 9 && STEP_AMX_N <= 9,
+               "the coefficient arrays hold STEP_AD_N (9)");
 
 /* Torch Adam coefficients (fo_adam_torch's c[]) and flags. */
 enum { STEP_AD_DMUL, STEP_AD_WD, STEP_AD_W, STEP_AD_OMW, STEP_AD_B2,
@@ -105,6 +110,7 @@ typedef struct {
 #define FO_T float
 #define FO_NAME(op) op##_f32
 #define FO_SQRT sqrtf
+#define FO_FABS fabsf
 #define FO_CF(c) ((c)->f)
 #define FO_FU(c) (&(c)->fu_f)
 #include "step.inc"
@@ -121,6 +127,7 @@ typedef struct {
 #define FO_T double
 #define FO_NAME(op) op##_f64
 #define FO_SQRT sqrt
+#define FO_FABS fabs
 #define FO_CF(c) ((c)->d)
 #define FO_FU(c) (&(c)->fu_d)
 #include "step.inc"
@@ -152,6 +159,23 @@ static int step_rmsprop_coefs(const fo_step_group *g, step_gcoef *c)
                  | (fabs(w) < 0.5 ? STEP_ADF_SMALLW : 0)
                  | (g->beta != 0.0 ? STEP_ADF_MOM : 0)
                  | (g->flags & FO_STEP_CENTERED ? STEP_ADF_CENTERED : 0);
+    return FO_OK;
+}
+
+/* torch.optim.Adamax's: the lerp weight w = 1 - beta1 and 1 - w (in the
+ * tensor's type), beta2, eps, weight decay, -lr / (1 - beta1**step). */
+static int step_adamax_coefs(const fo_step_group *g, step_gcoef *c)
+{
+    double w = 1.0 - g->alpha;
+    c->d[STEP_AMX_W] = w;
+    c->d[STEP_AMX_OMW] = 1.0 - w;
+    c->d[STEP_AMX_B2] = g->beta;
+    c->d[STEP_AMX_EPS] = g->eps;
+    c->d[STEP_AMX_WD] = g->decay;
+    c->d[STEP_AMX_NCLR] = -(g->lr / (1.0 - pow(g->alpha, (double)g->t)));
+    step_round(c, STEP_AMX_N);
+    c->f[STEP_AMX_OMW] = 1.0f - (float)w;
+    c->adflags = (g->decay != 0.0 ? STEP_ADF_L2 : 0) | (fabs(w) < 0.5 ? STEP_ADF_SMALLW : 0);
     return FO_OK;
 }
 
@@ -212,6 +236,8 @@ static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
         return FO_OK;
     case FO_RULE_RMSPROP_TORCH:
         return step_rmsprop_coefs(g, c);
+    case FO_RULE_ADAMAX_TORCH:
+        return step_adamax_coefs(g, c);
     default: {                      /* torch Adam / AdamW */
         double w = 1.0 - g->alpha;
         /* AdamW's decay multiplies x (Adam's: 1, and x * 1 is x) */
@@ -244,6 +270,7 @@ static int step_has_states(const fo_step_tensor *t, const fo_step_group *g)
         return 0;
     switch (g->rule) {
     case FO_RULE_ADAM:
+    case FO_RULE_ADAMAX_TORCH:
         return t->s1 != NULL && t->s2 != NULL;
     case FO_RULE_SGD_TORCH:
         return g->alpha == 0.0 || t->s1 != NULL;

@@ -26,7 +26,8 @@
     X(ADAM_TORCH, 3, 1)     /* torch Adam         s1 = exp_avg, s2 = exp_avg_sq, */ \
     X(ADAMW_TORCH, 3, 1)    /* torch AdamW           s3 = max_exp_avg_sq (amsgrad) */ \
     X(RMSPROP_TORCH, 3, 1)  /* torch RMSprop      s1 = square_avg, then momentum_buffer \
-                               (momentum > 0), then grad_avg (centered) */
+                               (momentum > 0), then grad_avg (centered) */ \
+    X(ADAMAX_TORCH, 2, 1)   /* torch Adamax       s1 = exp_avg, s2 = exp_inf */
 
 /*
  * Element types, in id order: X(NAME, CTYPE, SIZE). NAME makes FO_NAME;

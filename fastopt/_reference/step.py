@@ -244,6 +244,28 @@ def rmsprop_torch(x, g, sq, buf=None, ga=None, *, lr, alpha=0.99, eps=1e-8,
     return x + (c(-lr) * g) / avg, sq, None, ga
 
 
+@_quiet
+def adamax_torch(x, g, m, u, *, lr, step, beta1=0.9, beta2=0.999, eps=1e-8,
+                 weight_decay=0.0):
+    """torch.optim.Adamax, one step (g already negated if maximize), in
+    torch's order, each operation rounded to x's dtype; ``step`` is torch's
+    count after its increment. Returns (x_new, m_new, u_new)."""
+    x = np.array(x)
+    c = _c(x)
+    g = np.asarray(g, dtype=x.dtype)
+    if weight_decay != 0.0:
+        g = g + c(weight_decay) * x
+    m = np.asarray(m, dtype=x.dtype)
+    w = 1.0 - beta1                       # torch's lerp_(grad, 1 - beta1)
+    if abs(w) < 0.5:
+        m = m + c(w) * (g - m)
+    else:
+        m = g - (g - m) * (c(1.0) - c(w))
+    u = np.maximum(np.asarray(u, dtype=x.dtype) * c(beta2), np.abs(g) + c(eps))
+    clr = lr / (1.0 - beta1 ** step)
+    return x + (c(-clr) * m) / u, m, u
+
+
 # ---- the whole step ----------------------------------------------------------
 
 @_quiet
@@ -290,6 +312,10 @@ def rule_update(rule, x, u, states, hp):
                                   amsgrad=bool(hp.get("amsgrad")),
                                   decoupled=rule == "adamw_torch")
         return xn, (m, v, vm if vm is not None else s3)
+    if rule == "adamax_torch":
+        xn, m, u2 = adamax_torch(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
+                                 beta2=hp["beta"], eps=hp["eps"], weight_decay=hp["decay"])
+        return xn, (m, u2, s3)
     if rule == "rmsprop_torch":          # states packed: sq, then buf, then ga
         mom, cen = hp["beta"] != 0.0, bool(hp.get("centered"))
         xn, sq, b, ga = rmsprop_torch(x, u, s1, s2 if mom else None,

@@ -88,5 +88,17 @@ def from_spec(spec: dict) -> dict:
         def check(fname, label, value):
             return _v.check_real(fname, label, value, **bounds)
         return check
-    return {k: lr_or_none if kind == "lr" else as_bool if kind == "bool" else real_of(kind)
+    named = {"lr": lr_or_none, "bool": as_bool, "betas": betas}
+    return {k: named[kind] if isinstance(kind, str) else real_of(kind)
             for k, kind in spec.items()}
+
+
+def betas(fname, label, value):
+    """A pair (beta1, beta2), each in [0, 1)."""
+    try:
+        b1, b2 = value
+    except (TypeError, ValueError):
+        raise TypeError(f"{fname}: {label} must be a pair (beta1, beta2), got "
+                        f"{_v._got(value)}") from None
+    check = real(lo=0.0, hi=1.0, hi_open=True)
+    return (check(fname, f"{label}[0]", b1), check(fname, f"{label}[1]", b2))

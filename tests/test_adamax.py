@@ -1,0 +1,122 @@
+"""Adamax (torch.optim.Adamax's math and names), a rule built from its table
+row: ``fastopt.adamax``, ``fastopt.optim.Adamax`` and ``fastopt.torch.Adamax``
+against the NumPy reference (bit for bit), against each other, against
+torch.optim.Adamax (300 steps), with bad inputs and checkpoints."""
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+import fastopt
+import fastopt.optim as fo
+from fastopt._reference import step as ref
+
+FLAGS = [dict(weight_decay=w, maximize=m, betas=b)
+         for w in (0.0, 0.05) for m in (False, True) for b in ((0.9, 0.999), (0.3, 0.9))]
+IDS = ["wd%g-max%d-b1%g" % (f["weight_decay"], f["maximize"], f["betas"][0]) for f in FLAGS]
+
+
+@pytest.mark.parametrize("kw", FLAGS, ids=IDS)
+@pytest.mark.parametrize("n", [1, 9, 1023, 70_001])
+@pytest.mark.parametrize("n_threads", [1, 3])
+def test_equals_the_reference_bit_for_bit(kw, n, n_threads, dtype):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(dtype)
+    m = rng.standard_normal(n).astype(dtype)
+    u = np.abs(rng.standard_normal(n)).astype(dtype)
+    g = rng.standard_normal(n).astype(dtype)
+    g[:3] = [np.nan, np.inf, -0.0][: min(3, n)]
+    for step in (1, 7):
+        want = ref.adamax_torch(x, -g if kw["maximize"] else g, m, u, lr=0.01, step=step,
+                                beta1=kw["betas"][0], beta2=kw["betas"][1],
+                                weight_decay=kw["weight_decay"])
+        xs, ms, us = x.copy(), m.copy(), u.copy()
+        fastopt.adamax(xs, g, ms, us, step=step, lr=0.01, n_threads=n_threads, **kw)
+        for got, w in zip((xs, ms, us), want):
+            np.testing.assert_array_equal(got, w)
+
+
+@pytest.mark.parametrize("kw", FLAGS, ids=IDS)
+def test_function_optim_and_torch_dropin_agree_and_follow_torch(kw, dtype):
+    """The three front ends give the same bits; against torch.optim.Adamax
+    (for-loop and foreach) over 300 steps, within rounding."""
+    torch = pytest.importorskip("torch")
+    import fastopt.torch as ft
+
+    rng = np.random.default_rng(2)
+    x0 = rng.standard_normal(301).astype(dtype)
+    fx, m, u = x0.copy(), np.zeros_like(x0), np.zeros_like(x0)
+    ox = x0.copy()
+    opt = fo.Adamax([ox], lr=0.003, **kw)
+    ps = [torch.nn.Parameter(torch.tensor(x0.copy())) for _ in range(3)]
+    topts = [ft.Adamax([ps[0]], lr=0.003, **kw),
+             torch.optim.Adamax([ps[1]], lr=0.003, foreach=False, **kw),
+             torch.optim.Adamax([ps[2]], lr=0.003, foreach=True, **kw)]
+    for step in range(1, 301):
+        g = rng.standard_normal(301).astype(dtype)
+        fastopt.adamax(fx, g, m, u, step=step, lr=0.003, **kw)
+        opt.step([g])
+        for p, o in zip(ps, topts):
+            p.grad = torch.tensor(g.copy())
+            o.step()
+    dropin, loop, each = (p.detach().numpy() for p in ps)
+    np.testing.assert_array_equal(ox, fx)
+    np.testing.assert_array_equal(dropin, fx)
+    scale = float(np.max(np.abs(loop)))
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    assert np.max(np.abs(loop - each)) <= tol * scale
+    assert np.max(np.abs(fx - loop)) <= tol * scale
+    assert set(topts[0].state[ps[0]]) == set(topts[1].state[ps[1]])
+    assert topts[0].state[ps[0]]["step"].item() == 300.0
+
+
+def test_signatures_are_torchs():
+    torch = pytest.importorskip("torch")
+    import fastopt.torch as ft
+
+    want = inspect.signature(torch.optim.Adamax.__init__).parameters
+    got = inspect.signature(ft.Adamax.__init__).parameters
+    assert [(p.name, p.kind, p.default) for p in want.values()] == [
+        (p.name, p.kind, p.default) for p in got.values() if p.name != "n_threads"]
+
+
+@pytest.mark.parametrize("name,value,exc", [
+    ("lr", -1.0, ValueError), ("eps", -1e-8, ValueError), ("weight_decay", -1.0, ValueError),
+    ("betas", (1.0, 0.9), ValueError), ("betas", (0.9, math.nan), ValueError),
+    ("betas", 0.9, TypeError), ("maximize", 1, TypeError)])
+def test_bad_hyperparameters_named_nothing_written(name, value, exc):
+    x, g, m, u = np.ones(5), np.ones(5), np.zeros(5), np.zeros(5)
+    with pytest.raises(exc, match=f"fastopt.adamax: {name}"):
+        fastopt.adamax(x, g, m, u, step=1, **{name: value})
+    assert (x == 1).all() and (m == 0).all() and (u == 0).all()
+    with pytest.raises(exc, match=f"fastopt.optim.Adamax: {name}"):
+        fo.Adamax([np.ones(3)], **{name: value})
+
+
+def test_the_step_count_is_checked():
+    x, g, m, u = np.ones(5), np.ones(5), np.zeros(5), np.zeros(5)
+    with pytest.raises(ValueError, match="fastopt.adamax: step must be >= 1"):
+        fastopt.adamax(x, g, m, u, step=0)
+    with pytest.raises(TypeError, match="fastopt.adamax: step must be an integer"):
+        fastopt.adamax(x, g, m, u, step=1.5)
+    assert (x == 1).all()
+
+
+def test_checkpoint_round_trip(tmp_path):
+    rng = np.random.default_rng(10)
+    xs = [rng.standard_normal(20), rng.standard_normal(3)]
+    opt = fo.Adamax(xs, lr=0.01, weight_decay=0.01)
+    grads = [[rng.standard_normal(x.shape) for x in xs] for _ in range(6)]
+    for g in grads[:3]:
+        opt.step(g)
+    opt.save(tmp_path / "ck.npz")
+    ys = [x.copy() for x in xs]
+    for g in grads[3:]:
+        opt.step(g)
+    opt2 = fo.Adamax(ys, lr=0.01, weight_decay=0.01)
+    opt2.load(tmp_path / "ck.npz")
+    for g in grads[3:]:
+        opt2.step(g)
+    for x, y in zip(xs, ys):
+        np.testing.assert_array_equal(x, y)
