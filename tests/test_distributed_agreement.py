@@ -44,3 +44,7 @@ def mpirun(n, case, tmp_path, timeout=60):
 
 def test_hyperparameters_or_schedules_that_differ_between_ranks_raise_everywhere(tmp_path):
     mpirun(2, "hyper", tmp_path)
+
+
+def test_error_types_outside_the_table_keep_their_type_on_every_rank(tmp_path):
+    mpirun(2, "error_types", tmp_path)
