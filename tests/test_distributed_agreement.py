@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from npz_hostile import bomb_member, raw_zip
 
 import fastopt
 
@@ -46,5 +47,24 @@ def test_hyperparameters_or_schedules_that_differ_between_ranks_raise_everywhere
     mpirun(2, "hyper", tmp_path)
 
 
+def test_ranks_given_different_checkpoints_fail_together(tmp_path):
+    mpirun(2, "versions", tmp_path)
+
+
+def test_plain_checkpoint_header_bomb_is_refused_before_allocating(tmp_path):
+    (tmp_path / "bomb.npz").write_bytes(raw_zip([bomb_member(
+        "meta.npy", shape=(), descr=f"<U{16 << 20}", n_bytes=64 << 20)]))
+    assert (tmp_path / "bomb.npz").stat().st_size < 256 << 10
+    mpirun(2, "plain_bomb", tmp_path)
+
+
+def test_missing_checkpoint_files_raise_checkpoint_error_everywhere(tmp_path):
+    mpirun(2, "missing", tmp_path)
+
+
 def test_error_types_outside_the_table_keep_their_type_on_every_rank(tmp_path):
     mpirun(2, "error_types", tmp_path)
+
+
+def test_fifo_in_a_checkpoint_is_refused_without_blocking(tmp_path):
+    mpirun(2, "fifo", tmp_path, timeout=30)
