@@ -68,3 +68,8 @@ def test_error_types_outside_the_table_keep_their_type_on_every_rank(tmp_path):
 
 def test_fifo_in_a_checkpoint_is_refused_without_blocking(tmp_path):
     mpirun(2, "fifo", tmp_path, timeout=30)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_clipped_step_is_bit_identical_given_the_agreed_norm(n, tmp_path):
+    mpirun(n, "clip", tmp_path)
