@@ -246,6 +246,11 @@ class NpzReader:
         """The entry names, without ``.npy``, in archive order."""
         return tuple(self._infos)
 
+    def crc(self, key: str) -> int:
+        """The CRC-32 the zip directory records for entry ``key`` (nothing is
+        read: it tells two archives apart, it does not check the data)."""
+        return self._infos[key].CRC
+
     def close(self) -> None:
         z = getattr(self, "_zip", None)
         if z is not None:

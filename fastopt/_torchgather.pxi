@@ -142,8 +142,9 @@ cdef int64_t _torch_t(dict st, object cnt, bint counted, Py_ssize_t add,
 
 cdef bint _torch_written_same(object p, tuple rec, dict st) except -1:
     """The parameter of record rec and its states (st) as the plan has
-    them: the same objects, data addresses, shapes, contiguity, and the
-    parameter's dtype."""
+    them: the same objects, data addresses, shapes, contiguity and dtype
+    (a state re-typed in place through ``.data`` declines to the full step,
+    which refuses it)."""
     cdef tuple sts = <tuple>PyTuple_GET_ITEM(rec, 5), srec
     cdef Py_ssize_t j
     size = <object>PyTuple_GET_ITEM(rec, 2)
@@ -155,7 +156,8 @@ cdef bint _torch_written_same(object p, tuple rec, dict st) except -1:
         s = <object>PyTuple_GET_ITEM(srec, 1)
         if (st.get(<object>PyTuple_GET_ITEM(srec, 0)) is not s
                 or s.data_ptr() != <object>PyTuple_GET_ITEM(srec, 2)
-                or s.shape != size or not s.is_contiguous()):
+                or s.shape != size or s.dtype is not <object>PyTuple_GET_ITEM(rec, 3)
+                or not s.is_contiguous()):
             return False
     return True
 

@@ -389,7 +389,7 @@ def case_errors():
             raise ZeroDivisionError("the schedule failed")
         return 1e-3
     sopt = ShardedOptimizer(fo.Adam, [p.copy() for p in params], schedule=sched)
-    m11 = expect(RuntimeError, lambda: sopt.step(good), "ZeroDivisionError: the schedule failed")
+    m11 = expect(ZeroDivisionError, lambda: sopt.step(good), "the schedule failed")
     for a, b in zip(opt.params, snap):
         same(a, b, "a parameter after a rejected step")
     assert opt.steps == 0

@@ -411,3 +411,33 @@ def test_gather_refuses_params_lists_it_did_not_plan():
     for plist in (tuple(pl), list(pl) + [extra], list(pl)[:1]):
         assert _ext.torch_gather(((gd, plist, recs),) + rest, True, 1, prep.nk,
                                  torch.strided, torch.Tensor) == 1
+
+
+@pytest.mark.parametrize("route", ["prepared", "full"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_a_state_retyped_in_place_is_refused_as_by_a_fresh_optimizer(route, dtype):
+    """A state viewed through .data as an integer type of the same size (same
+    address, shape and strides): the step raises the TypeError a fresh
+    optimizer gives for that state, on the prepared and the full route, and
+    writes nothing."""
+    ps, opt = make("AdamW", dtype)
+    for _ in range(3):
+        for p in ps:
+            p.grad = torch.ones_like(p)
+        (full_step if route == "full" else lambda o: o.step())(opt)
+    st = _state(opt, ps)
+    as_int = torch.int64 if dtype == torch.float64 else torch.int32
+    st["exp_avg"].data = st["exp_avg"].data.view(as_int)
+    before = snapshot(opt, ps)
+    msg = (r"state\['exp_avg'\] of param_groups\[0\]\['params'\]\[0\] has dtype "
+           rf"{as_int} but the parameter has {dtype}")
+    with pytest.raises(TypeError, match=msg):
+        (full_step if route == "full" else lambda o: o.step())(opt)
+    same(snapshot(opt, ps), before)
+    fresh = make("AdamW", dtype)[1]
+    fresh.state[fresh.param_groups[0]["params"][0]] = {
+        k: v.clone() for k, v in st.items()}
+    for p in fresh.param_groups[0]["params"] + fresh.param_groups[1]["params"]:
+        p.grad = torch.ones_like(p)
+    with pytest.raises(TypeError, match=msg):
+        fresh.step()

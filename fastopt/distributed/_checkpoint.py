@@ -22,7 +22,9 @@ every file's size before any data is read, and every block of 4 MiB read is
 checked against its CRC-32.
 
 A plain :mod:`fastopt.optim` checkpoint (an .npz written by ``save``) loads
-too, and :func:`consolidate` writes one.
+too, and :func:`consolidate` writes one. Only regular files are opened (a
+FIFO or a device is refused without blocking), and a load agrees across the
+ranks on one checkpoint (a CRC-32 of its header) or fails on every rank.
 """
 from __future__ import annotations
 
@@ -31,15 +33,17 @@ import os
 import re
 import secrets
 import shutil
-import zipfile
+import stat
 import zlib
 
 import numpy as np
 
+from fastopt import _npz
 from fastopt._npz import fsync_directory
 from fastopt.optim import CheckpointError
 
-from ._comm import mpi_type, raise_agreed
+from ._comm import mpi, mpi_type, raise_agreed
+from ._plain import read_plain
 
 FORMAT = "fastopt.distributed"
 VERSION = 1
@@ -197,14 +201,15 @@ def load(self, path) -> None:
         if os.path.isdir(path):
             new = _read_sharded(self, f, path)
         else:
-            new = _read_plain(self, f, path)
+            new = read_plain(self, f, path, _check_steps, _check_groups)
     except Exception as exc:  # noqa: BLE001 - hostile files; raised on every rank below
-        if not isinstance(exc, (CheckpointError, FileNotFoundError, PermissionError)):
+        missing = isinstance(exc, FileNotFoundError) and not os.path.lexists(path)
+        if not (missing or isinstance(exc, CheckpointError)):
             exc = CheckpointError(f"{f}: {path!r} is not a readable checkpoint: "
                                   f"{type(exc).__name__}: {exc}")
         err = exc
-    raise_agreed(self.comm, err)
-    steps, groups, packed = new
+    _agree_on_version(self.comm, f, err, None if new is None else new[3])
+    steps, groups, packed, _ = new
     if self.inner is not None:
         sd = dict(self._template, steps=steps, state=_unpacked(self, packed))
         pgs = []
@@ -217,6 +222,36 @@ def load(self, path) -> None:
     for g, new_g in zip(self.param_groups, groups):
         g.update(new_g)
     self._steps = steps
+
+
+def _agree_on_version(comm, f, err, fingerprint):
+    """Raise on every rank if any rank failed, or if the ranks read different
+    checkpoints (other paths, or LATEST switched by a save between their
+    reads): one Allreduce of the error flag and the fingerprint."""
+    if comm.Get_size() == 1:
+        raise_agreed(comm, err)
+        return
+    fp = 0.0 if fingerprint is None else float(fingerprint)
+    vec = np.array([0.0 if err is None else 1.0, fp, -fp])
+    comm.Allreduce(mpi().IN_PLACE, vec, op=mpi().MAX)
+    raise_agreed(comm, err, flagged=vec[0] > 0)
+    if vec[1] != -vec[2]:
+        raise CheckpointError(f"{f}: the ranks read different checkpoints (other paths, or "
+                              f"a save switched LATEST while they read it); every rank "
+                              f"must load the same one")
+
+
+def _open(f, path):
+    """A file of the checkpoint, opened for reading: regular files only (a
+    FIFO or a device is refused at once, never waited on); a missing one is
+    a CheckpointError (an incomplete or removed version)."""
+    try:
+        return _npz.open_regular(path)
+    except _npz.NpzError as exc:
+        raise CheckpointError(f"{f}: {exc}; a checkpoint holds regular files only") from None
+    except FileNotFoundError:
+        raise CheckpointError(f"{f}: the checkpoint has no {path!r} (an incomplete or "
+                              f"removed version)") from None
 
 
 def _check_groups(opt, f, saved):
@@ -264,7 +299,7 @@ def _check_steps(f, steps):
 
 def _read_meta(f, vdir):
     mpath = os.path.join(vdir, "meta.json")
-    with open(mpath, "rb") as fh:
+    with _open(f, mpath) as fh:
         raw = fh.read(_MAX_META + 1)
     if len(raw) > _MAX_META:
         raise CheckpointError(f"{f}: {mpath!r} is larger than {_MAX_META} bytes")
@@ -276,16 +311,16 @@ def _read_meta(f, vdir):
     if meta["format"] != FORMAT or meta["version"] != VERSION:
         raise CheckpointError(f"{f}: {mpath!r} has format {meta['format']!r} version "
                               f"{meta['version']!r}; this fastopt reads {FORMAT} {VERSION}")
-    return meta
+    return meta, zlib.crc32(raw)
 
 
 def _read_sharded(opt, f, path):
-    with open(os.path.join(path, "LATEST")) as fh:
-        name = fh.read(256).strip()
+    with _open(f, os.path.join(path, "LATEST")) as fh:
+        name = fh.read(256).decode("ascii", "replace").strip()
     if not re.fullmatch(r"ckpt-\d{8,}-[0-9a-f]{8}", name):
         raise CheckpointError(f"{f}: {path!r}/LATEST names {name!r}, not a checkpoint version")
     vdir = os.path.join(path, name)
-    meta = _read_meta(f, vdir)
+    meta, fingerprint = _read_meta(f, vdir)
     if meta["optimizer"] != opt._template["optimizer"]:
         raise CheckpointError(f"{f}: the checkpoint was saved by fastopt.optim."
                               f"{meta['optimizer']}, not {opt._template['optimizer']}")
@@ -309,7 +344,7 @@ def _read_sharded(opt, f, path):
             out = np.empty(opt.layout.shard_length(dt, opt.rank), dt)
             _fill(out, opt.layout.dtypes[dt].ranges(opt.rank), files, si, di, dt)
             packed[name_s][dt] = out
-    return steps, groups, packed
+    return steps, groups, packed, fingerprint
 
 
 def _check_ranks(f, meta, opt, vdir):
@@ -364,7 +399,15 @@ class _ShardFile:
     def __init__(self, f, fpath, entry, counts, dts):
         self.f, self.path, self.crc = f, fpath, entry["crc"]
         self.size = entry["bytes"]
-        actual = os.stat(fpath).st_size
+        try:
+            st = os.stat(fpath)
+        except FileNotFoundError:
+            raise CheckpointError(f"{f}: the checkpoint has no {fpath!r} (an incomplete or "
+                                  f"removed version)") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{f}: {fpath!r} is not a regular file; a checkpoint "
+                                  f"holds regular files only")
+        actual = st.st_size
         if actual != self.size:
             raise CheckpointError(f"{f}: {fpath!r} has {actual} bytes, the header says "
                                   f"{self.size} (truncated or replaced)")
@@ -379,7 +422,7 @@ class _ShardFile:
     def block(self, k):
         b = self.cache.get(k)
         if b is None:
-            with open(self.path, "rb") as fh:
+            with _open(self.f, self.path) as fh:
                 fh.seek(k * BLOCK)
                 b = fh.read(min(BLOCK, self.size - k * BLOCK))
             if zlib.crc32(b) != self.crc[k]:
@@ -411,77 +454,6 @@ def _fill(out, ranges, files, si, di, dt):
                     out[pos + x - a:pos + y - a] = np.frombuffer(data, dt)
                 pre += hi - lo
         pos += b - a
-
-
-# --------------------------------------------------------- plain checkpoints
-
-def _entry_header(zf, member, f):
-    info = zf.getinfo(member)
-    fh = zf.open(info)
-    version = np.lib.format.read_magic(fh)
-    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-            else np.lib.format.read_array_header_2_0)
-    shape, fortran, dtype = read(fh)
-    return info, fh, shape, fortran, dtype
-
-
-def _read_plain(opt, f, path):
-    tpl = opt._template
-    with zipfile.ZipFile(path) as zf:
-        names = set(zf.namelist())
-        if "meta.npy" not in names:
-            raise CheckpointError(f"{f}: {path!r} has no 'meta' entry; it is not a "
-                                  f"fastopt.optim checkpoint")
-        _, fh, shape, _, dtype = _entry_header(zf, "meta.npy", f)
-        with fh:
-            if shape != () or dtype.kind != "U" or dtype.itemsize > _MAX_META:
-                raise CheckpointError(f"{f}: {path!r}'s 'meta' entry is not a header")
-            raw = fh.read(dtype.itemsize)
-        meta = json.loads(str(np.frombuffer(raw, dtype)[0]))
-        if not isinstance(meta, dict) or meta.get("format") != tpl["format"] \
-                or meta.get("version") != tpl["version"]:
-            raise CheckpointError(f"{f}: {path!r} is not a fastopt.optim checkpoint of "
-                                  f"version {tpl['version']}")
-        if meta.get("optimizer") != tpl["optimizer"]:
-            raise CheckpointError(f"{f}: the checkpoint was saved by fastopt.optim."
-                                  f"{meta.get('optimizer')}, not {tpl['optimizer']}")
-        steps = _check_steps(f, meta.get("steps"))
-        groups = _check_groups(opt, f, meta.get("param_groups"))
-        tensors = opt.layout.tensors
-        expected = {"meta.npy"} | {f"state.{s}.{i}.npy" for s in opt._state_names
-                                   for i in range(len(tensors))}
-        if names != expected:
-            odd = sorted(names ^ expected)[:3]
-            raise CheckpointError(f"{f}: {path!r} has missing or unexpected entries "
-                                  f"{odd}; it was written for other parameters")
-        mine = sorted({p.tensor.index for p in opt._inner_pieces})
-        packed = {s: {dt: np.empty(opt.layout.shard_length(dt, opt.rank), dt)
-                      for dt in opt.layout.dtypes} for s in opt._state_names}
-        for s in opt._state_names:
-            for i in mine:
-                full = _read_entry(zf, f"state.{s}.{i}.npy", tensors[i], f)
-                for p in opt._inner_pieces:
-                    if p.tensor.index == i:
-                        rel = p.lo - p.tensor.offset
-                        packed[s][p.tensor.dtype][p.shard_offset:p.shard_offset + p.hi
-                                                  - p.lo] = full[rel:rel + p.hi - p.lo]
-    return steps, groups, packed
-
-
-def _read_entry(zf, member, t, f):
-    info, fh, shape, fortran, dtype = _entry_header(zf, member, f)
-    with fh:
-        if tuple(shape) != t.shape or dtype.newbyteorder("=") != t.dtype:
-            raise CheckpointError(f"{f}: {member} has {dtype} {shape}, the parameter "
-                                  f"{t.dtype.name} {t.shape}")
-        nbytes = t.size * dtype.itemsize
-        if info.file_size != fh.tell() + nbytes:
-            raise CheckpointError(f"{f}: {member} has {info.file_size} bytes, expected "
-                                  f"{fh.tell() + nbytes}")
-        a = np.frombuffer(fh.read(nbytes), dtype)
-    if a.size != t.size:
-        raise CheckpointError(f"{f}: {member} is truncated")
-    return a.reshape(t.shape, order="F" if fortran else "C").reshape(-1).astype(t.dtype)
 
 
 # ------------------------------------------------------------ consolidate

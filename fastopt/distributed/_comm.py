@@ -3,11 +3,14 @@
 The rule of this package: every collective is entered by every rank or by
 none. A rank that finds an error (bad input, unreadable file) does not
 raise at once; it first tells the others (one small Allreduce), and then
-every rank raises the same error, naming the rank that found it. Only then
+every rank raises the same error, naming the rank that found it: of the same
+type when every rank can rebuild it from its message (a built-in exception,
+CheckpointError), else of its nearest base class that can be. Only then
 can no rank wait forever in a collective that another rank skipped.
 """
 from __future__ import annotations
 
+import builtins
 import os
 
 import numpy as np
@@ -15,10 +18,30 @@ import numpy as np
 from fastopt import _dtypes
 from fastopt.optim import CheckpointError
 
-_KINDS = {"TypeError": TypeError, "ValueError": ValueError,
-          "CheckpointError": CheckpointError, "FileNotFoundError": FileNotFoundError,
-          "PermissionError": PermissionError,
-          "OSError": OSError, "RuntimeError": RuntimeError}
+_KINDS = {f"{c.__module__}.{c.__qualname__}": c for c in (CheckpointError,)}
+
+
+def _kind_names(err) -> list:
+    """The qualified names of err's class and its bases, most derived first."""
+    return [f"{c.__module__}.{c.__qualname__}" for c in type(err).__mro__
+            if issubclass(c, Exception)]
+
+
+def _rebuild(names, msg):
+    """The exception to raise everywhere: of the first class in ``names``
+    that every rank can rebuild from a message (a built-in exception or
+    fastopt's CheckpointError), so the type is kept whenever it can be;
+    RuntimeError if none can. Returns (exception, whether the type is kept)."""
+    for k, name in enumerate(names):
+        module, _, qual = name.rpartition(".")
+        cls = _KINDS.get(name) or (getattr(builtins, qual, None) if module == "builtins"
+                                   else None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            try:
+                return cls(msg), k == 0
+            except Exception:  # noqa: BLE001 - needs other arguments (UnicodeDecodeError)
+                continue
+    return RuntimeError(msg), False
 
 
 def mpi():
@@ -50,12 +73,12 @@ def raise_agreed(comm, err, *, flagged=None) -> None:
         flagged = bool(flag[0])
     if not flagged:
         return
-    infos = comm.allgather(None if err is None else (type(err).__name__, str(err)))
-    rank, (kind, msg) = next((r, i) for r, i in enumerate(infos) if i is not None)
-    cls = _KINDS.get(kind, RuntimeError)
-    if kind not in _KINDS:
-        msg = f"{kind}: {msg}"
-    out = cls(f"{msg} [found on rank {rank} of {comm.Get_size()}; every rank raises this]")
+    infos = comm.allgather(None if err is None else (_kind_names(err), str(err)))
+    rank, (names, msg) = next((r, i) for r, i in enumerate(infos) if i is not None)
+    msg = f"{msg} [found on rank {rank} of {comm.Get_size()}; every rank raises this]"
+    out, kept = _rebuild(names, msg)
+    if not kept:        # say what it was
+        out = _rebuild(names, f"{names[0].rpartition('.')[2]}: {msg}")[0]
     if err is not None:
         raise out from err
     raise out

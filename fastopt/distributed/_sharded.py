@@ -5,6 +5,7 @@ import json
 import math
 import operator
 import time
+import zlib
 
 import numpy as np
 
@@ -323,12 +324,13 @@ class ShardedOptimizer:
             lrs = self._lrs_and_hypers(f)   # calls the schedules: user code
         except Exception as exc:  # noqa: BLE001 - raised on every rank below
             err = exc
-        vec = np.zeros(9 + n)
+        vec = np.zeros(11 + n)
         if err is None:
-            vec[1:9] = [scale or 0, -(scale or 0), float(skip_if_nonfinite),
-                        -float(skip_if_nonfinite), mgn or 0, -(mgn or 0),
-                        float(norm_type), -float(norm_type)]
-            vec[9:] = [g is not None for g in flat]
+            digest = self._hyper_digest(lrs)
+            vec[1:11] = [scale or 0, -(scale or 0), float(skip_if_nonfinite),
+                         -float(skip_if_nonfinite), mgn or 0, -(mgn or 0),
+                         float(norm_type), -float(norm_type), digest, -digest]
+            vec[11:] = [g is not None for g in flat]
         else:
             vec[0] = 1.0
         if self.world > 1:
@@ -339,7 +341,34 @@ class ShardedOptimizer:
             if vec[k] != -vec[k + 1]:
                 raise ValueError(f"{f}: {name} differs between the ranks; pass the same "
                                  f"value on every rank")
-        return flat, scale, mgn, lrs, vec[9:] > 0
+        if vec[9] != -vec[10]:
+            self._raise_hyper_difference(f, lrs)
+        return flat, scale, mgn, lrs, vec[11:] > 0
+
+    def _hyper_view(self, lrs):
+        """What every rank must agree on before a step: each group's
+        hyperparameters as pushed to the inner optimizer (schedules by the
+        learning rate they gave) and the learning rates, as text."""
+        return [[(k, None if callable(v) else repr(v)) for k, v in key] + [("lr", repr(lr))]
+                for key, lr in zip(self._pushed, (float(x) for x in lrs))]
+
+    def _hyper_digest(self, lrs) -> float:
+        """A CRC-32 of :meth:`_hyper_view` (exact in a float64), compared in
+        the step's one Allreduce."""
+        return float(zlib.crc32(repr(self._hyper_view(lrs)).encode()))
+
+    def _raise_hyper_difference(self, f, lrs):
+        """The digests differ: find the first difference (a collective on
+        this error path only) and raise it, the same on every rank."""
+        views = self.comm.allgather(self._hyper_view(lrs))
+        r = next(r for r, v in enumerate(views) if v != views[0])
+        for gi, (a, b) in enumerate(zip(views[0], views[r])):
+            for (k, x), (_, y) in zip(a, b):
+                if x != y:
+                    what = "the learning rate" if k == "lr" else f"['{k}']"
+                    raise ValueError(f"{f}: {what} of param_groups[{gi}] differs between "
+                                     f"the ranks ({x} on rank 0, {y} on rank {r}); every "
+                                     f"rank must use the same hyperparameters and schedules")
 
     def _check_grads(self, f, grads):
         per = _split_counts(f, grads, [len(g) for g in self._group_params])

@@ -202,15 +202,16 @@ class _FastoptOptimizer(torch.optim.Optimizer):
 
     def _view(self, old, t, make=False):
         """The NumPy view of tensor t from the last step's cache ``old``, if t
-        still has the same memory, shape and strides (else None), or, with
+        still has the same memory, shape, strides and dtype (else None: a
+        state re-typed in place through ``.data`` is checked again), or, with
         make, a new one; either way kept for the next step."""
         key = id(t)
         e = old.get(key)
         if make or e is None or e[0] is not t or e[1] != t.data_ptr() \
-                or e[2] != t.shape or e[3] != t.stride():
+                or e[2] != t.shape or e[3] != t.stride() or e[5] is not t.dtype:
             if not make:
                 return None
-            e = (t, t.data_ptr(), t.shape, t.stride(), t.detach().numpy())
+            e = (t, t.data_ptr(), t.shape, t.stride(), t.detach().numpy(), t.dtype)
         self._views[key] = e
         return e[4]
 

@@ -25,8 +25,9 @@ between steps, with the fewest torch calls that decide it:
   storage is held through the C call (``set_()`` or ``.data =`` from
   another thread cannot free what C reads);
 - every written tensor (the parameter and its states): the same object in
-  ``opt.state``, the same data address and shape, still contiguous (the
-  parameter also its dtype). The plan holds the storages it writes, so an
+  ``opt.state``, the same data address, shape and dtype, still contiguous
+  (a state re-typed in place through ``.data`` declines, and the full step
+  refuses it). The plan holds the storages it writes, so an
   address that still matches is that memory (``p.data = ...`` twice cannot
   bring an address back); a storage moved by ``share_memory_()`` frees its
   old address, but a tensor found there later must still have the shape
@@ -41,9 +42,7 @@ keeps the plan (the next step may be fine); anything the plan holds
 changed drops it. The plan is built only over torch's own classes
 (``Tensor``, ``Parameter``), C-order memory and plain dict states.
 
-Not re-checked: a state's dtype (a ``.data`` view of its memory as another
-dtype of the same size, which no optimizer code makes; the memory written
-is still the plan's own). When a step has two errors, the prepared step
+When a step has two errors, the prepared step
 may report another one than the full step (it checks every group's
 hyperparameters before any gradient); nothing is written either way.
 """
