@@ -1,9 +1,10 @@
 """Extension wiring for fastopt; all metadata lives in pyproject.toml.
 
-The C core is compiled with -O3 -fno-math-errno -ffp-contract=off (never
-no fast-math, no native-CPU tuning): -fno-math-errno lets GCC vectorize the
-sqrt of Adagrad/Adam, -ffp-contract=off keeps every ISA path bit-identical
-to a NumPy evaluation of the same expression (docs/semantics.md).
+The C core is compiled with -O3 -fno-math-errno -ffp-contract=off
+-fvisibility=hidden (never fast-math, no native-CPU tuning): -fno-math-errno
+lets GCC vectorize the sqrt of Adagrad/Adam, -ffp-contract=off keeps every
+ISA path bit-identical to a NumPy evaluation of the same expression
+(docs/semantics.md), and only the module init function is exported.
 
 OpenMP is probed by compiling and linking a tiny parallel program with the
 build's own compiler. Without it the build falls back to a serial extension
@@ -25,7 +26,10 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-BASE_CFLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off"]
+# -fvisibility=hidden: the extension exports its module init function only
+# (PyInit__ext, marked by CPython's headers); the C core's fo_* names and
+# Cython's internals stay inside it.
+BASE_CFLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-fvisibility=hidden"]
 OPENMP_FLAGS = ["-fopenmp"]
 
 # Oldest NumPy C-API the extension may use, so a wheel built against NumPy 2
