@@ -38,6 +38,7 @@ import numpy as np
 
 from fastopt._npz import fsync_directory
 from fastopt.optim import CheckpointError
+from fastopt.optim import checkpoint as _ckpt
 
 from ._comm import mpi_type, raise_agreed
 
@@ -286,7 +287,8 @@ def _read_sharded(opt, f, path):
         raise CheckpointError(f"{f}: {path!r}/LATEST names {name!r}, not a checkpoint version")
     vdir = os.path.join(path, name)
     meta = _read_meta(f, vdir)
-    if meta["optimizer"] != opt._template["optimizer"]:
+    if meta["optimizer"] != opt._template["optimizer"] and not _ckpt.saved_by(
+            opt._probe_type, meta["optimizer"]):
         raise CheckpointError(f"{f}: the checkpoint was saved by fastopt.optim."
                               f"{meta['optimizer']}, not {opt._template['optimizer']}")
     if meta["states"] != list(opt._state_names):
@@ -442,7 +444,8 @@ def _read_plain(opt, f, path):
                 or meta.get("version") != tpl["version"]:
             raise CheckpointError(f"{f}: {path!r} is not a fastopt.optim checkpoint of "
                                   f"version {tpl['version']}")
-        if meta.get("optimizer") != tpl["optimizer"]:
+        if meta.get("optimizer") != tpl["optimizer"] and not _ckpt.saved_by(
+                opt._probe_type, meta.get("optimizer")):
             raise CheckpointError(f"{f}: the checkpoint was saved by fastopt.optim."
                                   f"{meta.get('optimizer')}, not {tpl['optimizer']}")
         steps = _check_steps(f, meta.get("steps"))
