@@ -19,10 +19,10 @@ def mk(shape, dt, fill, order="C"):
 
 
 def each_op(xs, gs, make_state, **kw):
-    fastopt.momentum(xs, gs, make_state(), lr=0.01, t=1, **kw)
-    fastopt.momentum(xs, gs, make_state(), lr=0.01, t=0, mode="nesterov", **kw)
-    fastopt.adagrad(xs, gs, make_state(), lr=0.01, t=2, decay_factor=0.1, **kw)
-    fastopt.adam(xs, gs, make_state(), make_state(), lr=0.01, t=3, **kw)
+    fastopt.onnx_momentum(xs, gs, make_state(), lr=0.01, t=1, **kw)
+    fastopt.onnx_momentum(xs, gs, make_state(), lr=0.01, t=0, mode="nesterov", **kw)
+    fastopt.onnx_adagrad(xs, gs, make_state(), lr=0.01, t=2, decay_factor=0.1, **kw)
+    fastopt.onnx_adam(xs, gs, make_state(), make_state(), lr=0.01, t=3, **kw)
 
 
 def like(xs):
@@ -79,9 +79,9 @@ if hasattr(fastopt, "agc"):
             for w in ws:
                 fastopt.unitwise_norm(w, layout=layout)
             vs = [np.zeros_like(w) for w in ws]
-            fastopt.momentum(ws, gs, vs, lr=0.01, t=1, clipping=0.01, layout=layout,
+            fastopt.onnx_momentum(ws, gs, vs, lr=0.01, t=1, clipping=0.01, layout=layout,
                              n_threads=nt)
-    fastopt.momentum(ws[1].T, ws[1].T.copy(), np.zeros((7, 10)), lr=0.1, t=0,
+    fastopt.onnx_momentum(ws[1].T, ws[1].T.copy(), np.zeros((7, 10)), lr=0.1, t=0,
                      clipping=0.1)                     # copying path
     g_big = np.full((2, 4), 1e20, F32)
     fastopt.agc(np.ones((2, 4), F32), g_big, clipping=0.01)   # float32 range fallback
@@ -90,10 +90,10 @@ if hasattr(fastopt, "agc"):
 xs = [mk((3,), F32, 1.0) for _ in range(12)]
 gs = [mk((3,), F32, 0.5) for _ in range(12)]
 vs = [mk((3,), F32, 0.0) for _ in range(11)] + [mk((4,), F32, 0.0)]
-for call in (lambda: fastopt.momentum(xs, gs, vs, lr=0.1, t=1),
-             lambda: fastopt.adam(xs, gs, vs, vs, lr=0.1, t=1),
-             lambda: fastopt.adagrad(xs[0], gs[0], xs[0], lr=0.1, t=1),
-             lambda: fastopt.momentum(xs[0], gs[0], vs[0], lr=float("nan"), t=1)):
+for call in (lambda: fastopt.onnx_momentum(xs, gs, vs, lr=0.1, t=1),
+             lambda: fastopt.onnx_adam(xs, gs, vs, vs, lr=0.1, t=1),
+             lambda: fastopt.onnx_adagrad(xs[0], gs[0], xs[0], lr=0.1, t=1),
+             lambda: fastopt.onnx_momentum(xs[0], gs[0], vs[0], lr=float("nan"), t=1)):
     try:
         call()
     except (TypeError, ValueError):

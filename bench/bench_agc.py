@@ -2,9 +2,9 @@
 
 One benchmark group, so the table shows the ratios:
 
-- ``momentum``        plain fastopt.momentum (the target's yardstick)
-- ``fused``           fastopt.momentum(..., clipping=0.01): AGC fused in
-- ``agc+momentum``    fastopt.agc (in place) then fastopt.momentum
+- ``momentum``        plain fastopt.onnx_momentum (the target's yardstick)
+- ``fused``           fastopt.onnx_momentum(..., clipping=0.01): AGC fused in
+- ``agc+momentum``    fastopt.agc (in place) then fastopt.onnx_momentum
 - ``numpy``           the same AGC-SGD written in NumPy (per tensor)
 
 NFNet's setting: clipping 0.01 on every tensor but the final classifier
@@ -53,7 +53,7 @@ def agc_then_momentum(xs, gs, vs, kw):
 
     def step():
         fastopt.agc(xs, work, clipping=CLIP)
-        fastopt.momentum(xs, work, vs, **kw)
+        fastopt.onnx_momentum(xs, work, vs, **kw)
     return step, setup
 
 
@@ -64,11 +64,11 @@ def test_agc_sgd_resnet50(benchmark, side_by_side, ceiling_probe, tensors, impl)
     benchmark.group = "AGC-SGD, ResNet-50 float32 (161 tensors)"
     kw = dict(lr=LR, t=1, alpha=ALPHA, norm_coefficient=NC)
     if impl == "momentum":
-        benchmark(fastopt.momentum, xs, gs, vs, **kw)
+        benchmark(fastopt.onnx_momentum, xs, gs, vs, **kw)
     elif impl == "fused":
         # the ratios the target is stated in, timed interleaved (bench/conftest.py)
-        impls = {"fused": (lambda: fastopt.momentum(xs, gs, vs, clipping=CLIP, **kw), None),
-                 "momentum": (lambda: fastopt.momentum(xs, gs, vs, **kw), None),
+        impls = {"fused": (lambda: fastopt.onnx_momentum(xs, gs, vs, clipping=CLIP, **kw), None),
+                 "momentum": (lambda: fastopt.onnx_momentum(xs, gs, vs, **kw), None),
                  "agc+momentum": agc_then_momentum(xs, gs, vs, kw),
                  "numpy": (lambda: numpy_agc_sgd(xs, gs, vs), None)}
         probe = ceiling_probe(sum(x.size for x in xs), np.float32, 3)
@@ -77,7 +77,7 @@ def test_agc_sgd_resnet50(benchmark, side_by_side, ceiling_probe, tensors, impl)
         side_by_side(impls, [("fused", "momentum"), ("agc+momentum", "fused"),
                              ("numpy", "fused"), ("momentum", "ceiling")],
                      subject=["fused", "momentum", "agc+momentum"])
-        benchmark(fastopt.momentum, xs, gs, vs, clipping=CLIP, **kw)
+        benchmark(fastopt.onnx_momentum, xs, gs, vs, clipping=CLIP, **kw)
     elif impl == "numpy":
         benchmark.pedantic(numpy_agc_sgd, args=(xs, gs, vs), rounds=3, iterations=1)
     else:

@@ -43,7 +43,7 @@ def tensors(shapes, dtype, nstates):
 
 
 def fastopt_step(op, xs, gs, states):
-    f = getattr(fastopt, op)
+    f = getattr(fastopt, "onnx_" + op)
     kw = KW[op]
     if len(xs) == 1:
         xs, gs, states = xs[0], gs[0], [s[0] for s in states]

@@ -12,9 +12,9 @@ allgather, which spins while it waits for its peer, then takes seconds per step.
 25 M float32 parameters (100 tensors of 250 x 1000), Adam. Per step:
 
 - fastopt: the step split into copy (gradients into the flat buffer),
-  reduce-scatter, update (the inner fastopt.optim.Adam over this rank's
+  reduce-scatter, update (the inner fastopt.optim.OnnxAdam over this rank's
   shard) and allgather; for the update part, the single-process
-  fastopt.optim.Adam step over arrays of the same size as the shard, timed on
+  fastopt.optim.OnnxAdam step over arrays of the same size as the shard, timed on
   every rank at once (so both see the same memory-bandwidth contention);
 - torch: what a ZeRO-1 step costs there: ``all_reduce`` of the gradients
   over gloo in 25 MB buckets (what DDP does; ZeroRedundancyOptimizer itself
@@ -48,7 +48,7 @@ def bench_fastopt(args, comm, threads):
     from fastopt.distributed import ShardedOptimizer
 
     params = make_model(args.tensors, args.rows, args.cols, 0)
-    opt = ShardedOptimizer(fo.Adam, params, lr=1e-3, comm=comm,
+    opt = ShardedOptimizer(fo.OnnxAdam, params, lr=1e-3, comm=comm,
                            bucket_bytes=int(args.bucket_mb * (1 << 20)))
     del params
     grads = opt.grad_buffers          # written in place: no copy in step()
@@ -67,12 +67,12 @@ def bench_fastopt(args, comm, threads):
             for k, acc in parts.items():
                 acc.append(opt.last_timing[k])
     shard = opt.layout.shard_length(np.float32, comm.Get_rank())
-    # the same update alone: fastopt.optim.Adam over shard-sized arrays
+    # the same update alone: fastopt.optim.OnnxAdam over shard-sized arrays
     per = max(1, shard // args.tensors)
     sizes = [per] * (args.tensors - 1) + [shard - per * (args.tensors - 1)]
     xs = [np.zeros(s, np.float32) for s in sizes]
     gs = [np.full(s, 0.01, np.float32) for s in sizes]
-    alone = fo.Adam(xs, lr=1e-3, n_threads=threads)
+    alone = fo.OnnxAdam(xs, lr=1e-3, n_threads=threads)
     kernel = []
     for i in range(args.steps + 1):
         comm.Barrier()

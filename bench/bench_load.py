@@ -125,7 +125,7 @@ def _tensors(shapes):
 
 
 def _fastopt(op, xs, gs, vs, hs, n_threads):
-    f = getattr(fastopt, op)
+    f = getattr(fastopt, "onnx_" + op)
     states = (vs,) if op == "momentum" else (vs, hs)
     if len(xs) == 1:
         xs, gs, states = xs[0], gs[0], tuple(s[0] for s in states)

@@ -80,7 +80,7 @@ def side_by_side_impls(op, model, feeds, arrays, n):
     mine = [a.copy() for a in arrays]
     xs, gs = mine[:n], mine[n:2 * n]
     states = [mine[(2 + k) * n:(3 + k) * n] for k in range(len(STATES[op]))]
-    inplace = getattr(fastopt, op.lower())
+    inplace = getattr(fastopt, "onnx_" + op.lower())
     return {
         "fastopt-backend": (lambda: sess.run(None, feeds), None),
         "onnx-reference": (lambda: ref_sess.run(None, feeds), None),
@@ -119,7 +119,7 @@ def test_onnx_node(benchmark, side_by_side, op, dtype, workload, impl):
         mine = [a.copy() for a in arrays]  # updated in place, again and again
         xs, gs = mine[:n], mine[n:2 * n]
         states = [mine[(2 + k) * n:(3 + k) * n] for k in range(len(STATES[op]))]
-        fn = getattr(fastopt, op.lower())
+        fn = getattr(fastopt, "onnx_" + op.lower())
         benchmark(fn, xs, gs, *states, lr=0.01, t=3, **ATTRS[op])
         return
     key = (op, dtype, workload)

@@ -6,12 +6,12 @@ Implementations, timed in one run so the ratios mean something:
 
     fastopt.optim   the optimizer object's step(grads, grad_scale=...,
                     skip_if_nonfinite=True, max_grad_norm=1.0): one C call
-    fastopt.fn      the functional fastopt.sgd_torch / fastopt.adamw with the
+    fastopt.fn      the functional fastopt.sgd / fastopt.adamw with the
                     same options (one C call, no optimizer object)
     torch           torch's sequence: _amp_foreach_non_finite_check_and_unscale_,
                     clip_grad_norm_(foreach=True), SGD/AdamW(fused=True).step()
     numpy           the formula in NumPy, in place, tensor by tensor
-    plain kernel    the bare update on the same tensors (fastopt.momentum /
+    plain kernel    the bare update on the same tensors (fastopt.onnx_momentum /
                     fastopt.adamw without unscale, check or clip)
     norm pass       fastopt.global_norm alone (the step's pass 1: reads g once)
     ceiling         fastopt's C bandwidth probe moving the bytes of the update,
@@ -75,10 +75,10 @@ def fastopt_fn(rule, xs, gs, plain=False):
     if rule == "sgd":
         bufs = [np.zeros_like(x) for x in xs]
         if plain:
-            return lambda: fastopt.momentum(xs, gs, bufs, lr=SGD["lr"], t=1,
+            return lambda: fastopt.onnx_momentum(xs, gs, bufs, lr=SGD["lr"], t=1,
                                             alpha=SGD["momentum"],
                                             norm_coefficient=SGD["weight_decay"])
-        return lambda: fastopt.sgd_torch(xs, gs, bufs, step=2, **SGD, **opts)
+        return lambda: fastopt.sgd(xs, gs, bufs, step=2, **SGD, **opts)
     ms = [np.zeros_like(x) for x in xs]
     vs = [np.zeros_like(x) for x in xs]
     return lambda: fastopt.adamw(xs, gs, ms, vs, step=3, **ADAMW, **opts)

@@ -10,7 +10,7 @@ copy of the tensors:
     full route      the same optimizer with the prepared step switched off:
                     every step checked in full (what it was before)
     torch fused     torch.optim.SGD/AdamW(fused=True)
-    fastopt.optim   fastopt.optim.Momentum/AdamW over NumPy views of the
+    fastopt.optim   fastopt.optim.OnnxMomentum/AdamW over NumPy views of the
                     same shapes (its own prepared step): the C step with the
                     least Python in front of it
 
@@ -71,7 +71,7 @@ def calls(shapes, rule):
         out["fastopt.torch"] = ft.SGD(a, **SGD).step
         out["full route"] = _full_route(ft.SGD(b, **SGD), tp)
         out["torch fused"] = torch.optim.SGD(c, **SGD, fused=True).step
-        opt = fo.Momentum([p.detach().numpy() for p in d], lr=SGD["lr"], alpha=0.9,
+        opt = fo.OnnxMomentum([p.detach().numpy() for p in d], lr=SGD["lr"], alpha=0.9,
                           norm_coefficient=SGD["weight_decay"])
     else:
         out["fastopt.torch"] = ft.AdamW(a, **ADAMW).step

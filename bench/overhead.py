@@ -43,11 +43,11 @@ def _call(op):
     v = np.zeros(1000, np.float32)
     h = np.zeros(1000, np.float32)
     return {
-        "momentum": lambda: fastopt.momentum(x, g, v, lr=0.01, t=1),
-        "adagrad": lambda: fastopt.adagrad(x, g, h, lr=0.01, t=1),
-        "adam": lambda: fastopt.adam(x, g, v, h, lr=0.01, t=1),
+        "momentum": lambda: fastopt.onnx_momentum(x, g, v, lr=0.01, t=1),
+        "adagrad": lambda: fastopt.onnx_adagrad(x, g, h, lr=0.01, t=1),
+        "adam": lambda: fastopt.onnx_adam(x, g, v, h, lr=0.01, t=1),
         "agc": lambda: fastopt.agc(x, g, clipping=0.01),
-        "momentum_clip": lambda: fastopt.momentum(x, g, v, lr=0.01, t=1, clipping=0.01),
+        "momentum_clip": lambda: fastopt.onnx_momentum(x, g, v, lr=0.01, t=1, clipping=0.01),
     }[op]
 
 

@@ -42,8 +42,8 @@ def measure(n, rounds, numpy_step=True):
     x = rng.standard_normal(n).astype(np.float32)
     g = rng.standard_normal(n).astype(np.float32)
     v, h = np.zeros_like(x), np.zeros_like(x)
-    steps = {"default": lambda: fastopt.adam(x, g, v, h, t=1, n_threads=None, **KW),
-             "n_threads=1": lambda: fastopt.adam(x, g, v, h, t=1, n_threads=1, **KW)}
+    steps = {"default": lambda: fastopt.onnx_adam(x, g, v, h, t=1, n_threads=None, **KW),
+             "n_threads=1": lambda: fastopt.onnx_adam(x, g, v, h, t=1, n_threads=1, **KW)}
     if numpy_step:
         steps["numpy"] = lambda: ref.adam_inplace([x], [g], [v], [h], t=1, **KW)
     a, b, *rest = steps

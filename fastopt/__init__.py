@@ -1,20 +1,21 @@
 """fastopt: in-place optimizer updates on NumPy arrays at memory speed.
 
-The three update rules of the ONNX ``ai.onnx.preview.training`` domain,
-exactly as specified, over one tensor or many tensors in one C call:
+One naming scheme holds in every module (docs/mappings.md): a function or
+class named after a torch optimizer computes torch's update with torch's
+argument names and defaults; the ONNX forms say ONNX in their names.
 
-- :func:`momentum` (standard and Nesterov)
-- :func:`adagrad`
-- :func:`adam`
-
-plus adaptive gradient clipping (NFNet): :func:`agc`, :func:`unitwise_norm`,
-and fused AGC-SGD through ``momentum(..., clipping=...)``.
-
-The whole training step in one C call: the torch-form rules
-:func:`sgd_torch`, :func:`adagrad_torch`, :func:`adam_torch` and :func:`adamw`
-(torch.optim's math) with loss-scale unscaling, a non-finite check and
-clipping by the global norm fused in (``grad_scale=``, ``skip_if_nonfinite=``,
+The whole training step in one C call, as torch.optim computes it:
+:func:`sgd`, :func:`adagrad`, :func:`adam`, :func:`adamw` and
+:func:`rmsprop`, with loss-scale unscaling, a non-finite check and clipping
+by the global norm fused in (``grad_scale=``, ``skip_if_nonfinite=``,
 ``max_grad_norm=``); :func:`global_norm` and :func:`clip_grads` on their own.
+
+The three update rules of the ONNX ``ai.onnx.preview.training`` domain,
+exactly as specified (their names, their T convention), over one tensor or
+many tensors in one C call: :func:`onnx_momentum` (standard and Nesterov),
+:func:`onnx_adagrad`, :func:`onnx_adam`; plus adaptive gradient clipping
+(NFNet): :func:`agc`, :func:`unitwise_norm`, and fused AGC-SGD through
+``onnx_momentum(..., clipping=...)``.
 
 Thread control: :func:`set_num_threads`, :func:`get_num_threads`;
 build facts: :func:`show_config`. The submodules ``optim``, ``schedules``,
@@ -53,17 +54,17 @@ except ImportError as _exc:  # pragma: no cover - depends on the install
     raise _no_extension(_exc) from _exc
 
 from ._buildinfo import __version__, config, show_config  # noqa: E402
-from ._ops import adagrad, adam, agc, momentum, unitwise_norm  # noqa: E402
+from ._ops import agc, onnx_adagrad, onnx_adam, onnx_momentum, unitwise_norm  # noqa: E402
 from ._step import StepInfo  # noqa: E402
 from ._threads import get_num_threads, set_num_threads  # noqa: E402
 from ._torchform import RULE_FUNCTIONS as _RULE_FUNCTIONS  # noqa: E402
 from ._torchform import (  # noqa: E402
-    adagrad_torch,
-    adam_torch,
+    adagrad,
+    adam,
     adamw,
     clip_grads,
     global_norm,
-    sgd_torch,
+    sgd,
 )
 
 # the rules of the table (fastopt._rules.TORCH_RULES): rmsprop, ...
@@ -73,11 +74,29 @@ globals().update(_RULE_FUNCTIONS)
 _LAZY = ("onnx", "optim", "schedules", "torch")
 
 
+# Old names, kept for one release: each warns and returns its new name's object.
+_DEPRECATED = {
+    "momentum": ("onnx_momentum", "the ONNX Momentum update; torch.optim.SGD's is "
+                 "fastopt.sgd"),
+    "sgd_torch": ("sgd", "fastopt.sgd takes the same arguments"),
+    "adagrad_torch": ("adagrad", "fastopt.adagrad takes the same arguments"),
+    "adam_torch": ("adam", "fastopt.adam takes the same arguments"),
+}
+
+
 def __getattr__(name):
     if name in _LAZY:
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")
+    if name in _DEPRECATED:
+        import warnings
+
+        new, why = _DEPRECATED[name]
+        warnings.warn(f"fastopt.{name} is deprecated and will be removed in the next "
+                      f"release; use fastopt.{new} ({why})", DeprecationWarning,
+                      stacklevel=2)
+        return globals()[new]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -86,9 +105,9 @@ def __dir__():
 
 
 __all__ = [
-    "momentum", "adagrad", "adam", "agc", "unitwise_norm", "onnx", "optim", "schedules",
-    "adamw", "adam_torch", "sgd_torch", "adagrad_torch", *_RULE_FUNCTIONS, "global_norm",
-    "clip_grads",
+    "sgd", "adagrad", "adam", "adamw", *_RULE_FUNCTIONS, "global_norm", "clip_grads",
+    "onnx_momentum", "onnx_adagrad", "onnx_adam", "agc", "unitwise_norm",
+    "onnx", "optim", "schedules",
     "StepInfo",
     "set_num_threads", "get_num_threads", "show_config", "config",
     "__version__",

@@ -24,7 +24,7 @@ step (``STEP``: the torch-form functions, ``fastopt.optim``,
 
 Labels: :func:`run` takes the caller's function name and labels, so a caller
 with its own vocabulary gets messages in it; e.g. ``fastopt.optim`` can pass
-``fname="fastopt.optim.Momentum.step"`` and
+``fname="fastopt.optim.OnnxMomentum.step"`` and
 ``labels={"x": ["params[1]", "params[3]"], "g": ["grads[1]", "grads[3]"]}``
 (a dict from role to a name, or to one full label per tensor; see
 ``fastopt._validation``) and errors read ``... grads[3] has dtype ...``.
@@ -39,7 +39,7 @@ from . import _validation as _v
 class Op(NamedTuple):
     """One entry point.
 
-    fname : the public name used in messages ("fastopt.momentum").
+    fname : the public name used in messages ("fastopt.onnx_momentum").
     fast : the extension's fast path, called as ``fast(arrays, scalars)``
         (two tuples; it returns a true value when done, False or None to
         decline).

@@ -1,6 +1,6 @@
 # The public ops' entry (included by _ext.pyx, after the fast paths).
 #
-# fastopt.momentum/adagrad/adam/agc are Entry objects: each wraps the Python
+# fastopt.onnx_momentum/adagrad/adam/agc are Entry objects: each wraps the Python
 # function of the same name in fastopt/_ops.py, which stays the one place of
 # the signature (names, defaults, kinds), the docstring and the slow path.
 # A call reaches the Entry through vectorcall (PEP 590): it matches the

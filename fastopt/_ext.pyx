@@ -338,7 +338,7 @@ cdef inline bint _fits(tuple arrays, Py_ssize_t n_arrays, tuple scalars, Py_ssiz
 
 
 def momentum(tuple arrays not None, tuple scalars not None, steps=None):
-    """Fast path of fastopt.momentum: arrays (x, g, v), scalars (lr, t,
+    """Fast path of fastopt.onnx_momentum: arrays (x, g, v), scalars (lr, t,
     alpha, beta, norm_coefficient, mode, n_threads). True if done, False to
     decline."""
     return _fits(arrays, 3, scalars, 7, steps) and _momentum(_items(arrays),
@@ -346,14 +346,14 @@ def momentum(tuple arrays not None, tuple scalars not None, steps=None):
 
 
 def adagrad(tuple arrays not None, tuple scalars not None, steps=None):
-    """Fast path of fastopt.adagrad: arrays (x, g, h), scalars (lr, t,
+    """Fast path of fastopt.onnx_adagrad: arrays (x, g, h), scalars (lr, t,
     decay_factor, epsilon, norm_coefficient, n_threads)."""
     return _fits(arrays, 3, scalars, 6, steps) and _adagrad(_items(arrays),
                                                             _items(scalars)) == 1
 
 
 def adam(tuple arrays not None, tuple scalars not None, steps=None):
-    """Fast path of fastopt.adam: arrays (x, g, v, h), scalars (lr, t, alpha,
+    """Fast path of fastopt.onnx_adam: arrays (x, g, v, h), scalars (lr, t, alpha,
     beta, epsilon, norm_coefficient, norm_coefficient_post, n_threads)."""
     return _fits(arrays, 4, scalars, 8, steps) and _adam(_items(arrays),
                                                          _items(scalars)) == 1
@@ -366,7 +366,7 @@ def agc(tuple arrays not None, tuple scalars not None):
 
 
 def agc_momentum(tuple arrays not None, tuple scalars not None, steps=None):
-    """Fast path of fastopt.momentum with clipping: arrays (x, g, v),
+    """Fast path of fastopt.onnx_momentum with clipping: arrays (x, g, v),
     scalars (lr, t, alpha, beta, norm_coefficient, mode, clipping, eps,
     layout, n_threads)."""
     return _fits(arrays, 3, scalars, 10, steps) and _agc_momentum(_items(arrays),

@@ -1,5 +1,6 @@
-"""The public in-place operations: momentum (with ``clipping=``: fused
-AGC-momentum), adagrad, adam, agc and unitwise_norm.
+"""The public in-place operations: the ONNX updates onnx_momentum (with
+``clipping=``: fused AGC-momentum), onnx_adagrad and onnx_adam, then agc and
+unitwise_norm.
 
 Each public function below is written once, here: its signature, its
 docstring and, as its body, its slow path. ``@_ext.entry(...)`` puts a C
@@ -89,11 +90,11 @@ def _agc_scalars(f, arrays, s):
 
 
 # ---------------------------------------------------------------- op table
-MOMENTUM = Op("fastopt.momentum", _ext.momentum, ("x", "g", "v"), _momentum_scalars)
-MOMENTUM_CLIP = Op("fastopt.momentum", _ext.agc_momentum, ("x", "g", "v"),
+MOMENTUM = Op("fastopt.onnx_momentum", _ext.momentum, ("x", "g", "v"), _momentum_scalars)
+MOMENTUM_CLIP = Op("fastopt.onnx_momentum", _ext.agc_momentum, ("x", "g", "v"),
                    _momentum_clip_scalars)
-ADAGRAD = Op("fastopt.adagrad", _ext.adagrad, ("x", "g", "h"), _adagrad_scalars)
-ADAM = Op("fastopt.adam", _ext.adam, ("x", "g", "v", "h"), _adam_scalars)
+ADAGRAD = Op("fastopt.onnx_adagrad", _ext.adagrad, ("x", "g", "h"), _adagrad_scalars)
+ADAM = Op("fastopt.onnx_adam", _ext.adam, ("x", "g", "v", "h"), _adam_scalars)
 AGC = Op("fastopt.agc", _ext.agc, ("x", "g"), _agc_scalars, clips_g=True)
 
 
@@ -155,11 +156,11 @@ def _agc_fused(f, x, g, v, group, clipping, clip_eps, layout, n_threads,
     info = StepInfo(*out)
     if info.applied:
         flags = group[1]
-        momentum(x, copies[0] if isinstance(g, np.ndarray) else list(copies), v,
-                 lr=group[3], t=group[2], alpha=group[4], beta=group[5],
-                 norm_coefficient=group[7], mode="nesterov" if flags & _step.NESTEROV
-                 else "standard", n_threads=n_threads, clipping=clipping,
-                 clip_eps=clip_eps, layout=layout)
+        onnx_momentum(x, copies[0] if isinstance(g, np.ndarray) else list(copies), v,
+                      lr=group[3], t=group[2], alpha=group[4], beta=group[5],
+                      norm_coefficient=group[7], mode="nesterov" if flags & _step.NESTEROV
+                      else "standard", n_threads=n_threads, clipping=clipping,
+                      clip_eps=clip_eps, layout=layout)
     return info
 
 
@@ -168,14 +169,15 @@ def _agc_fused(f, x, g, v, group, clipping, clip_eps, layout, n_threads,
 # already offered the call to the fast path when the body runs.
 
 @_ext.entry("momentum")
-def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
-             alpha: float = 0.9, beta: float = 1.0, norm_coefficient: float = 0.0,
-             mode: str = "standard", n_threads: Optional[int] = None,
-             clipping=None, clip_eps: float = 1e-3, layout: str = "oi",
-             grad_scale=None, max_grad_norm=None, norm_type=2.0,
-             clip_convention: str = "torch", clip_value=None,
-             skip_if_nonfinite: bool = False) -> StepInfo | None:
-    """ONNX Momentum (standard or Nesterov), in place.
+def onnx_momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
+                  alpha: float = 0.9, beta: float = 1.0, norm_coefficient: float = 0.0,
+                  mode: str = "standard", n_threads: Optional[int] = None,
+                  clipping=None, clip_eps: float = 1e-3, layout: str = "oi",
+                  grad_scale=None, max_grad_norm=None, norm_type=2.0,
+                  clip_convention: str = "torch", clip_value=None,
+                  skip_if_nonfinite: bool = False) -> StepInfo | None:
+    """ONNX Momentum (standard or Nesterov), in place: the ONNX operator's
+    names and T convention (torch.optim.SGD's update is :func:`fastopt.sgd`).
 
     For each tensor, with ``g_r = norm_coefficient * x + g`` and
     ``b = beta if t > 0 else 1`` (the first update ignores beta)::
@@ -215,7 +217,7 @@ def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
         Adaptive gradient clipping (NFNet's SGD_AGC): when given, each
         gradient is first clipped as :func:`fastopt.agc` does (without
         writing g), then the update above runs, fused into one pass; equal
-        bit for bit to ``agc`` on a copy of g followed by ``momentum``.
+        bit for bit to ``agc`` on a copy of g followed by ``onnx_momentum``.
         A per-tensor list may hold None to exclude a tensor. None (the
         default) means no clipping, and then clip_eps and layout are unused.
     clip_eps : float, default 1e-3
@@ -245,7 +247,7 @@ def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
     --------
     >>> import numpy as np, fastopt
     >>> x = np.ones(3, np.float32); v = np.zeros_like(x)
-    >>> fastopt.momentum(x, np.full(3, 0.5, np.float32), v, lr=0.1, t=0)
+    >>> fastopt.onnx_momentum(x, np.full(3, 0.5, np.float32), v, lr=0.1, t=0)
     >>> x
     array([0.95, 0.95, 0.95], dtype=float32)
     """
@@ -259,13 +261,14 @@ def momentum(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, *, lr, t: int,
 
 
 @_ext.entry("adagrad")
-def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
-            decay_factor: float = 0.0, epsilon: float = 1e-6,
-            norm_coefficient: float = 0.0, n_threads: Optional[int] = None,
-            grad_scale=None, max_grad_norm=None, norm_type=2.0,
-            clip_convention: str = "torch", clip_value=None,
-            skip_if_nonfinite: bool = False) -> StepInfo | None:
-    """ONNX Adagrad, in place.
+def onnx_adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
+                 decay_factor: float = 0.0, epsilon: float = 1e-6,
+                 norm_coefficient: float = 0.0, n_threads: Optional[int] = None,
+                 grad_scale=None, max_grad_norm=None, norm_type=2.0,
+                 clip_convention: str = "torch", clip_value=None,
+                 skip_if_nonfinite: bool = False) -> StepInfo | None:
+    """ONNX Adagrad, in place: the ONNX operator's names and T convention
+    (torch.optim.Adagrad's update is :func:`fastopt.adagrad`).
 
     For each tensor, with ``g_r = norm_coefficient * x + g``::
 
@@ -277,7 +280,7 @@ def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
     ----------
     x, g : ndarray or list/tuple of ndarray
         Parameters (updated in place) and gradients (only read), as in
-        :func:`momentum`.
+        :func:`onnx_momentum`.
     h : ndarray or list/tuple of ndarray
         Accumulated squared gradients, updated in place, of each parameter's
         shape and dtype (torch's ``initial_accumulator_value`` is its fill).
@@ -292,7 +295,7 @@ def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
     norm_coefficient : float, default 0.0
         L2 coefficient (torch ``weight_decay``).
     n_threads, grad_scale, max_grad_norm, norm_type, clip_convention, clip_value, skip_if_nonfinite
-        As in :func:`momentum` (the step options make the call return a
+        As in :func:`onnx_momentum` (the step options make the call return a
         :class:`~fastopt.StepInfo`).
 
     Raises
@@ -304,7 +307,7 @@ def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
     --------
     >>> import numpy as np, fastopt
     >>> x = np.ones(2); h = np.zeros(2)
-    >>> fastopt.adagrad(x, np.array([3.0, -4.0]), h, lr=0.5, t=0, epsilon=0.0)
+    >>> fastopt.onnx_adagrad(x, np.array([3.0, -4.0]), h, lr=0.5, t=0, epsilon=0.0)
     >>> x, h
     (array([0.5, 1.5]), array([ 9., 16.]))
     """
@@ -315,13 +318,18 @@ def adagrad(x: ArrayOrList, g: ArrayOrList, h: ArrayOrList, *, lr, t: int,
 
 
 @_ext.entry("adam")
-def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
-         t: int, alpha: float = 0.9, beta: float = 0.999, epsilon: float = 1e-6,
-         norm_coefficient: float = 0.0, norm_coefficient_post: float = 0.0,
-         n_threads: Optional[int] = None, grad_scale=None, max_grad_norm=None, norm_type=2.0,
-         clip_convention: str = "torch", clip_value=None,
-         skip_if_nonfinite: bool = False) -> StepInfo | None:
-    """ONNX Adam, in place.
+def onnx_adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
+              t: int, alpha: float = 0.9, beta: float = 0.999, epsilon: float = 1e-6,
+              norm_coefficient: float = 0.0, norm_coefficient_post: float = 0.0,
+              n_threads: Optional[int] = None, grad_scale=None, max_grad_norm=None,
+              norm_type=2.0, clip_convention: str = "torch", clip_value=None,
+              skip_if_nonfinite: bool = False) -> StepInfo | None:
+    """ONNX Adam, in place: the ONNX operator's names, its epsilon placement
+    and its T convention (torch.optim.Adam's update is :func:`fastopt.adam`).
+
+    ``t`` counts from 1: ``t=0`` skips the bias correction, which makes the
+    first steps several times larger than torch's (``t=0`` is the ONNX
+    operator's own choice, kept as specified).
 
     For each tensor, with ``g_r = norm_coefficient * x + g``::
 
@@ -334,7 +342,7 @@ def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
     ----------
     x, g : ndarray or list/tuple of ndarray
         Parameters (updated in place) and gradients (only read), as in
-        :func:`momentum`.
+        :func:`onnx_momentum`.
     v, h : ndarray or list/tuple of ndarray
         First and second moment estimates, updated in place, of each
         parameter's shape and dtype (start from zeros).
@@ -353,7 +361,7 @@ def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
     norm_coefficient_post : float, default 0.0
         Weight decay applied after the step: ``x *= 1 - norm_coefficient_post``.
     n_threads, grad_scale, max_grad_norm, norm_type, clip_convention, clip_value, skip_if_nonfinite
-        See :func:`momentum`; given any step option, the call returns a
+        See :func:`onnx_momentum`; given any step option, the call returns a
         :class:`~fastopt.StepInfo`.
 
     Raises
@@ -365,7 +373,7 @@ def adam(x: ArrayOrList, g: ArrayOrList, v: ArrayOrList, h: ArrayOrList, *, lr,
     --------
     >>> import numpy as np, fastopt
     >>> x = np.zeros(2); v = np.zeros(2); h = np.zeros(2)
-    >>> fastopt.adam(x, np.array([1.0, -1.0]), v, h, lr=0.1, t=1, epsilon=0.0)
+    >>> fastopt.onnx_adam(x, np.array([1.0, -1.0]), v, h, lr=0.1, t=1, epsilon=0.0)
     >>> x.round(6)
     array([-0.1,  0.1])
     """
@@ -410,7 +418,7 @@ def agc(x: ArrayOrList, g: ArrayOrList, *, clipping: Clipping = 0.01,
         PyTorch's (unit = everything but the first axis) or JAX/Haiku's
         (everything but the last axis).
     n_threads : int, optional
-        As in :func:`fastopt.momentum`. Results are bit-identical for every
+        As in :func:`fastopt.onnx_momentum`. Results are bit-identical for every
         thread count: each unit is reduced in an order fixed by its shape.
 
     Raises
@@ -519,7 +527,8 @@ def call(name: str, arrays: tuple, kw: dict, *, fname: Optional[str] = None,
     """``fastopt.<name>(*arrays, **kw)``, with errors named by the caller:
     ``fname`` and ``labels`` as in :func:`fastopt._dispatch.run` (e.g.
     ``fastopt.optim`` passes its step's name and ``params[i]``/``grads[i]``)."""
-    public = {"momentum": momentum, "adagrad": adagrad, "adam": adam, "agc": agc}[name]
+    public = {"momentum": onnx_momentum, "adagrad": onnx_adagrad, "adam": onnx_adam,
+              "agc": agc}[name]
     defaults = public.__wrapped__.__kwdefaults__
     unknown = set(kw) - set(defaults) - {"lr", "t"}
     if unknown:

@@ -255,6 +255,6 @@ def step_options(grad_scale, max_grad_norm, norm_type, clip_convention, clip_val
 
 
 def onnx_fused(f, x, g, states, names, group, n_threads, options) -> StepInfo:
-    """An ONNX rule (fastopt.momentum/adagrad/adam) with the step options:
+    """An ONNX rule (fastopt.onnx_momentum/adagrad/adam) with the step options:
     its scalars checked by the caller into ``group``."""
     return run_lists(f, x, g, states, group, names, n_threads, **options)

@@ -1,6 +1,9 @@
 """Public functions of the whole step: the global norm, in-place
-gradient clipping, and the torch-form update rules (SGD, Adagrad, Adam,
-AdamW as torch.optim computes them) with unscaling and clipping fused in.
+gradient clipping, and the torch-named update rules (sgd, adagrad, adam,
+adamw, rmsprop: torch.optim's SGD, Adagrad, Adam, AdamW and RMSprop, with
+torch's argument names, defaults and math) with unscaling and clipping fused
+in. After torch's hyperparameters each takes ``step`` where the rule reads
+the step count, its optional states, and the step-wide options.
 
 Every update function takes the same step-wide options and returns a
 :class:`~fastopt.StepInfo`; see ``fastopt._step`` for the order of the
@@ -157,12 +160,14 @@ def _betas(f, betas):
 
 
 def _adam_form(f, rule, a):
-    """The body of adamw and adam_torch; a holds the caller's arguments."""
+    """The body of adamw and adam; a holds the caller's arguments."""
     lr = _v.check_lr(f, a["lr"])
     b1, b2 = _betas(f, a["betas"])
     eps = _v.check_real(f, "eps", a["eps"], low=0.0)
     wd = _v.check_real(f, "weight_decay", a["weight_decay"], low=0.0)
     t = step_count(f, a["step"])
+    if _v.check_bool(f, "decoupled_weight_decay", a.get("decoupled_weight_decay", False)):
+        rule = RULES["adamw_torch"]     # torch.optim.Adam(decoupled_weight_decay=True)
     amsgrad = a["amsgrad"]
     if amsgrad and a["max_exp_avg_sqs"] is None:
         raise ValueError(f"{f}: amsgrad=True needs max_exp_avg_sqs")
@@ -173,9 +178,9 @@ def _adam_form(f, rule, a):
 
 
 def adamw(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
-          exp_avg_sqs: ArrayOrList, *, lr: float, step: int, betas=(0.9, 0.999),
+          exp_avg_sqs: ArrayOrList, *, lr: float = 1e-3, betas=(0.9, 0.999),
           eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False,
-          max_exp_avg_sqs: ArrayOrList | None = None, maximize: bool = False,
+          maximize: bool = False, step: int, max_exp_avg_sqs: ArrayOrList | None = None,
           grad_scale=None, max_grad_norm=None, norm_type=2.0, clip_convention="torch",
           clip_value=None, skip_if_nonfinite=False,
           n_threads: int | None = None) -> StepInfo:
@@ -196,11 +201,8 @@ def adamw(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
         Parameters (float32/float64, may mix), gradients (only read;
         broadcastable), first and second moments (start from zeros), all
         updated in place but the gradients.
-    lr : float
+    lr : float, default 1e-3
         Learning rate (>= 0).
-    step : int
-        torch's ``state['step']`` after this step's increment: 1 on the
-        first call.
     betas : (float, float), default (0.9, 0.999)
     eps : float, default 1e-8
     weight_decay : float, default 1e-2
@@ -208,38 +210,49 @@ def adamw(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
         weight_decay`` before the update).
     amsgrad : bool, default False
         Keep the running maximum of v in ``max_exp_avg_sqs`` and use it.
-    max_exp_avg_sqs : ndarray or list, optional
-        Required with amsgrad (start from zeros).
     maximize : bool, default False
         Ascend instead of descend.
+    step : int
+        torch's ``state['step']`` after this step's increment: 1 on the
+        first call.
+    max_exp_avg_sqs : ndarray or list, optional
+        Required with amsgrad (start from zeros).
     """
     return _adam_form("fastopt.adamw", RULES["adamw_torch"], locals())
 
 
-def adam_torch(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
-               exp_avg_sqs: ArrayOrList, *, lr: float, step: int, betas=(0.9, 0.999),
-               eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False,
-               max_exp_avg_sqs: ArrayOrList | None = None, maximize: bool = False,
-               grad_scale=None, max_grad_norm=None, norm_type=2.0,
-               clip_convention="torch", clip_value=None, skip_if_nonfinite=False,
-               n_threads: int | None = None) -> StepInfo:
+def adam(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
+         exp_avg_sqs: ArrayOrList, *, lr: float = 1e-3, betas=(0.9, 0.999),
+         eps: float = 1e-8, weight_decay: float = 0, amsgrad: bool = False,
+         maximize: bool = False, decoupled_weight_decay: bool = False, step: int,
+         max_exp_avg_sqs: ArrayOrList | None = None, grad_scale=None, max_grad_norm=None,
+         norm_type=2.0, clip_convention="torch", clip_value=None,
+         skip_if_nonfinite=False, n_threads: int | None = None) -> StepInfo:
     """torch.optim.Adam's update (torch's epsilon placement), in place.
 
     As :func:`adamw`, but weight decay is L2: ``u = u + weight_decay * x``
-    before the moments (and the default weight_decay is 0). This is not
-    :func:`fastopt.adam`, the ONNX operator, which adds epsilon before the
-    bias correction.
+    before the moments (and the default weight_decay is 0), unless
+    ``decoupled_weight_decay=True``, which makes it :func:`adamw` (as in
+    torch). The ONNX operator, which adds epsilon before the bias
+    correction and counts ``t`` its own way, is :func:`fastopt.onnx_adam`.
+
+    Examples
+    --------
+    >>> import numpy as np, fastopt
+    >>> x = np.zeros(2); m = np.zeros(2); v = np.zeros(2)
+    >>> info = fastopt.adam(x, np.array([1.0, -1.0]), m, v, lr=0.1, step=1)
+    >>> x.round(6)
+    array([-0.1,  0.1])
     """
-    return _adam_form("fastopt.adam_torch", RULES["adam_torch"], locals())
+    return _adam_form("fastopt.adam", RULES["adam_torch"], locals())
 
 
-def sgd_torch(params: ArrayOrList, grads: ArrayOrList,
-              momentum_buffers: ArrayOrList | None, *, lr: float, step: int,
-              momentum: float = 0.0, dampening: float = 0.0, weight_decay: float = 0.0,
-              nesterov: bool = False, maximize: bool = False, grad_scale=None,
-              max_grad_norm=None, norm_type=2.0, clip_convention="torch",
-              clip_value=None, skip_if_nonfinite=False,
-              n_threads: int | None = None) -> StepInfo:
+def sgd(params: ArrayOrList, grads: ArrayOrList,
+        momentum_buffers: ArrayOrList | None, *, lr: float = 1e-3, momentum: float = 0,
+        dampening: float = 0, weight_decay: float = 0, nesterov: bool = False,
+        maximize: bool = False, step: int, grad_scale=None, max_grad_norm=None,
+        norm_type=2.0, clip_convention="torch", clip_value=None,
+        skip_if_nonfinite=False, n_threads: int | None = None) -> StepInfo:
     """torch.optim.SGD's update, in place, in one C call.
 
     With ``u_r = u + weight_decay * x``: on the first step (``step == 1``)
@@ -248,14 +261,25 @@ def sgd_torch(params: ArrayOrList, grads: ArrayOrList,
     (nesterov) or ``x = x - lr * buf``. Without momentum, ``x = x - lr *
     u_r`` and momentum_buffers may be None.
 
+    The ONNX operator (its own names and T convention) is
+    :func:`fastopt.onnx_momentum`.
+
     Parameters
     ----------
     step : int
         1 on the first call (no buffer yet: torch copies the gradient), then
         2, 3, ...
+
+    Examples
+    --------
+    >>> import numpy as np, fastopt
+    >>> x = np.ones(3, np.float32); buf = np.zeros_like(x)
+    >>> info = fastopt.sgd(x, np.full(3, 0.5, np.float32), buf, lr=0.1, momentum=0.9, step=1)
+    >>> x
+    array([0.95, 0.95, 0.95], dtype=float32)
     """
     args = locals()
-    f = "fastopt.sgd_torch"
+    f = "fastopt.sgd"
     lr = _v.check_lr(f, lr)
     mom = _v.check_real(f, "momentum", momentum, low=0.0)
     damp = _v.check_real(f, "dampening", dampening)
@@ -272,18 +296,19 @@ def sgd_torch(params: ArrayOrList, grads: ArrayOrList,
     return run_form(f, args, (bufs,), group, ("momentum_buffers",))
 
 
-def adagrad_torch(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrList, *,
-                  lr: float, step: int, lr_decay: float = 0.0, weight_decay: float = 0.0,
-                  eps: float = 1e-10, maximize: bool = False, grad_scale=None,
-                  max_grad_norm=None, norm_type=2.0, clip_convention="torch",
-                  clip_value=None, skip_if_nonfinite=False,
-                  n_threads: int | None = None) -> StepInfo:
+def adagrad(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrList, *,
+            lr: float = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
+            eps: float = 1e-10, maximize: bool = False, step: int, grad_scale=None,
+            max_grad_norm=None, norm_type=2.0, clip_convention="torch",
+            clip_value=None, skip_if_nonfinite=False,
+            n_threads: int | None = None) -> StepInfo:
     """torch.optim.Adagrad's update, in place, in one C call.
 
     With ``u_r = u + weight_decay * x`` and ``clr = lr / (1 + (step - 1) *
     lr_decay)``: ``sum = sum + u_r * u_r``; ``x = x - clr * u_r /
     (sqrt(sum) + eps)``. Start ``state_sums`` from torch's
-    ``initial_accumulator_value``.
+    ``initial_accumulator_value``. The ONNX operator (its own names, epsilon
+    default and T convention) is :func:`fastopt.onnx_adagrad`.
 
     Parameters
     ----------
@@ -291,7 +316,7 @@ def adagrad_torch(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrLi
         torch's ``state['step']`` after this step's increment (1 first).
     """
     args = locals()
-    f = "fastopt.adagrad_torch"
+    f = "fastopt.adagrad"
     lr = _v.check_lr(f, lr)
     lr_decay = _v.check_real(f, "lr_decay", lr_decay, low=0.0)
     wd = _v.check_real(f, "weight_decay", weight_decay, low=0.0)
@@ -385,7 +410,8 @@ def _rule_function(rule):
 RULE_FUNCTIONS = {r.name: _rule_function(r) for r in _rules.TORCH_RULES}
 
 
-for _fn in (adamw, adam_torch, sgd_torch, adagrad_torch, *RULE_FUNCTIONS.values()):
-    _head = "" if "Parameters" in _fn.__doc__ else "\n    Parameters\n    ----------"
-    _fn.__doc__ = _fn.__doc__.rstrip() + "\n" + _head + _OPTIONS_DOC
-del _fn, _head
+for _fn in (adamw, adam, sgd, adagrad, *RULE_FUNCTIONS.values()):
+    _doc, _sep, _examples = _fn.__doc__.rstrip().partition("\n\n    Examples\n")
+    _head = "" if "Parameters" in _doc else "\n    Parameters\n    ----------"
+    _fn.__doc__ = _doc + "\n" + _head + _OPTIONS_DOC + _sep[1:] + _examples
+del _fn, _head, _doc, _sep, _examples

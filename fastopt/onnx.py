@@ -4,9 +4,11 @@ The ONNX ``ai.onnx.preview.training`` operators are functional: a node takes
 ``R, T, X_1..X_n, G_1..G_n, <states>`` and returns new tensors. This module
 gives the same contract on top of fastopt's in-place kernels:
 
-- :func:`momentum`, :func:`adagrad`, :func:`adam` take the inputs in ONNX
-  order, never modify them, and return the ONNX outputs as a tuple
-  (every new X, then every new state, in input order). All tensors of a call
+- :func:`momentum`, :func:`adagrad`, :func:`adam` (the ONNX operators, as
+  the module's name says; the in-place forms are
+  :func:`fastopt.onnx_momentum` and its siblings) take the inputs in ONNX
+  order, never modify them, and return the ONNX outputs as a tuple (every
+  new X, then every new state, in input order). All tensors of a call
   go through ONE multi-tensor fastopt call on fresh copies. The outputs of
   one dtype are non-overlapping, 64-byte-aligned views into one new buffer
   (it is freed when the last of them is).
@@ -131,7 +133,7 @@ def _update(name: str, fn, R, T, inputs: tuple, states: str, extra=None, **reals
     lr = _v.check_lr(f, R, "R")
     t = _v.check_t(f, T, "T")
     out = _fresh(f, [("x", xs)] + list(zip(states, sts)))
-    _call(f, f"fastopt.{name}", fn, out[0], gs, *out[1:], lr=lr, t=t,
+    _call(f, f"fastopt.onnx_{name}", fn, out[0], gs, *out[1:], lr=lr, t=t,
           **(extra or {}), **_reals(f, **reals))
     return tuple(a for arrays in out for a in arrays)
 
@@ -150,7 +152,7 @@ def momentum(R, T, *inputs, alpha, beta, mode, norm_coefficient):
         buffers. Each X may be float32 or float64 (mixed within a call); its
         G and V share its dtype; each G broadcasts to its X's shape.
     alpha, beta, norm_coefficient : float
-        As in :func:`fastopt.momentum`. Required, as in the ONNX schema.
+        As in :func:`fastopt.onnx_momentum`. Required, as in the ONNX schema.
     mode : {"standard", "nesterov"}
         Required, as in the ONNX schema.
 
@@ -175,7 +177,7 @@ def momentum(R, T, *inputs, alpha, beta, mode, norm_coefficient):
     ...                  mode="standard", norm_coefficient=0.0)
     (array([0.95, 0.95]), array([0.5, 0.5]))
     """
-    return _update("momentum", _ops.momentum, R, T, inputs, "v", {"mode": mode},
+    return _update("momentum", _ops.onnx_momentum, R, T, inputs, "v", {"mode": mode},
                    alpha=alpha, beta=beta, norm_coefficient=norm_coefficient)
 
 
@@ -193,7 +195,7 @@ def adagrad(R, T, *inputs, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0)
         ``X_1..X_n, G_1..G_n, H_1..H_n`` (H: accumulated squared gradients).
         Dtypes and broadcasting as in :func:`momentum`.
     decay_factor, epsilon, norm_coefficient : float
-        As in :func:`fastopt.adagrad`; the defaults are the ONNX schema's.
+        As in :func:`fastopt.onnx_adagrad`; the defaults are the ONNX schema's.
 
     Returns
     -------
@@ -206,7 +208,7 @@ def adagrad(R, T, *inputs, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0)
         On bad input, e.g. a tensor count that is not a non-zero multiple
         of 3.
     """
-    return _update("adagrad", _ops.adagrad, R, T, inputs, "h",
+    return _update("adagrad", _ops.onnx_adagrad, R, T, inputs, "h",
                    decay_factor=decay_factor, epsilon=epsilon,
                    norm_coefficient=norm_coefficient)
 
@@ -226,7 +228,7 @@ def adam(R, T, *inputs, alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficient=0.
         ``X_1..X_n, G_1..G_n, V_1..V_n, H_1..H_n`` (V, H: first and second
         moment estimates). Dtypes and broadcasting as in :func:`momentum`.
     alpha, beta, epsilon, norm_coefficient, norm_coefficient_post : float
-        As in :func:`fastopt.adam`; the defaults are the ONNX schema's.
+        As in :func:`fastopt.onnx_adam`; the defaults are the ONNX schema's.
 
     Returns
     -------
@@ -241,7 +243,7 @@ def adam(R, T, *inputs, alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficient=0.
         On bad input, e.g. a tensor count that is not a non-zero multiple
         of 4.
     """
-    return _update("adam", _ops.adam, R, T, inputs, "vh", alpha=alpha, beta=beta,
+    return _update("adam", _ops.onnx_adam, R, T, inputs, "vh", alpha=alpha, beta=beta,
                    epsilon=epsilon, norm_coefficient=norm_coefficient,
                    norm_coefficient_post=norm_coefficient_post)
 

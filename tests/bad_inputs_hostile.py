@@ -32,7 +32,7 @@ def _saved():
     """The members of a checkpoint of opt_call's Momentum (params (3,) f32, (2, 3) f64)."""
     from fastopt import optim
 
-    opt = optim.Momentum([arr(), arr((2, 3), F64)], lr=0.1)
+    opt = optim.OnnxMomentum([arr(), arr((2, 3), F64)], lr=0.1)
     opt.step([arr(fill=0.5), arr((2, 3), F64, 0.5)])
     path = os.path.join(CKPT_DIR, "template.npz")
     opt.save(path)
@@ -59,7 +59,7 @@ def ckpt(name, change):
         path = os.path.join(CKPT_DIR, name)
         with open(path, "wb") as fh:
             fh.write(raw_zip(change(_saved())))
-        return opt_call("Momentum", "load", path)()
+        return opt_call("OnnxMomentum", "load", path)()
     return build
 
 
@@ -81,7 +81,7 @@ def _bzip2(members):
 def _big_steps_state_dict():
     from fastopt import optim
 
-    sd = optim.Momentum([arr(), arr((2, 3), F64)], lr=0.1).state_dict()
+    sd = optim.OnnxMomentum([arr(), arr((2, 3), F64)], lr=0.1).state_dict()
     sd["steps"] = 10**30
     return sd
 
@@ -90,7 +90,7 @@ def _adam_last_steps_state_dict():
     """steps = 2**63 - 1: Adam's next update count (steps + 1) is beyond int64."""
     from fastopt import optim
 
-    sd = optim.Adam([arr(), arr((2, 3), F64)], lr=0.1).state_dict()
+    sd = optim.OnnxAdam([arr(), arr((2, 3), F64)], lr=0.1).state_dict()
     sd["steps"] = 2**63 - 1
     return sd
 
@@ -101,72 +101,72 @@ def _fifo(name):
         path = os.path.join(CKPT_DIR, name)
         if not os.path.exists(path):
             os.mkfifo(path)
-        return opt_call("Momentum", "load", path)()
+        return opt_call("OnnxMomentum", "load", path)()
     return build
 
 
-OL = "fastopt.optim.Momentum.load: "
+OL = "fastopt.optim.OnnxMomentum.load: "
 UNREADABLE = (OL + "'" + TOKEN + "/{}' is not a readable fastopt checkpoint (truncated, "
               "corrupt or not an .npz file): ")
 IN = " (file '" + TOKEN + "/{}')"
 
 CHECKPOINT_CASES = [
-    Case("optim.Momentum.load", "a 1 MiB file whose state entry declares shape (2**27,) "
+    Case("optim.OnnxMomentum.load", "a 1 MiB file whose state entry declares shape (2**27,) "
          "float64 (a deflate bomb of 1 GiB)",
          ckpt("bomb.npz", _replace("state.v.0.npy",
                                    lambda m: bomb_member("state.v.0.npy", crc=False))),
          CheckpointError,
          OL + "the checkpoint's state 'v' of params[0] has shape (134217728,) but params[0] "
               "has shape (3,)" + IN.format("bomb.npz")),
-    Case("optim.Momentum.load", "an entry whose zip size (1 GiB) disagrees with its header",
+    Case("optim.OnnxMomentum.load", "an entry whose zip size (1 GiB) disagrees with its header",
          ckpt("lying.npz", _replace("state.v.0.npy", lambda m: bomb_member(
              "state.v.0.npy", shape=(3,), descr="<f4", n_bytes=1 << 30, crc=False))),
          CheckpointError,
          UNREADABLE.format("lying.npz") + "entry 'state.v.0' holds 1073741952 bytes in the "
          "archive but its header declares shape (3,) dtype float32 (140 bytes)"),
-    Case("optim.Momentum.load", "the meta entry not an .npy stream",
+    Case("optim.OnnxMomentum.load", "the meta entry not an .npy stream",
          ckpt("meta.npz", _replace("meta.npy", lambda m: member("meta.npy", b'{"format"}'))),
          CheckpointError,
          UNREADABLE.format("meta.npz") + "entry 'meta' is not an .npy stream (bad magic "
          "b'{\"form')"),
-    Case("optim.Momentum.load", "steps = 10**30 in the file",
+    Case("optim.OnnxMomentum.load", "steps = 10**30 in the file",
          ckpt("steps30.npz", _meta('"steps": 1', '"steps": ' + str(10**30))), CheckpointError,
          OL + "the file's header is unreadable: a number in the header has 31 digits (at "
               "most 19)" + IN.format("steps30.npz")),
-    Case("optim.Momentum.load", "steps = 2**63 in the file",
+    Case("optim.OnnxMomentum.load", "steps = 2**63 in the file",
          ckpt("steps63.npz", _meta('"steps": 1', '"steps": ' + str(2**63))), CheckpointError,
          OL + "the file's header is unreadable: a number in the header is out of range: "
               "9223372036854775808" + IN.format("steps63.npz")),
-    Case("optim.Momentum.load", "lr = NaN in the file",
+    Case("optim.OnnxMomentum.load", "lr = NaN in the file",
          ckpt("nan.npz", _meta('"lr": 0.1', '"lr": NaN')), CheckpointError,
          OL + "the file's header is unreadable: the header holds NaN; numbers must be "
               "finite" + IN.format("nan.npz")),
-    Case("optim.Momentum.load", "a state entry of dtype object",
+    Case("optim.OnnxMomentum.load", "a state entry of dtype object",
          ckpt("object.npz", _replace("state.v.0.npy", lambda m: member(
              "state.v.0.npy", npy_header((3,), "|O") + bytes(24)))), CheckpointError,
          UNREADABLE.format("object.npz") + "entry 'state.v.0' declares dtype object; "
          "object, structured and sub-array dtypes are never read"),
-    Case("optim.Momentum.load", "an entry twice",
+    Case("optim.OnnxMomentum.load", "an entry twice",
          ckpt("twice.npz", lambda m: [member(n, p) for n, p in m + m[1:2]]), CheckpointError,
          UNREADABLE.format("twice.npz") + "the archive holds entry 'state.v.0' twice"),
-    Case("optim.Momentum.load", "entries compressed with bzip2",
+    Case("optim.OnnxMomentum.load", "entries compressed with bzip2",
          ckpt("bzip2.npz", _bzip2), CheckpointError,
          UNREADABLE.format("bzip2.npz") + "entry 'meta' uses zip compression method 12; "
          "only stored and deflated are read"),
-    Case("optim.Momentum.load", "an .npy header length of 2**32 - 1",
+    Case("optim.OnnxMomentum.load", "an .npy header length of 2**32 - 1",
          ckpt("header.npz", _replace("state.v.0.npy", lambda m: member(
              "state.v.0.npy", b"\x93NUMPY\x02\x00\xff\xff\xff\xff" + bytes(64)))),
          CheckpointError,
          UNREADABLE.format("header.npz") + "entry 'state.v.0' declares a 4294967295-byte "
          ".npy header (at most 4096 are read)"),
-    Case("optim.Momentum.load", "a file larger than any checkpoint of the optimizer",
+    Case("optim.OnnxMomentum.load", "a file larger than any checkpoint of the optimizer",
          ckpt("large.npz", lambda m: [member(n, p) for n, p in m] +
               [member("pad.npy", bytes(8 << 20))]), CheckpointError,
-         UNREADABLE.format("large.npz") + "the file has 8390472 bytes; at most 4309052 are "
+         UNREADABLE.format("large.npz") + "the file has 8390488 bytes; at most 4309052 are "
          "expected"),
-    Case("optim.Momentum.load_state_dict", "a step count of 10**30",
-         opt_call("Momentum", "load_state_dict", _big_steps_state_dict), CheckpointError,
-         "fastopt.optim.Momentum.load_state_dict: the checkpoint's step count must be an "
+    Case("optim.OnnxMomentum.load_state_dict", "a step count of 10**30",
+         opt_call("OnnxMomentum", "load_state_dict", _big_steps_state_dict), CheckpointError,
+         "fastopt.optim.OnnxMomentum.load_state_dict: the checkpoint's step count must be an "
          "integer >= 0 and < 2**63, got 1000000000000000000000000000000"),
 ]
 
@@ -209,13 +209,13 @@ SCHEDULE_BIG_CASES = [
 # Values just past a bound that an earlier check let through (kept last, so
 # that a new row does not renumber the others).
 EDGE_CASES = [
-    Case("optim.Adam.load_state_dict", "a step count of 2**63 - 1 (Adam's update count "
+    Case("optim.OnnxAdam.load_state_dict", "a step count of 2**63 - 1 (Adam's update count "
          "is steps + 1)",
-         opt_call("Adam", "load_state_dict", _adam_last_steps_state_dict), CheckpointError,
-         "fastopt.optim.Adam.load_state_dict: the checkpoint's step count must be an "
+         opt_call("OnnxAdam", "load_state_dict", _adam_last_steps_state_dict), CheckpointError,
+         "fastopt.optim.OnnxAdam.load_state_dict: the checkpoint's step count must be an "
          "integer >= 0 and < 2**63 - 1 (the update count, steps + 1, is an int64), got "
          "9223372036854775807"),
-] + ([Case("optim.Momentum.load", "a FIFO (a load would wait for a writer forever)",
+] + ([Case("optim.OnnxMomentum.load", "a FIFO (a load would wait for a writer forever)",
            _fifo("fifo.npz"), CheckpointError,
            OL + "'" + TOKEN + "/fifo.npz' is not a regular file (a FIFO); a checkpoint is "
            "an .npz file")] if hasattr(os, "mkfifo") else [])

@@ -53,7 +53,7 @@ def agreed(exc_type, fn, needle, opt, what):
 def case_hyper(d):
     """Hyperparameters edited on one rank only, or a schedule whose value
     differs between the ranks: the step raises on every rank."""
-    opt = ShardedOptimizer(fo.Adam, model(), lr=1e-3, bucket_bytes=64)
+    opt = ShardedOptimizer(fo.OnnxAdam, model(), lr=1e-3, bucket_bytes=64)
     g = grads_of(RANK, 0, opt.params)
     opt.step(g)
     for key, value in (("lr", 0.5), ("beta", 0.8), ("norm_coefficient", 0.1)):
@@ -63,7 +63,7 @@ def case_hyper(d):
         agreed(ValueError, lambda: opt.step(g), "between the ranks", opt, key)
         opt.param_groups[0][key] = old
         opt.step(g)             # agreed again: the ranks are in step
-    sched = ShardedOptimizer(fo.Adam, model(), schedule=lambda s: 1e-3 * (1 + RANK),
+    sched = ShardedOptimizer(fo.OnnxAdam, model(), schedule=lambda s: 1e-3 * (1 + RANK),
                              bucket_bytes=64)
     agreed(ValueError, lambda: sched.step(g), "learning rate", sched, "schedule")
 
@@ -71,7 +71,7 @@ def case_hyper(d):
 def case_versions(d):
     """Ranks given different checkpoints (directories or plain files) fail
     together; the same checkpoint loads."""
-    opt = ShardedOptimizer(fo.Adam, model(), lr=1e-3, bucket_bytes=64)
+    opt = ShardedOptimizer(fo.OnnxAdam, model(), lr=1e-3, bucket_bytes=64)
     for s in range(3):
         opt.step(grads_of(RANK, s, opt.params))
         opt.save(os.path.join(d, f"v{s}"))
@@ -89,7 +89,7 @@ def case_versions(d):
 def case_plain_bomb(d):
     """A small plain checkpoint whose header entry declares 64 MiB is
     rejected before the data is read: peak RSS does not grow by it."""
-    opt = ShardedOptimizer(fo.Adam, model(), lr=1e-3, bucket_bytes=64)
+    opt = ShardedOptimizer(fo.OnnxAdam, model(), lr=1e-3, bucket_bytes=64)
     opt.step(grads_of(RANK, 0, opt.params))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss if resource else 0
     agreed(CheckpointError, lambda: opt.load(os.path.join(d, "bomb.npz")), "meta", opt,
@@ -101,7 +101,7 @@ def case_plain_bomb(d):
 def case_missing(d):
     """A shard, meta.json, LATEST or the version directory missing: every
     rank raises CheckpointError."""
-    opt = ShardedOptimizer(fo.Adam, model(), lr=1e-3, bucket_bytes=64)
+    opt = ShardedOptimizer(fo.OnnxAdam, model(), lr=1e-3, bucket_bytes=64)
     opt.step(grads_of(RANK, 0, opt.params))
     ck = os.path.join(d, "ck")
     opt.save(ck)
@@ -126,7 +126,7 @@ def case_error_types(d):
     rank (FileExistsError); one that cannot be rebuilt from a message
     becomes its nearest rebuildable base class."""
     from fastopt.distributed._comm import raise_agreed
-    opt = ShardedOptimizer(fo.Adam, model(), lr=1e-3, bucket_bytes=64)
+    opt = ShardedOptimizer(fo.OnnxAdam, model(), lr=1e-3, bucket_bytes=64)
     for err, kind in ((FileExistsError(17, "it exists"), FileExistsError),
                       (IsADirectoryError("a directory"), IsADirectoryError),
                       (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"), ValueError)):
@@ -137,7 +137,7 @@ def case_error_types(d):
 def case_fifo(d):
     """LATEST, meta.json or a shard that is a FIFO, and a FIFO given as the
     path: every rank raises CheckpointError at once (no rank blocks)."""
-    opt = ShardedOptimizer(fo.Adam, model(), lr=1e-3, bucket_bytes=64)
+    opt = ShardedOptimizer(fo.OnnxAdam, model(), lr=1e-3, bucket_bytes=64)
     opt.step(grads_of(RANK, 0, opt.params))
     ck = os.path.join(d, "ck")
     opt.save(ck)
@@ -168,8 +168,8 @@ def case_clip(d):
     gradients multiplied by max_grad_norm / (last_grad_norm + 1e-6) in
     their dtype (docs/distributed.md)."""
     for seed in range(6):
-        opt = ShardedOptimizer(fo.Adam, model(seed), lr=1e-2, bucket_bytes=64)
-        single = fo.Adam(model(seed), lr=1e-2)
+        opt = ShardedOptimizer(fo.OnnxAdam, model(seed), lr=1e-2, bucket_bytes=64)
+        single = fo.OnnxAdam(model(seed), lr=1e-2)
         for s in range(3):
             opt.step(grads_of(RANK, s, opt.params), max_grad_norm=0.5)
             norms = COMM.allgather(opt.last_grad_norm)

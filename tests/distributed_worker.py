@@ -86,14 +86,14 @@ def compare(sharded, single, what):
 
 
 CONFIGS = {
-    "momentum": (fo.Momentum, {"lr": 0.05, "alpha": 0.9, "norm_coefficient": 1e-3}, None),
-    "nesterov_agc_groups": (fo.Momentum, {"lr": 0.05, "nesterov": True}, [
+    "momentum": (fo.OnnxMomentum, {"lr": 0.05, "alpha": 0.9, "norm_coefficient": 1e-3}, None),
+    "nesterov_agc_groups": (fo.OnnxMomentum, {"lr": 0.05, "nesterov": True}, [
         ([0, 1, 2], {"clipping": 0.01}),
         ([3, 4, 5], {"lr": 0.01, "clipping": [None, 0.02, 0.02], "clip_layout": "io"}),
         ([6, 7], {"alpha": 0.5, "clipping": [0.01, None]})]),
-    "adagrad_groups": (fo.Adagrad, {"lr": 0.1, "decay_factor": 0.01}, [
+    "adagrad_groups": (fo.OnnxAdagrad, {"lr": 0.1, "decay_factor": 0.01}, [
         ([0, 2, 4, 6], {"initial_accumulator_value": 0.1}), ([1, 3, 5, 7], {"epsilon": 1e-8})]),
-    "adam_schedule": (fo.Adam, {"schedule": lambda s: 1e-3 / (1 + s),
+    "adam_schedule": (fo.OnnxAdam, {"schedule": lambda s: 1e-3 / (1 + s),
                                 "norm_coefficient_post": 1e-4}, None),
 }
 
@@ -122,8 +122,8 @@ def run_clip(norm_type, steps=3):
     the averaged gradient (within rounding of the partial sums), and the update
     of single-process Adam fed the clipped average."""
     params = model()
-    opt = ShardedOptimizer(fo.Adam, params, lr=1e-2, bucket_bytes=64)
-    single = fo.Adam(model(), lr=1e-2)
+    opt = ShardedOptimizer(fo.OnnxAdam, params, lr=1e-2, bucket_bytes=64)
+    single = fo.OnnxAdam(model(), lr=1e-2)
     for s in range(steps):
         opt.step(grads_of(RANK, s, opt.params), max_grad_norm=0.5, norm_type=norm_type)
         avg = averaged(s, single.params, SIZE)
@@ -161,8 +161,8 @@ def run_edit():
 def run_tiny(ckpt):
     """Fewer elements than ranks: some ranks own nothing (no inner optimizer)
     and still take part in every step, save, load and consolidate."""
-    opt = ShardedOptimizer(fo.Adam, [np.ones(2, np.float32)], lr=0.1)
-    single = fo.Adam([np.ones(2, np.float32)], lr=0.1)
+    opt = ShardedOptimizer(fo.OnnxAdam, [np.ones(2, np.float32)], lr=0.1)
+    single = fo.OnnxAdam([np.ones(2, np.float32)], lr=0.1)
     for s in range(3):
         opt.step(grads_of(RANK, s, opt.params))
         single.step(averaged(s, single.params, SIZE))
@@ -170,7 +170,7 @@ def run_tiny(ckpt):
     opt.save(ckpt)
     opt.load(ckpt)
     opt.consolidate(ckpt + ".npz")
-    again = fo.Adam([single.params[0].copy()], lr=0.1)
+    again = fo.OnnxAdam([single.params[0].copy()], lr=0.1)
     again.load(ckpt + ".npz")
     for x, y in zip(again.state.values(), single.state.values()):
         same(x[0], y[0], "tiny consolidated")
@@ -184,14 +184,14 @@ def check_threads():
     saved = os.environ.pop("OMP_NUM_THREADS", None)
     try:
         got = default_n_threads(COMM)
-        opt = ShardedOptimizer(fo.Momentum, model(), lr=0.1)
+        opt = ShardedOptimizer(fo.OnnxMomentum, model(), lr=0.1)
     finally:
         if saved is not None:
             os.environ["OMP_NUM_THREADS"] = saved
     want = max(1, (os.cpu_count() or 1) // SIZE)
     assert got == (want, SIZE), (got, want)
     assert opt.inner.n_threads == want, opt.inner.n_threads
-    assert ShardedOptimizer(fo.Momentum, model(), lr=0.1, n_threads=2).inner.n_threads == 2
+    assert ShardedOptimizer(fo.OnnxMomentum, model(), lr=0.1, n_threads=2).inner.n_threads == 2
 
 
 def case_equiv():
@@ -334,7 +334,7 @@ def checkpoint_faults(opt, ck):
         same(a, b, "a state loaded after a failed save")
     m9 = hostile_files(opt, ck)
     # files of several CRC blocks (4 MiB): a bit flipped in the second block
-    big = ShardedOptimizer(fo.Adam, [np.ones(2_200_000, np.float32)], lr=1e-3)
+    big = ShardedOptimizer(fo.OnnxAdam, [np.ones(2_200_000, np.float32)], lr=1e-3)
     big.step([np.full(2_200_000, 0.5 + RANK, np.float32)])
     bk = ck + "-big"
     big.save(bk)
@@ -362,16 +362,16 @@ def case_errors():
     if RANK == SIZE - 1:
         bad[5] = np.zeros((9, 5), np.float64)
     before = [p.copy() for p in bad]
-    m1 = expect(ValueError, lambda: ShardedOptimizer(fo.Adam, bad, lr=1e-3), "params[5]")
-    m2 = expect(ValueError, lambda: ShardedOptimizer(fo.Adam, params[:-1] if RANK == 1
+    m1 = expect(ValueError, lambda: ShardedOptimizer(fo.OnnxAdam, bad, lr=1e-3), "params[5]")
+    m2 = expect(ValueError, lambda: ShardedOptimizer(fo.OnnxAdam, params[:-1] if RANK == 1
                                                      else params, lr=1e-3), "parameters")
-    m3 = expect(ValueError, lambda: ShardedOptimizer(fo.Adam, params, lr=1e-3 if RANK else 0.1),
+    m3 = expect(ValueError, lambda: ShardedOptimizer(fo.OnnxAdam, params, lr=1e-3 if RANK else 0.1),
                 "'lr'")
-    m4 = expect(ValueError, lambda: ShardedOptimizer(fo.Adam, params, lr=-1.0 if RANK == 1
+    m4 = expect(ValueError, lambda: ShardedOptimizer(fo.OnnxAdam, params, lr=-1.0 if RANK == 1
                                                      else 1e-3), "lr")
     for a, b in zip(bad, before):
         same(a, b, "a parameter after a rejected construction")
-    opt = ShardedOptimizer(fo.Adam, params, lr=1e-3, bucket_bytes=64)
+    opt = ShardedOptimizer(fo.OnnxAdam, params, lr=1e-3, bucket_bytes=64)
     snap = [p.copy() for p in opt.params]
     good = grads_of(RANK, 0, opt.params)
     wrong = list(good)
@@ -388,7 +388,7 @@ def case_errors():
         if RANK == SIZE - 1:
             raise ZeroDivisionError("the schedule failed")
         return 1e-3
-    sopt = ShardedOptimizer(fo.Adam, [p.copy() for p in params], schedule=sched)
+    sopt = ShardedOptimizer(fo.OnnxAdam, [p.copy() for p in params], schedule=sched)
     m11 = expect(ZeroDivisionError, lambda: sopt.step(good), "the schedule failed")
     for a, b in zip(opt.params, snap):
         same(a, b, "a parameter after a rejected step")

@@ -66,6 +66,7 @@ if atheris is not None:
 else:
     import fastopt
 
+import public_names  # noqa: E402
 from hardening_ref import (  # noqa: E402
     REFS,
     STATES,
@@ -424,7 +425,7 @@ def optim_case(src: Source) -> None:
     from fastopt import schedules as S
 
     name = src.pick(["Momentum", "Adagrad", "Adam"])
-    cls = getattr(O, name)
+    cls = getattr(O, "Onnx" + name)
     pool: list = []
     n = src.int(1, 4)
     params = []
@@ -678,7 +679,7 @@ def check_fused(args, pre, kwargs):
     agc_kw = {"clipping": kwargs["clipping"], "eps": kwargs.get("clip_eps", 1e-3),
               "layout": kwargs.get("layout", "oi")}
     fastopt.agc(pack(xs), pack(gs), **agc_kw)
-    fastopt.momentum(pack(xs), pack(gs), pack(vs), **rest)
+    fastopt.onnx_momentum(pack(xs), pack(gs), pack(vs), **rest)
     outs_x = [args[0]] if single else list(args[0])
     outs_v = [args[2]] if single else list(args[2])
     for i, (a, b) in enumerate(zip(outs_x + outs_v, xs + vs)):
@@ -744,7 +745,7 @@ def TestOneInput(data: bytes) -> None:
             schedule_case(src)
         return
     op, args, kwargs = make_call(src)
-    fn = getattr(fastopt, op)
+    fn = public_names.op(op)
     watched = arrays_in((args, list(kwargs.values())), [])
     before = [as_bytes(a) for a in watched]
     # the values each role holds before the call (for the reference)

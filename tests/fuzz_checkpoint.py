@@ -211,7 +211,7 @@ def _maxrss():
 def checkpoint_case(src, tmpdir) -> None:
     from fastopt import optim
 
-    cls = src.pick([optim.Momentum, optim.Adagrad, optim.Adam])
+    cls = src.pick([optim.OnnxMomentum, optim.OnnxAdagrad, optim.OnnxAdam])
     shapes = tuple(src.pick([(5,), (2, 3), (), (0,), (4, 1)]) for _ in range(src.int(1, 3)))
     dtype = src.pick([np.float32, np.float64])
     members = _template(cls, shapes, dtype, tmpdir)

@@ -22,8 +22,7 @@ import os
 import sys
 
 import numpy as np
-
-import fastopt
+import public_names
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STORE = os.path.join(HERE, "data", "golden.json")
@@ -105,7 +104,7 @@ def _info(r):
 # ------------------------------------------------------------- single ops
 def _call(fn, kw, x, g, s, nth):
     """One public function on one case's arrays; its returned facts."""
-    f = getattr(fastopt, fn)
+    f = public_names.op(fn)
     if fn in ("adam_torch", "adamw"):
         r = f(x, g, s[0], s[1], max_exp_avg_sqs=s[2] if len(s) > 2 else None,
               n_threads=nth, **kw)
@@ -212,12 +211,12 @@ def _list_case(nstates, call):
 def _optim_cases():
     import fastopt.optim as fo
     specs = {
-        "Momentum": dict(lr=0.05, alpha=0.9, norm_coefficient=1e-3, nesterov=True),
-        "Momentum-agc": dict(lr=0.05, clipping=0.02),
-        "Adagrad": dict(lr=0.1, decay_factor=0.01),
-        "Adam": dict(lr=0.01, norm_coefficient_post=0.01),
+        "OnnxMomentum": dict(lr=0.05, alpha=0.9, norm_coefficient=1e-3, nesterov=True),
+        "OnnxMomentum-agc": dict(lr=0.05, clipping=0.02),
+        "OnnxAdagrad": dict(lr=0.1, decay_factor=0.01),
+        "OnnxAdam": dict(lr=0.01, norm_coefficient_post=0.01),
         "AdamW": dict(lr=1e-3, amsgrad=True),
-        "AdamTorch": dict(lr=1e-3, weight_decay=0.01, maximize=True),
+        "Adam": dict(lr=1e-3, weight_decay=0.01, maximize=True),
     }
     cases = {}
     for name, kw in specs.items():

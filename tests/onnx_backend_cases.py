@@ -5,8 +5,7 @@ as the reference of a functional form.
 from __future__ import annotations
 
 import numpy as np
-
-import fastopt
+import public_names
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 TOL = {F32: dict(rtol=1e-5, atol=1e-6), F64: dict(rtol=1e-12, atol=1e-12)}
@@ -39,5 +38,5 @@ def inplace(op, R, T, inputs, attrs):
     gs = list(inputs[n:2 * n])
     states = [[a.copy() for a in inputs[(2 + k) * n:(3 + k) * n]]
               for k in range(NSTATES[op])]
-    getattr(fastopt, op)(xs, gs, *states, lr=R, t=T, **attrs)
+    public_names.op(op)(xs, gs, *states, lr=R, t=T, **attrs)
     return xs + [a for s in states for a in s]

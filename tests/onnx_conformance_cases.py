@@ -25,7 +25,8 @@ SCHEMA_DEFAULTS = {
              "norm_coefficient_post": 0.0},
 }
 STATES = {"Momentum": ("V",), "Adagrad": ("H",), "Adam": ("V", "H")}
-INPLACE = {"Momentum": fastopt.momentum, "Adagrad": fastopt.adagrad, "Adam": fastopt.adam}
+INPLACE = {"Momentum": fastopt.onnx_momentum, "Adagrad": fastopt.onnx_adagrad,
+           "Adam": fastopt.onnx_adam}
 
 
 def f32(a: float) -> float:

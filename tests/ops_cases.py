@@ -1,12 +1,12 @@
-"""Shared by the tests of fastopt.momentum / adagrad / adam: the hyperparameter
+"""Shared by the tests of fastopt.onnx_momentum / adagrad / adam: the hyperparameter
 sets of each op, random tensors, and the check of a result against the slow
 references (bit for bit in the array's dtype, within tolerance in float64).
 """
 
 import numpy as np
+import public_names
 from assertions import assert_close, tolerance
 
-import fastopt
 from fastopt import _reference as ref
 
 OPS = {
@@ -36,7 +36,7 @@ def make(rng, shape, dtype, nstates, positive_states=True):
 
 
 def call(op, x, g, states, **kw):
-    getattr(fastopt, op)(x, g, *states, **kw)
+    public_names.op(op)(x, g, *states, **kw)
 
 
 def expected(op, x, g, states, dtype, **kw):

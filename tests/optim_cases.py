@@ -45,16 +45,16 @@ def assert_same(a, b):
 
 # name: (class, kwargs, kernel, state names, T of the first update)
 OPTS = {
-    "momentum": (optim.Momentum, dict(lr=0.1, alpha=0.8, beta=0.6, norm_coefficient=0.01),
-                 fastopt.momentum, ("v",), 0),
-    "nesterov": (optim.Momentum, dict(lr=0.1, alpha=0.8, beta=0.6, nesterov=True),
-                 fastopt.momentum, ("v",), 0),
-    "adagrad": (optim.Adagrad, dict(lr=0.1, decay_factor=0.1, epsilon=1e-5,
+    "momentum": (optim.OnnxMomentum, dict(lr=0.1, alpha=0.8, beta=0.6, norm_coefficient=0.01),
+                 fastopt.onnx_momentum, ("v",), 0),
+    "nesterov": (optim.OnnxMomentum, dict(lr=0.1, alpha=0.8, beta=0.6, nesterov=True),
+                 fastopt.onnx_momentum, ("v",), 0),
+    "adagrad": (optim.OnnxAdagrad, dict(lr=0.1, decay_factor=0.1, epsilon=1e-5,
                                     norm_coefficient=0.01, initial_accumulator_value=0.2),
-                fastopt.adagrad, ("h",), 0),
-    "adam": (optim.Adam, dict(lr=0.01, alpha=0.8, beta=0.95, epsilon=1e-5,
+                fastopt.onnx_adagrad, ("h",), 0),
+    "adam": (optim.OnnxAdam, dict(lr=0.01, alpha=0.8, beta=0.95, epsilon=1e-5,
                               norm_coefficient=0.01, norm_coefficient_post=0.001),
-             fastopt.adam, ("v", "h"), 1),
+             fastopt.onnx_adam, ("v", "h"), 1),
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import public_names
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -166,7 +167,7 @@ def run(case, arrays, n_threads, use_ctx=False):
     xs = pack([p.arr for p in arrays["x"]])
     gs = pack(arrays["g_arr"])
     ss = [pack([p.arr for p in lst]) for lst in arrays["states"]]
-    fn = getattr(fastopt, op)
+    fn = public_names.op(op)
     if use_ctx:
         with fastopt.set_num_threads(n_threads):
             fn(xs, gs, *ss, **case["call_hp"])

@@ -79,10 +79,10 @@ def test_agc_bad_input_raises_and_modifies_nothing(case):
 
 def _bad_fused_cases():
     return [
-        (dict(layout="hwio"), ValueError, r"fastopt.momentum: layout must be 'oi'"),
-        (dict(clip_eps=0.0), ValueError, r"fastopt.momentum: clip_eps must be > 0.0"),
+        (dict(layout="hwio"), ValueError, r"fastopt.onnx_momentum: layout must be 'oi'"),
+        (dict(clip_eps=0.0), ValueError, r"fastopt.onnx_momentum: clip_eps must be > 0.0"),
         (dict(clip_eps=-1.0), ValueError, r"clip_eps must be > 0.0"),
-        (dict(clipping=-0.01), ValueError, r"fastopt.momentum: clipping must be > 0.0"),
+        (dict(clipping=-0.01), ValueError, r"fastopt.onnx_momentum: clipping must be > 0.0"),
         (dict(clipping=0), ValueError, r"clipping must be > 0.0"),
         (dict(clipping=[0.01]), ValueError, r"clipping has 1 entries but x has 2 tensors"),
         (dict(clipping=[0.01, -1.0]), ValueError, r"clipping\[1\] must be > 0.0"),
@@ -106,7 +106,7 @@ def test_fused_bad_input_raises_and_modifies_nothing(case):
     call.update(kw)
     before = snapshot(*xs, *gs, *vs)
     with pytest.raises(exc, match=match):
-        fastopt.momentum(xs, gs, vs, **call)
+        fastopt.onnx_momentum(xs, gs, vs, **call)
     assert snapshot(*xs, *gs, *vs) == before
 
 
@@ -126,6 +126,6 @@ def test_clipping_none_leaves_momentum_unchanged():
     x, g = make((4, 5), np.float32, "oi")
     v = np.zeros_like(x)
     x1, v1 = x.copy(), v.copy()
-    fastopt.momentum(x1, g, v1, lr=0.1, t=0, clipping=None, layout="io", clip_eps=0.5)
-    fastopt.momentum(x, g, v, lr=0.1, t=0)
+    fastopt.onnx_momentum(x1, g, v1, lr=0.1, t=0, clipping=None, layout="io", clip_eps=0.5)
+    fastopt.onnx_momentum(x, g, v, lr=0.1, t=0)
     assert x1.tobytes() == x.tobytes() and v1.tobytes() == v.tobytes()

@@ -1,4 +1,4 @@
-"""The fused fastopt.momentum(..., clipping=...): bit for bit agc() then
+"""The fused fastopt.onnx_momentum(..., clipping=...): bit for bit agc() then
 momentum(), the float64 formula, every thread count, and a property test.
 """
 import numpy as np
@@ -19,12 +19,12 @@ def test_fused_equals_agc_then_momentum_bit_for_bit(layout, mode, t, nc):
     kw = dict(lr=0.1, t=t, alpha=0.9, beta=0.9, norm_coefficient=nc, mode=mode)
     x1, v1 = [x.copy(order="K") for x in xs], [v.copy(order="K") for v in vs]
     g_in = [g.copy(order="K") for g in gs]
-    fastopt.momentum(x1, gs, v1, clipping=clip, clip_eps=1e-3, layout=layout, **kw)
+    fastopt.onnx_momentum(x1, gs, v1, clipping=clip, clip_eps=1e-3, layout=layout, **kw)
     assert snapshot(*gs) == snapshot(*g_in)            # g is not modified
     x2, v2 = [x.copy(order="K") for x in xs], [v.copy(order="K") for v in vs]
     g2 = [g.copy(order="K") for g in gs]
     fastopt.agc(xs, g2, clipping=clip, eps=1e-3, layout=layout)
-    fastopt.momentum(x2, g2, v2, **kw)
+    fastopt.onnx_momentum(x2, g2, v2, **kw)
     assert snapshot(*x1, *v1) == snapshot(*x2, *v2)
     # and both are the float64 formula
     for k, (x, g, v) in enumerate(zip(xs, g_in, vs)):
@@ -39,8 +39,8 @@ def test_fused_equals_agc_then_momentum_bit_for_bit(layout, mode, t, nc):
 def test_fused_all_excluded_is_plain_momentum():
     xs, gs, vs, _ = mixed_workload("oi")
     x1, v1 = [x.copy(order="K") for x in xs], [v.copy(order="K") for v in vs]
-    fastopt.momentum(x1, gs, v1, lr=0.1, t=1, clipping=[None] * len(xs))
-    fastopt.momentum(xs, gs, vs, lr=0.1, t=1)
+    fastopt.onnx_momentum(x1, gs, v1, lr=0.1, t=1, clipping=[None] * len(xs))
+    fastopt.onnx_momentum(xs, gs, vs, lr=0.1, t=1)
     assert snapshot(*x1, *v1) == snapshot(*xs, *vs)
 
 
@@ -48,20 +48,20 @@ def test_fused_single_array_and_broadcast_gradient():
     x, g = make((8, 16), np.float64, "oi")
     v = np.zeros_like(x)
     x1, v1 = x.copy(), v.copy()
-    fastopt.momentum(x1, g, v1, lr=0.5, t=0, clipping=0.01)
+    fastopt.onnx_momentum(x1, g, v1, lr=0.5, t=0, clipping=0.01)
     gc = g.copy()
     fastopt.agc(x, gc)
     x2, v2 = x.copy(), v.copy()
-    fastopt.momentum(x2, gc, v2, lr=0.5, t=0)
+    fastopt.onnx_momentum(x2, gc, v2, lr=0.5, t=0)
     assert x1.tobytes() == x2.tobytes() and v1.tobytes() == v2.tobytes()
     # a broadcast gradient is clipped as its materialised array
     row = g[:1]
     x3, v3 = x.copy(), v.copy()
-    fastopt.momentum(x3, row, v3, lr=0.5, t=0, clipping=[0.01])
+    fastopt.onnx_momentum(x3, row, v3, lr=0.5, t=0, clipping=[0.01])
     gb = np.broadcast_to(row, x.shape).copy()
     fastopt.agc(x, gb)
     x4, v4 = x.copy(), v.copy()
-    fastopt.momentum(x4, gb, v4, lr=0.5, t=0)
+    fastopt.onnx_momentum(x4, gb, v4, lr=0.5, t=0)
     assert x3.tobytes() == x4.tobytes() and v3.tobytes() == v4.tobytes()
 
 
@@ -76,7 +76,7 @@ def test_bit_identical_across_thread_counts(layout):
         fastopt.agc(xs, g, clipping=clip, layout=layout, n_threads=n)
         out_agc.append(snapshot(*g))
         x, v = [a.copy(order="K") for a in xs], [a.copy(order="K") for a in vs]
-        fastopt.momentum(x, gs, v, lr=0.1, t=2, norm_coefficient=1e-4, clipping=clip,
+        fastopt.onnx_momentum(x, gs, v, lr=0.1, t=2, norm_coefficient=1e-4, clipping=clip,
                          layout=layout, n_threads=n)
         out_fused.append(snapshot(*x, *v))
     assert all(o == out_agc[0] for o in out_agc)
@@ -99,12 +99,12 @@ def test_property_reference_and_fusion(shape, layout, f64, order, seed, n_thread
     x, g = np.asarray(x, order=order), np.asarray(g, order=order)
     v = np.zeros_like(x)
     x1, v1 = x.copy(order="K"), v.copy(order="K")
-    fastopt.momentum(x1, g, v1, lr=0.3, t=1, beta=0.5, clipping=0.01, layout=layout,
+    fastopt.onnx_momentum(x1, g, v1, lr=0.3, t=1, beta=0.5, clipping=0.01, layout=layout,
                      n_threads=n_threads)
     g2 = g.copy(order="K")
     fastopt.agc(x, g2, layout=layout, n_threads=n_threads)
     np.testing.assert_allclose(g2, ref.agc.agc(x, g, 0.01, 1e-3, layout), rtol=RTOL[dtype])
-    fastopt.momentum(x, g2, v, lr=0.3, t=1, beta=0.5)
+    fastopt.onnx_momentum(x, g2, v, lr=0.3, t=1, beta=0.5)
     assert x1.tobytes() == x.tobytes() and v1.tobytes() == v.tobytes()
 
 
@@ -118,8 +118,8 @@ def test_fused_follows_x_order_when_states_differ(layout):
     g = np.full((2, 2, 4), 1.3, np.float32)
     v = np.zeros((2, 2, 4), np.float32)
     x2, v2, g2 = x.copy(order="K"), v.copy(), g.copy()
-    fastopt.momentum(x, g, v, lr=0.01, t=0, alpha=0.0, clipping=0.01, layout=layout)
+    fastopt.onnx_momentum(x, g, v, lr=0.01, t=0, alpha=0.0, clipping=0.01, layout=layout)
     fastopt.agc(x2, g2, clipping=0.01, layout=layout)
-    fastopt.momentum(x2, g2, v2, lr=0.01, t=0, alpha=0.0)
+    fastopt.onnx_momentum(x2, g2, v2, lr=0.01, t=0, alpha=0.0)
     assert x.flags.f_contiguous and x.tobytes() == x2.tobytes()
     assert v.tobytes() == v2.tobytes()

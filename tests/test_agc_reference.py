@@ -138,7 +138,7 @@ def test_threshold_is_strict(layout, dtype):
             assert g.tobytes() == g0.tobytes()
         # the fused update sees the same clipped gradient
         xf, v = np.zeros_like(x), np.zeros_like(x)
-        fastopt.momentum(xf, g0, v, lr=1.0, t=0, clipping=clip, clip_eps=eps,
+        fastopt.onnx_momentum(xf, g0, v, lr=1.0, t=0, clipping=clip, clip_eps=eps,
                          layout=layout)
         assert np.array_equal(v, g)
 

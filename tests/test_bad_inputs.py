@@ -67,13 +67,13 @@ def test_rejected_with_message_and_nothing_modified(case):
 
 def test_catalogue_covers_every_public_function():
     funcs = {c.func for c in CASES}
-    assert {"momentum", "adagrad", "adam", "set_num_threads"} <= funcs
+    assert {"onnx_momentum", "onnx_adagrad", "onnx_adam", "set_num_threads"} <= funcs
     if hasattr(fastopt, "schedules"):
         assert {"schedules.angel", "schedules.Exponential"} <= funcs
     if hasattr(fastopt, "agc"):
         assert {"agc", "unitwise_norm"} <= funcs
     if hasattr(fastopt, "optim"):
-        assert {"optim.Adam", "optim.Momentum.step"} <= funcs
+        assert {"optim.OnnxAdam", "optim.OnnxMomentum.step"} <= funcs
 
 
 def test_a_rejected_call_leaves_nothing_behind():
@@ -82,7 +82,7 @@ def test_a_rejected_call_leaves_nothing_behind():
         invoke(case)
     x = np.ones(5, np.float32)
     v = np.zeros(5, np.float32)
-    fastopt.momentum(x, np.full(5, 2.0, np.float32), v, lr=0.5, t=0)
+    fastopt.onnx_momentum(x, np.full(5, 2.0, np.float32), v, lr=0.5, t=0)
     np.testing.assert_array_equal(x, np.zeros(5, np.float32))
     assert fastopt.get_num_threads() >= 1
 

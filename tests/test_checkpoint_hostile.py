@@ -32,7 +32,7 @@ from fastopt.optim import CheckpointError
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def trained(cls=optim.Momentum, shapes=((10,), (3, 4))):
+def trained(cls=optim.OnnxMomentum, shapes=((10,), (3, 4))):
     params = [np.linspace(-1, 1, int(np.prod(s))).reshape(s) for s in shapes]
     opt = cls(params, lr=0.1)
     for k in range(3):
@@ -97,7 +97,7 @@ from npz_hostile import bomb_member, member, raw_zip
 import zipfile
 path = Path(sys.argv[1])
 x = np.zeros(10)
-opt = optim.Momentum([x], lr=0.1)
+opt = optim.OnnxMomentum([x], lr=0.1)
 opt.save(path)
 with zipfile.ZipFile(path) as z:
     keep = [(i.filename, z.read(i.filename)) for i in z.infolist()]

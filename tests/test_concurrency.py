@@ -11,6 +11,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import public_names
 
 import fastopt
 
@@ -61,7 +62,7 @@ def run_sequence(k, shared, n_threads_override=None, check_ctx=False):
     xs = fresh_params(100 + k)
     states = [[np.abs(a) * 0.1 for a in fresh_params(200 + k + 10 * j)]
               for j in range(STATES[op])]
-    fn = getattr(fastopt, op.split("+")[0])
+    fn = public_names.op(op.split("+")[0])
     extra = {"clipping": [0.01, None, 0.1]} if op == "momentum+agc" else {}
     for i in range(CALLS):
         lr = 1e-3 * (1 + (i + k) % 5)

@@ -172,8 +172,8 @@ def test_sharded_step_is_one_update_call(monkeypatch, kw):
     params = [rng.standard_normal((30, 20)).astype(np.float32), rng.standard_normal(50),
               rng.standard_normal(7).astype(np.float32)]
     groups = [{"params": params[:2]}, {"params": params[2:], "lr": 0.1}]
-    opt = ShardedOptimizer(fo.Adam, groups, lr=1e-3, comm=MPI.COMM_SELF)
-    single = fo.Adam([{"params": [p.copy() for p in params[:2]]},
+    opt = ShardedOptimizer(fo.OnnxAdam, groups, lr=1e-3, comm=MPI.COMM_SELF)
+    single = fo.OnnxAdam([{"params": [p.copy() for p in params[:2]]},
                       {"params": [params[2].copy()], "lr": 0.1}], lr=1e-3)
     calls = []
     for mod, name in ((_fused, "run"), (_ext, "global_norm")):
@@ -202,9 +202,9 @@ def test_nonfinite_norm_clips_as_single_process(bad):
     from fastopt.distributed import ShardedOptimizer
     rng = np.random.default_rng(5)
     params = [rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal(9)]
-    opt = ShardedOptimizer(fo.Momentum, [p.copy() for p in params], lr=0.1,
+    opt = ShardedOptimizer(fo.OnnxMomentum, [p.copy() for p in params], lr=0.1,
                            comm=MPI.COMM_SELF)
-    single = fo.Momentum([p.copy() for p in params], lr=0.1)
+    single = fo.OnnxMomentum([p.copy() for p in params], lr=0.1)
     g = _grads_like(rng, params)
     g[1][3] = bad
     with np.errstate(all="ignore"):
@@ -228,8 +228,8 @@ def test_grads_per_group_or_flat_and_their_errors():
     params = [rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal(4),
               rng.standard_normal(6).astype(np.float32)]
     groups = [{"params": params[:2]}, {"params": params[2:], "lr": 0.5}]
-    flat = ShardedOptimizer(fo.Momentum, groups, lr=0.1, comm=MPI.COMM_SELF)
-    per = ShardedOptimizer(fo.Momentum, groups, lr=0.1, comm=MPI.COMM_SELF)
+    flat = ShardedOptimizer(fo.OnnxMomentum, groups, lr=0.1, comm=MPI.COMM_SELF)
+    per = ShardedOptimizer(fo.OnnxMomentum, groups, lr=0.1, comm=MPI.COMM_SELF)
     g = _grads_like(rng, params)
     flat.step(g)
     per.step([g[:2], g[2:]])
@@ -255,7 +255,7 @@ def test_gradient_shapes_as_in_optim():
     import fastopt.optim as fo
     from fastopt.distributed import ShardedOptimizer
     params = [np.ones((5, 3), np.float32), np.ones(4)]
-    exact = ShardedOptimizer(fo.Adam, [p.copy() for p in params], lr=0.1,
+    exact = ShardedOptimizer(fo.OnnxAdam, [p.copy() for p in params], lr=0.1,
                              comm=MPI.COMM_SELF)
     before = [p.copy() for p in exact.params]
     g = [np.ones(3, np.float32), np.ones(4)]
@@ -265,9 +265,9 @@ def test_gradient_shapes_as_in_optim():
         exact.step(g)
     for a, b in zip(exact.params, before):
         np.testing.assert_array_equal(a, b)
-    loose = ShardedOptimizer(fo.Adam, [p.copy() for p in params], lr=0.1,
+    loose = ShardedOptimizer(fo.OnnxAdam, [p.copy() for p in params], lr=0.1,
                              comm=MPI.COMM_SELF, broadcast_grads=True)
-    single = fo.Adam([p.copy() for p in params], lr=0.1)
+    single = fo.OnnxAdam([p.copy() for p in params], lr=0.1)
     loose.step(g)
     single.step([np.ones((5, 3), np.float32), np.ones(4)])
     for a, b in zip(loose.params, single.params):

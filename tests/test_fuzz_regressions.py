@@ -11,7 +11,7 @@ def test_optimizer_with_an_empty_parameter_group_steps_every_other_group():
     # A group with "params": [] used to reach the kernel as an empty list,
     # which raised *after* the earlier groups had been updated.
     optim = pytest.importorskip("fastopt.optim")
-    for cls in (optim.Momentum, optim.Adagrad, optim.Adam):
+    for cls in (optim.OnnxMomentum, optim.OnnxAdagrad, optim.OnnxAdam):
         p = np.ones(3, np.float32)
         q = np.ones(2, np.float64)
         opt = cls([{"params": [p]}, {"params": []}, {"params": [q]}], lr=0.1)
@@ -34,23 +34,23 @@ def test_angel_rejects_a_conf_that_is_not_a_mapping(conf):
 
 
 def test_fastopt_still_imports():
-    assert callable(fastopt.momentum)
+    assert callable(fastopt.onnx_momentum)
 
 
 @pytest.mark.parametrize("container", [list, tuple])
 def test_adam_none_second_state_in_a_list_is_rejected_not_dereferenced(container):
-    # fastopt.adam([x], [g], [v], [None]) used to pass the fast path with a
+    # fastopt.onnx_adam([x], [g], [v], [None]) used to pass the fast path with a
     # NULL h pointer and crash (segfault) in the C kernel.
     x = np.ones(5, np.float32)
     g = np.full(5, 0.5, np.float32)
     v = np.zeros(5, np.float32)
     with pytest.raises(TypeError, match=r"h\[0\] must be a numpy.ndarray, got NoneType"):
-        fastopt.adam(container([x]), container([g]), container([v]), container([None]),
+        fastopt.onnx_adam(container([x]), container([g]), container([v]), container([None]),
                      lr=0.1, t=1)
     assert (x == 1).all() and (v == 0).all()
     xs = [np.ones(3, np.float64), np.ones(4, np.float32)]
     with pytest.raises(TypeError, match=r"h\[1\] must be a numpy.ndarray, got NoneType"):
-        fastopt.adam(xs, [a.copy() for a in xs], [np.zeros_like(a) for a in xs],
+        fastopt.onnx_adam(xs, [a.copy() for a in xs], [np.zeros_like(a) for a in xs],
                      [np.zeros_like(xs[0]), None], lr=0.1, t=1)
     assert all((a == 1).all() for a in xs)
 
@@ -133,7 +133,7 @@ def test_damaged_checkpoint_raises_checkpoint_error(tmp_path):
     # Optimizer.load instead of CheckpointError (found by the fuzzer)
     optim = pytest.importorskip("fastopt.optim")
     p = np.ones(5, np.float32)
-    opt = optim.Adam([p], lr=0.1)
+    opt = optim.OnnxAdam([p], lr=0.1)
     opt.step([np.full(5, 0.5, np.float32)])
     path = str(tmp_path / "ckpt.npz")
     opt.save(path)

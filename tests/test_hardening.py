@@ -14,21 +14,21 @@ def _z():
 
 NP_INT_CALLS = {
     "adamw": lambda x, g, n: fastopt.adamw(x, g, _z(), _z(), lr=0.1, step=1, n_threads=n),
-    "adam_torch": lambda x, g, n: fastopt.adam_torch(x, g, _z(), _z(), lr=0.1, step=1,
+    "adam_torch": lambda x, g, n: fastopt.adam(x, g, _z(), _z(), lr=0.1, step=1,
                                                       n_threads=n),
-    "sgd_torch": lambda x, g, n: fastopt.sgd_torch(x, g, _z(), lr=0.1, step=1,
+    "sgd_torch": lambda x, g, n: fastopt.sgd(x, g, _z(), lr=0.1, step=1,
                                                     momentum=0.9, n_threads=n),
-    "adagrad_torch": lambda x, g, n: fastopt.adagrad_torch(x, g, _z(), lr=0.1, step=1,
+    "adagrad_torch": lambda x, g, n: fastopt.adagrad(x, g, _z(), lr=0.1, step=1,
                                                             n_threads=n),
     "global_norm": lambda x, g, n: fastopt.global_norm([g], n_threads=n),
     "clip_grads": lambda x, g, n: fastopt.clip_grads([g], max_norm=1.0, n_threads=n),
-    "momentum with grad_scale": lambda x, g, n: fastopt.momentum(
+    "momentum with grad_scale": lambda x, g, n: fastopt.onnx_momentum(
         x, g, _z(), lr=0.1, t=1, grad_scale=0.5, n_threads=n),
-    "clipped momentum with grad_scale": lambda x, g, n: fastopt.momentum(
+    "clipped momentum with grad_scale": lambda x, g, n: fastopt.onnx_momentum(
         x, g, _z(), lr=0.1, t=1, grad_scale=0.5, clipping=0.1, n_threads=n),
-    "adam with max_grad_norm": lambda x, g, n: fastopt.adam(
+    "adam with max_grad_norm": lambda x, g, n: fastopt.onnx_adam(
         x, g, _z(), _z(), lr=0.1, t=1, max_grad_norm=1.0, n_threads=n),
-    "adagrad with grad_scale": lambda x, g, n: fastopt.adagrad(
+    "adagrad with grad_scale": lambda x, g, n: fastopt.onnx_adagrad(
         x, g, _z(), lr=0.1, t=1, grad_scale=0.5, n_threads=n),
 }
 
@@ -50,7 +50,7 @@ def test_numpy_integer_n_threads_is_an_int(call, n):
 def test_an_optimizers_numpy_integer_n_threads_is_an_int(kind, clipping):
     if kind == "optim":
         x = np.linspace(1.0, 2.0, 4)
-        opt = fastopt.optim.Momentum([x], lr=0.1, clipping=clipping)
+        opt = fastopt.optim.OnnxMomentum([x], lr=0.1, clipping=clipping)
         opt.n_threads = np.int64(2)
 
         def step():
@@ -79,7 +79,7 @@ TINY_F64 = np.array([0.0, -0.0, 2.0**-1074, -(2.0**-1060), 1e-310, 2.0**-1030])
 @pytest.mark.parametrize("clip", [None, 1e300])
 def test_float64_grad_scale_below_the_normal_range_divides(scale, clip):
     x = np.ones(TINY_F64.size)
-    fastopt.sgd_torch(x, TINY_F64.copy(), None, lr=2.0**-60, step=1, grad_scale=scale,
+    fastopt.sgd(x, TINY_F64.copy(), None, lr=2.0**-60, step=1, grad_scale=scale,
                       max_grad_norm=clip)
     np.testing.assert_array_equal(x, 1.0 - 2.0**-60 * (TINY_F64 / scale))
     info = fastopt.global_norm([TINY_F64], grad_scale=scale)
@@ -88,7 +88,7 @@ def test_float64_grad_scale_below_the_normal_range_divides(scale, clip):
 
 def test_adam_at_the_last_update_count_refuses_the_next_step_untouched():
     x = np.ones(3)
-    opt = fastopt.optim.Adam([x], lr=0.1)
+    opt = fastopt.optim.OnnxAdam([x], lr=0.1)
     opt.step([np.ones(3)])
     sd = opt.state_dict()
     sd["steps"] = 2**63 - 2          # the next update count is 2**63 - 1, the last
@@ -96,7 +96,7 @@ def test_adam_at_the_last_update_count_refuses_the_next_step_untouched():
     opt.step([np.ones(3)])
     assert opt.steps == 2**63 - 1
     before = (x.copy(), opt.state_dict())
-    with pytest.raises(ValueError, match=r"fastopt\.optim\.Adam\.step: the update count "
+    with pytest.raises(ValueError, match=r"fastopt\.optim\.OnnxAdam\.step: the update count "
                                          r"would be 2\*\*63"):
         opt.step([np.ones(3)])
     np.testing.assert_array_equal(x, before[0])
@@ -122,7 +122,7 @@ def test_float32_sgd_torch_takes_torchs_path_for_a_coefficient_that_rounds_to_ze
         g = np.array([0.5, 1.0, -0.25, 2.0], np.float32) * step
         p.grad = torch.from_numpy(g.copy())
         ref.step()
-        fastopt.sgd_torch(x, g, buf, step=step, **hyper)
+        fastopt.sgd(x, g, buf, step=step, **hyper)
         want, want_buf = sgd_reference(want, g, want_buf, first=step == 1, **hyper)
     np.testing.assert_array_equal(x, want)
     np.testing.assert_allclose(x, p.detach().numpy(), rtol=1e-6)    # torch uses FMAs
@@ -141,7 +141,7 @@ def test_adagrad_torch_without_weight_decay_never_multiplies_the_parameter(dtype
     x0[[0, 5, n - 1]] = [np.inf, -np.inf, np.inf]
     g = np.linspace(0.5, 2.0, n).astype(dtype)
     x, h = x0.copy(), np.full(n, 0.1, dtype)
-    fastopt.adagrad_torch(x, g, h, lr=0.1, step=3, lr_decay=0.01, **options)
+    fastopt.adagrad(x, g, h, lr=0.1, step=3, lr_decay=0.01, **options)
     assert np.isfinite(h).all()
     np.testing.assert_array_equal(x[np.isinf(x0)], x0[np.isinf(x0)])
     assert np.isfinite(x[np.isfinite(x0)]).all()
@@ -152,7 +152,7 @@ def test_adagrad_torch_without_weight_decay_never_multiplies_the_parameter(dtype
         np.testing.assert_array_equal(h, want_h)
 
 
-@pytest.mark.parametrize("cls", ["Momentum", "Adam", "AdamW", "Adagrad"])
+@pytest.mark.parametrize("cls", ["OnnxMomentum", "OnnxAdam", "AdamW", "OnnxAdagrad"])
 @pytest.mark.parametrize("shape", [(1,), ()])
 def test_an_lr_array_in_param_groups_changed_in_place_is_the_lr_of_the_next_step(cls,
                                                                                  shape):
@@ -171,7 +171,7 @@ def test_an_lr_array_in_param_groups_changed_in_place_is_the_lr_of_the_next_step
         np.testing.assert_array_equal(x, y)
 
 
-@pytest.mark.parametrize("cls", ["Momentum", "AdamW"])
+@pytest.mark.parametrize("cls", ["OnnxMomentum", "AdamW"])
 def test_a_parameter_reshaped_in_place_is_refused_by_the_prepared_step_as_by_the_full_one(
         cls):
     x = np.ones(6)
@@ -197,7 +197,7 @@ def test_a_parameter_reshaped_in_place_is_refused_by_the_prepared_step_as_by_the
 @pytest.mark.parametrize("what", ["param", "state", "state dtype"])
 def test_a_bad_array_in_a_later_agc_group_writes_nothing(what, options):
     a, b = np.ones(4), np.ones(4)
-    opt = fastopt.optim.Momentum([{"params": [a], "clipping": 0.1}, {"params": [b]}],
+    opt = fastopt.optim.OnnxMomentum([{"params": [a], "clipping": 0.1}, {"params": [b]}],
                                  lr=0.1)
     opt.step([np.ones(4), np.ones(4)])
     if what == "param":

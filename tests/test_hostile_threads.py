@@ -49,7 +49,7 @@ def replay(x, g, v, calls):
     """The same momentum calls, serially, on copies."""
     x, g, v = x.copy(), g.copy(), v.copy()
     for _ in range(calls):
-        fastopt.momentum(x, g, v, **KW)
+        fastopt.onnx_momentum(x, g, v, **KW)
     return x, v
 
 
@@ -121,7 +121,7 @@ def hammer(worker, action, undo=None, until_inside=None):
 def test_resize_with_refcheck_is_refused_during_calls():
     x, g, v = arrays()
     x0, g0, v0 = x.copy(), g.copy(), v.copy()
-    w = Worker(lambda: fastopt.momentum(x, g, v, **KW), 400)
+    w = Worker(lambda: fastopt.onnx_momentum(x, g, v, **KW), 400)
     tries, resized = hammer(w, lambda: in_call(w) and x.resize(N // 2), until_inside=3)
     assert tries > 0 and resized == 0          # referenced by the call: never resized
     assert w.errors == [] and w.ok > 0 and x.shape == (N,)
@@ -133,7 +133,7 @@ def test_resize_with_refcheck_is_refused_during_calls():
 def test_resize_of_a_listed_array_whose_name_was_dropped():
     xs, gs, vs = ([a] for a in arrays())
     keep = [a.copy() for a in (xs[0], gs[0], vs[0])]
-    w = Worker(lambda: fastopt.momentum(xs, gs, vs, **KW), 400)
+    w = Worker(lambda: fastopt.onnx_momentum(xs, gs, vs, **KW), 400)
     tries, resized = hammer(w, lambda: in_call(w) and xs[0].resize(2 * N, refcheck=True),
                             until_inside=3)
     assert tries > 0 and resized == 0 and w.ok > 0 and w.errors == []
@@ -145,7 +145,7 @@ def test_reshape_in_place_during_calls():
     that matches g (applied in full) or not (rejected, nothing written)."""
     x, g, v = arrays()
     x0, g0, v0 = x.copy(), g.copy(), v.copy()
-    w = Worker(lambda: fastopt.momentum(x, g, v, **KW), 10)
+    w = Worker(lambda: fastopt.onnx_momentum(x, g, v, **KW), 10)
 
     def flip():
         x.shape = (N // 2, 2)
@@ -162,7 +162,7 @@ def test_reshape_in_place_during_calls():
 def test_writeable_flag_cleared_during_calls():
     x, g, v = arrays()
     x0, g0, v0 = x.copy(), g.copy(), v.copy()
-    w = Worker(lambda: fastopt.momentum(x, g, v, **KW), 10)
+    w = Worker(lambda: fastopt.onnx_momentum(x, g, v, **KW), 10)
 
     def freeze():
         x.flags.writeable = False
@@ -193,7 +193,7 @@ def test_last_reference_dropped_during_a_call(how, layout):
         seen = {}
         weakref.finalize(x, lambda seen=seen: seen.setdefault("thread", threading.get_ident()))
         del x
-        w = Worker(lambda xs=xs, gs=gs, vs=vs: fastopt.momentum(xs, gs, vs, **KW), 1)
+        w = Worker(lambda xs=xs, gs=gs, vs=vs: fastopt.onnx_momentum(xs, gs, vs, **KW), 1)
         w.start()
         w.started.wait()
         new = np.zeros(N, np.float32)
@@ -226,7 +226,7 @@ def test_list_element_replaced_keeps_results_exact():
     xs, gs, vs = ([p[k] for p in parts] for k in range(3))
     originals = list(xs)
     want = [replay(*p, 1)[0] for p in parts]
-    w = Worker(lambda: fastopt.momentum(xs, gs, vs, **KW), 1)
+    w = Worker(lambda: fastopt.onnx_momentum(xs, gs, vs, **KW), 1)
     w.start()
     w.started.wait()
     for i in range(4):
@@ -246,7 +246,7 @@ def test_gradient_overwritten_during_a_call():
     x, g, v = arrays(dtype=np.float64)
     g[:] = 1.0
     x0, v0 = x.copy(), v.copy()
-    w = Worker(lambda: fastopt.momentum(x, g, v, **KW), 1)
+    w = Worker(lambda: fastopt.onnx_momentum(x, g, v, **KW), 1)
     w.start()
     w.started.wait()
     g[:] = 2.0
@@ -263,10 +263,10 @@ def test_adam_states_dropped_during_a_call():
     h = np.abs(arrays(seed=5)[0])
     xs, gs, vs, hs = [x], [g], [v], [h]
     ref = [a.copy() for a in (x, g, v, h)]
-    fastopt.adam(*[[a] for a in ref], lr=0.1, t=1)
+    fastopt.onnx_adam(*[[a] for a in ref], lr=0.1, t=1)
     untouched = x.copy()
     del v, h
-    w = Worker(lambda: fastopt.adam(xs, gs, vs, hs, lr=0.1, t=1), 1)
+    w = Worker(lambda: fastopt.onnx_adam(xs, gs, vs, hs, lr=0.1, t=1), 1)
     w.start()
     w.started.wait()
     vs[0] = None
@@ -287,7 +287,7 @@ def test_memmap_parameters_are_updated_and_flushable(tmp_path):
     mm = np.memmap(path, dtype=np.float32, mode="w+", shape=x0.shape)
     mm[:] = x0
     v = v0.copy()
-    fastopt.momentum(mm, g, v, **KW)
+    fastopt.onnx_momentum(mm, g, v, **KW)
     mm.flush()
     want, _ = replay(x0, g, v0, 1)
     np.testing.assert_array_equal(np.asarray(mm), want)
@@ -303,7 +303,7 @@ def test_memmap_parameters_in_an_optimizer(tmp_path):
     mm = np.memmap(path, dtype=np.float64, mode="w+", shape=(513,))
     mm[:] = x0
     plain = x0.copy()
-    a, b = optim.Adam([mm], lr=0.01), optim.Adam([plain], lr=0.01)
+    a, b = optim.OnnxAdam([mm], lr=0.01), optim.OnnxAdam([plain], lr=0.01)
     for k in range(3):
         grad = np.cos(x0 * (k + 1))
         a.step([grad])
@@ -319,11 +319,11 @@ def test_read_only_memmap_is_rejected_and_not_written(tmp_path):
     x0.tofile(path)
     ro = np.memmap(path, dtype=np.float32, mode="r", shape=(1000,))
     v0 = v.copy()
-    with pytest.raises(ValueError, match=r"^fastopt.momentum: x is read-only; it is updated "
+    with pytest.raises(ValueError, match=r"^fastopt.onnx_momentum: x is read-only; it is updated "
                                          r"in place$"):
-        fastopt.momentum(ro, g, v, **KW)
+        fastopt.onnx_momentum(ro, g, v, **KW)
     with pytest.raises(ValueError, match=r"x\[1\] is read-only"):
-        fastopt.momentum([g.copy(), ro], [g, g], [v, v.copy()], **KW)
+        fastopt.onnx_momentum([g.copy(), ro], [g, g], [v, v.copy()], **KW)
     np.testing.assert_array_equal(v, v0)
     np.testing.assert_array_equal(np.fromfile(path, dtype=np.float32), x0)
     del ro
@@ -334,7 +334,7 @@ def test_copy_on_write_memmap_leaves_the_file_alone(tmp_path):
     x0, g, v = arrays(1000)
     x0.tofile(path)
     cow = np.memmap(path, dtype=np.float32, mode="c", shape=(1000,))
-    fastopt.momentum(cow, g, v.copy(), **KW)
+    fastopt.onnx_momentum(cow, g, v.copy(), **KW)
     np.testing.assert_array_equal(np.asarray(cow), replay(x0, g, v, 1)[0])
     np.testing.assert_array_equal(np.fromfile(path, dtype=np.float32), x0)
     del cow
@@ -371,7 +371,7 @@ def test_subclass_with_finalize_side_effects(layout):
     x = base.view(Noisy) if layout != "strided" else np.repeat(base, 2, 1)[:, ::2].view(Noisy)
     g2, v = g.reshape(shape), v0.reshape(shape).copy()
     want = replay(np.array(base), g2, v0.reshape(shape), 1)
-    fastopt.momentum(x, g2, v, **KW)
+    fastopt.onnx_momentum(x, g2, v, **KW)
     assert type(x) is Noisy
     np.testing.assert_array_equal(np.asarray(x), want[0])
     np.testing.assert_array_equal(v, want[1])
@@ -383,7 +383,7 @@ def test_subclass_whose_finalize_raises():
     x.armed = True
     want = replay(x0, g, v, 1)
     try:
-        fastopt.momentum(x, g, v, **KW)
+        fastopt.onnx_momentum(x, g, v, **KW)
     except RuntimeError:
         np.testing.assert_array_equal(np.asarray(x), x0)     # raised: nothing written
     else:

@@ -66,11 +66,11 @@ def test_momentum_beyond_2_pow_31_elements():
     v = np.zeros(N, np.float32)
     assert x.size > 2**31 and x[2**31 + 5] == np.float32((2**31 + 5) % PERIOD + 1)
 
-    fastopt.momentum(x, g, v, lr=0.5, t=0, norm_coefficient=0.5, n_threads=2)
+    fastopt.onnx_momentum(x, g, v, lr=0.5, t=0, norm_coefficient=0.5, n_threads=2)
     assert_scaled(x, 0.75, "x after the parallel step")
     assert_scaled(v, 0.5, "v after the parallel step")
 
-    fastopt.momentum(x, g, v, lr=0.5, t=1, alpha=0.0, norm_coefficient=0.5, n_threads=1)
+    fastopt.onnx_momentum(x, g, v, lr=0.5, t=1, alpha=0.0, norm_coefficient=0.5, n_threads=1)
     assert_scaled(x, 0.5625, "x after the serial step")
     assert_scaled(v, 0.375, "v after the serial step")
     for lo in range(0, N, CHUNK):

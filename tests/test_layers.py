@@ -15,7 +15,7 @@ import os
 import fastopt
 
 ROOT = os.path.dirname(os.path.abspath(fastopt.__file__))
-# the modules that may use the package's public names (fastopt.momentum ...)
+# the modules that may use the package's public names (fastopt.onnx_momentum ...)
 TOOLS = ("fastopt._cli",)
 
 

@@ -72,17 +72,17 @@ def workload():
         raise AssertionError("expected an error")
 
     return [
-        lambda: fastopt.momentum(x, g, v, lr=1e-3, t=1),
-        lambda: fastopt.momentum(px, pg, pv, lr=1e-3, t=1, n_threads=2),   # parallel
-        lambda: fastopt.momentum(xs, gs, vs, lr=1e-3, t=1, mode="nesterov", n_threads=2),
-        lambda: fastopt.adagrad(x, g, h, lr=1e-3, t=3),
-        lambda: fastopt.adam(xs, gs, vs, hs, lr=1e-3, t=5),
-        lambda: fastopt.momentum(xf, gf, vf, lr=1e-3, t=2),               # Fortran
-        lambda: fastopt.adam(x, strided, v, h, lr=lr_arr, t=np.int64(2)),  # copying path
-        lambda: fastopt.adagrad(xf, row, vf, lr=1e-3, t=1),              # broadcast g
-        lambda: err(lambda: fastopt.momentum(xs, gs, bad_v, lr=1e-3, t=1)),
-        lambda: err(lambda: fastopt.adam(ro, g, v, h, lr=1e-3, t=1)),
-        lambda: err(lambda: fastopt.adagrad(x, g, h, lr=-1.0, t=1)),
+        lambda: fastopt.onnx_momentum(x, g, v, lr=1e-3, t=1),
+        lambda: fastopt.onnx_momentum(px, pg, pv, lr=1e-3, t=1, n_threads=2),   # parallel
+        lambda: fastopt.onnx_momentum(xs, gs, vs, lr=1e-3, t=1, mode="nesterov", n_threads=2),
+        lambda: fastopt.onnx_adagrad(x, g, h, lr=1e-3, t=3),
+        lambda: fastopt.onnx_adam(xs, gs, vs, hs, lr=1e-3, t=5),
+        lambda: fastopt.onnx_momentum(xf, gf, vf, lr=1e-3, t=2),               # Fortran
+        lambda: fastopt.onnx_adam(x, strided, v, h, lr=lr_arr, t=np.int64(2)),  # copying path
+        lambda: fastopt.onnx_adagrad(xf, row, vf, lr=1e-3, t=1),              # broadcast g
+        lambda: err(lambda: fastopt.onnx_momentum(xs, gs, bad_v, lr=1e-3, t=1)),
+        lambda: err(lambda: fastopt.onnx_adam(ro, g, v, h, lr=1e-3, t=1)),
+        lambda: err(lambda: fastopt.onnx_adagrad(x, g, h, lr=-1.0, t=1)),
     ] + agc_calls(x, g, v, xf, gf, vf, err)
 
 
@@ -101,8 +101,8 @@ def agc_calls(x, g, v, xf, gf, vf, err):
     return [
         clip,
         lambda: fastopt.unitwise_norm(w, layout="io"),
-        lambda: fastopt.momentum(w, gw, vw, lr=1e-3, t=1, clipping=0.01),
-        lambda: fastopt.momentum([w, xf], [gw, gf], [vw, vf], lr=1e-3, t=1,
+        lambda: fastopt.onnx_momentum(w, gw, vw, lr=1e-3, t=1, clipping=0.01),
+        lambda: fastopt.onnx_momentum([w, xf], [gw, gf], [vw, vf], lr=1e-3, t=1,
                                  clipping=[0.01, None], layout="io"),
         lambda: err(lambda: fastopt.agc(w, gw, clipping=-1.0)),
     ]
@@ -119,11 +119,11 @@ def test_reference_counts_unchanged():
     objs = [x, g, v, s, lr, xs, gs, vs, bad]
     before = [sys.getrefcount(o) for o in objs]
     for _ in range(2000):
-        fastopt.momentum(x, g, v, lr=lr, t=1)          # fast path
-        fastopt.momentum(xs, gs, vs, lr=lr, t=1)       # fast path, lists
-        fastopt.momentum(x, s, v, lr=lr, t=1)          # copying path
+        fastopt.onnx_momentum(x, g, v, lr=lr, t=1)          # fast path
+        fastopt.onnx_momentum(xs, gs, vs, lr=lr, t=1)       # fast path, lists
+        fastopt.onnx_momentum(x, s, v, lr=lr, t=1)          # copying path
         with pytest.raises(ValueError):
-            fastopt.momentum(x, g, bad, lr=lr, t=1)    # error path
+            fastopt.onnx_momentum(x, g, bad, lr=lr, t=1)    # error path
     gc.collect()
     after = [sys.getrefcount(o) for o in objs]
     assert after == before

@@ -14,7 +14,7 @@ def test_gradient_aliasing_an_output_exactly_is_read_before_writing():
     x = np.arange(5.0)
     v = np.zeros(5)
     exp = ref.momentum(x, x, v, lr=0.1, t=0)
-    fastopt.momentum(x, x, v, lr=0.1, t=0)
+    fastopt.onnx_momentum(x, x, v, lr=0.1, t=0)
     np.testing.assert_array_equal(x, exp[0])
     np.testing.assert_array_equal(v, exp[1])
 
@@ -25,17 +25,17 @@ def test_overlap_found_among_many_tensors():
     xs = [arena[i * 4:(i + 1) * 4] for i in range(40)]      # adjacent, disjoint
     vs = [np.zeros(4, np.float32) for _ in range(40)]
     gs = [np.ones(4, np.float32) for _ in range(40)]
-    fastopt.momentum(xs, gs, vs, lr=1.0, t=0)               # touching is fine
+    fastopt.onnx_momentum(xs, gs, vs, lr=1.0, t=0)               # touching is fine
     np.testing.assert_array_equal(arena[:160], -1.0)
     vs[31] = arena[158:162]                                  # straddles x[39]/x[40]
     snap = arena.tobytes()
     with pytest.raises(ValueError, match=r"x\[39\] and v\[31\] share memory"):
-        fastopt.momentum(xs, gs, vs, lr=1.0, t=0)
+        fastopt.onnx_momentum(xs, gs, vs, lr=1.0, t=0)
     assert arena.tobytes() == snap
     vs[31] = np.zeros(4, np.float32)
     gs[7] = arena[101:105]                                   # straddles x[25]/x[26]
     with pytest.raises(ValueError, match=r"g\[7\] partially overlaps x\[25\]"):
-        fastopt.momentum(xs, gs, vs, lr=1.0, t=0)
+        fastopt.onnx_momentum(xs, gs, vs, lr=1.0, t=0)
     assert arena.tobytes() == snap
 
 
@@ -68,10 +68,10 @@ def test_overlap_detection_matches_brute_force(seed):
         snap = arena.tobytes()
         if bad:
             with pytest.raises(ValueError, match="share memory|partially overlaps"):
-                fastopt.momentum(xs, gs, vs, lr=0.5, t=1)
+                fastopt.onnx_momentum(xs, gs, vs, lr=0.5, t=1)
             assert arena.tobytes() == snap
         else:
-            fastopt.momentum(xs, gs, vs, lr=0.5, t=1)
+            fastopt.onnx_momentum(xs, gs, vs, lr=0.5, t=1)
         gs = gs[::-1]
 
 
@@ -79,7 +79,7 @@ def test_shared_gradient_across_tensors():
     g = np.full(10, 0.5)
     xs = [np.ones(10), np.ones(10)]
     vs = [np.zeros(10), np.zeros(10)]
-    fastopt.momentum(xs, [g, g], vs, lr=1.0, t=0)
+    fastopt.onnx_momentum(xs, [g, g], vs, lr=1.0, t=0)
     np.testing.assert_array_equal(xs[0], 0.5)
     np.testing.assert_array_equal(xs[1], 0.5)
 
@@ -96,13 +96,13 @@ def test_overlap_found_after_a_stale_sorted_order(seed):
     xs = [arena[i * 8:(i + 1) * 8] for i in range(n)]
     gs = [np.ones(8, np.float32) for _ in range(n)]
     vs = [np.zeros(8, np.float32) for _ in range(n)]
-    fastopt.momentum(xs, gs, vs, lr=0.1, t=1)
+    fastopt.onnx_momentum(xs, gs, vs, lr=0.1, t=1)
     perm = rng.permutation(n)
     xs2, gs2, vs2 = [xs[k] for k in perm], [gs[k] for k in perm], [vs[k] for k in perm]
     j, k = (int(v) for v in rng.choice(n, 2, replace=False))
     vs2[j] = arena[int(perm[k]) * 8 + 3:int(perm[k]) * 8 + 11]   # straddles two x
     snap, vsnap = arena.tobytes(), [v.tobytes() for v in vs]
     with pytest.raises(ValueError, match="share memory"):
-        fastopt.momentum(xs2, gs2, vs2, lr=0.1, t=1)
+        fastopt.onnx_momentum(xs2, gs2, vs2, lr=0.1, t=1)
     assert arena.tobytes() == snap
     assert [v.tobytes() for v in vs] == vsnap

@@ -1,9 +1,10 @@
-"""Rejected calls of fastopt.momentum / adagrad / adam: the error type and
+"""Rejected calls of fastopt.onnx_momentum / adagrad / adam: the error type and
 message, and nothing modified.
 """
 import threading
 
 import numpy as np
+import public_names
 import pytest
 
 import fastopt
@@ -30,10 +31,11 @@ def bad_cases():
     base = f32(10)
     buf = f32(8)
     cases = [
-        ("momentum", (ro, f32(3), f32(3)), {}, ValueError, r"fastopt.momentum: x is read-only"),
+        ("momentum", (ro, f32(3), f32(3)), {}, ValueError,
+         r"fastopt.onnx_momentum: x is read-only"),
         ("momentum", (f32(3), f32(3), ro), {}, ValueError, r"v is read-only"),
         ("adam", ([f32(2), f32(3)], [f32(2), f32(3)], [f32(2), f32(3)], [f32(2), ro]), {},
-         ValueError, r"fastopt.adam: h\[1\] is read-only"),
+         ValueError, r"fastopt.onnx_adam: h\[1\] is read-only"),
         ("momentum", (np.ones(3, np.int64), f32(3), f32(3)), {}, TypeError, r"x has dtype int64"),
         ("momentum", (np.ones(3, bool), f32(3), f32(3)), {}, TypeError, r"x has dtype bool"),
         ("momentum", (np.ones(3, np.float16),) * 3, {}, TypeError, r"x has dtype float16"),
@@ -42,7 +44,7 @@ def bad_cases():
         ("momentum", (f32(3), np.ones(3), f32(3)), {}, TypeError,
          r"g has dtype float64 but x has float32"),
         ("adagrad", ([f32(3), np.ones(2)], [f32(3), np.ones(2)], [f32(3), f32(2)]), {},
-         TypeError, r"fastopt.adagrad: h\[1\] has dtype float32 but x\[1\] has float64"),
+         TypeError, r"fastopt.onnx_adagrad: h\[1\] has dtype float32 but x\[1\] has float64"),
         ("momentum", (f32(3), f32(3), f32(4)), {}, ValueError,
          r"v has shape \(4,\) but x has shape \(3,\)"),
         ("momentum", (f32(3, 2), f32(2, 3), f32(3, 2)), {}, ValueError,
@@ -108,7 +110,7 @@ def test_bad_input_raises_and_modifies_nothing(case):
     kw = dict({"lr": 0.1, "t": 1}, **kw)
     snap = snapshot(*args)
     with pytest.raises(exc, match=msg):
-        getattr(fastopt, op)(*args, **kw)
+        public_names.op(op)(*args, **kw)
     for arr, data in snap:
         assert arr.tobytes() == data
 
@@ -117,28 +119,28 @@ def test_self_overlapping_outputs_are_rejected():
     buf = np.zeros(4)
     x = np.lib.stride_tricks.as_strided(buf, (3,), (0,), writeable=True)
     with pytest.raises(ValueError, match=r"x has elements that share memory"):
-        fastopt.momentum(x, np.ones(3), np.zeros(3), lr=0.1, t=0)
+        fastopt.onnx_momentum(x, np.ones(3), np.zeros(3), lr=0.1, t=0)
     v = np.lib.stride_tricks.as_strided(buf, (2, 2), (8, 8), writeable=True)
     with pytest.raises(ValueError, match=r"v\[1\] has elements that share memory"):
-        fastopt.momentum([np.ones(1), np.ones((2, 2))], [np.ones(1), np.ones((2, 2))],
+        fastopt.onnx_momentum([np.ones(1), np.ones((2, 2))], [np.ones(1), np.ones((2, 2))],
                          [np.zeros(1), v], lr=0.1, t=0)
     assert not buf.any()
     # a strided view that does not overlap itself is fine
     y = np.zeros((4, 6))[::2, ::3]
-    fastopt.momentum(y, np.ones((2, 2)), np.zeros((2, 2)), lr=1.0, t=0)
+    fastopt.onnx_momentum(y, np.ones((2, 2)), np.zeros((2, 2)), lr=1.0, t=0)
     assert (y == -1).all()
 
 
 def test_huge_numbers_and_odd_types_raise_clear_errors():
     a = [f32(3), f32(3), f32(3)]
-    with pytest.raises(ValueError, match="fastopt.momentum: lr must be a finite number"):
-        fastopt.momentum(*a, lr=10**400, t=0)
-    with pytest.raises(ValueError, match="fastopt.momentum: alpha must be finite"):
-        fastopt.momentum(*a, lr=0.1, t=0, alpha=-10**400)
-    with pytest.raises(TypeError, match="fastopt.momentum: mode must be a str"):
-        fastopt.momentum(*a, lr=0.1, t=0, mode=np.array(["nesterov"]))
+    with pytest.raises(ValueError, match="fastopt.onnx_momentum: lr must be a finite number"):
+        fastopt.onnx_momentum(*a, lr=10**400, t=0)
+    with pytest.raises(ValueError, match="fastopt.onnx_momentum: alpha must be finite"):
+        fastopt.onnx_momentum(*a, lr=0.1, t=0, alpha=-10**400)
+    with pytest.raises(TypeError, match="fastopt.onnx_momentum: mode must be a str"):
+        fastopt.onnx_momentum(*a, lr=0.1, t=0, mode=np.array(["nesterov"]))
     with pytest.raises(ValueError, match="n_threads must be a positive int up to 1024"):
-        fastopt.momentum(*a, lr=0.1, t=0, n_threads=5000)
+        fastopt.onnx_momentum(*a, lr=0.1, t=0, n_threads=5000)
 
 
 def test_list_emptied_by_another_thread_during_the_call():
@@ -161,7 +163,7 @@ def test_list_emptied_by_another_thread_during_the_call():
         refs = (xs, gs, vs)
         started.set()
         try:   # must not crash; if the lists were emptied first, a clear error
-            fastopt.momentum(*refs, lr=0.5, t=0, n_threads=2)
+            fastopt.onnx_momentum(*refs, lr=0.5, t=0, n_threads=2)
         except (TypeError, ValueError) as exc:
             assert "empty" in str(exc) or "tensors but x has" in str(exc)
         th.join()
@@ -170,6 +172,6 @@ def test_list_emptied_by_another_thread_during_the_call():
 
 def test_missing_keywords_are_required():
     with pytest.raises(TypeError):
-        fastopt.momentum(f32(2), f32(2), f32(2), lr=0.1)   # t is required
+        fastopt.onnx_momentum(f32(2), f32(2), f32(2), lr=0.1)   # t is required
     with pytest.raises(TypeError):
-        fastopt.momentum(f32(2), f32(2), f32(2), 0.1, 0)   # keyword-only
+        fastopt.onnx_momentum(f32(2), f32(2), f32(2), 0.1, 0)   # keyword-only

@@ -1,4 +1,4 @@
-"""The public ops' C entry (fastopt/_entry.pxi): fastopt.momentum/adagrad/adam/agc
+"""The public ops' C entry (fastopt/_entry.pxi): fastopt.onnx_momentum/adagrad/adam/agc
 parse their arguments in C against the signature of the Python function they
 wrap (fastopt/_ops.py). These tests pin that signature to what the docs say,
 and check that the entry behaves exactly as the Python function would:
@@ -12,6 +12,7 @@ import pickle
 import re
 
 import numpy as np
+import public_names
 import pytest
 
 import fastopt
@@ -46,7 +47,7 @@ N_ARRAYS = {"momentum": 3, "adagrad": 3, "adam": 4, "agc": 2}
 
 @pytest.mark.parametrize("name", OPS)
 def test_signature_is_the_documented_one(name):
-    op = getattr(fastopt, name)
+    op = public_names.op(name)
     assert str(inspect.signature(op)) == EXPECTED[name]
     params = inspect.signature(op).parameters.values()
     kinds = [p.kind for p in params]
@@ -77,7 +78,7 @@ def _documented(doc):
 
 @pytest.mark.parametrize("name", OPS)
 def test_docstring_agrees_with_the_signature(name):
-    op = getattr(fastopt, name)
+    op = public_names.op(name)
     names, defaults = _documented(op.__doc__)
     params = inspect.signature(op).parameters
     assert names == list(params)
@@ -87,16 +88,16 @@ def test_docstring_agrees_with_the_signature(name):
 
 @pytest.mark.parametrize("name", OPS)
 def test_the_entry_wraps_the_python_function(name):
-    op = getattr(fastopt, name)
+    op = public_names.op(name)
     func = op.__wrapped__
     assert inspect.isfunction(func) and func.__code__.co_filename == _ops.__file__
     assert (op.__name__, op.__qualname__, op.__module__, op.__doc__) == (
         func.__name__, func.__qualname__, func.__module__, func.__doc__)
     assert op.__doc__.startswith(("ONNX", "Adaptive"))
-    assert getattr(_ops, name) is op and inspect.isroutine(op)
+    assert getattr(_ops, op.__name__) is op and inspect.isroutine(op)
     assert pickle.loads(pickle.dumps(op)) is op
     assert copy.deepcopy(op) is op
-    assert repr(op) == f"<function fastopt._ops.{name} (C entry)>"
+    assert repr(op) == f"<function fastopt._ops.{op.__name__} (C entry)>"
 
 
 def _arrays(name, dtype=np.float32, n=5):
@@ -150,7 +151,7 @@ def _cases():
 def test_every_keyword_as_the_python_function_reads_it(name, kw):
     """Through the C entry and through the Python function alone (its slow
     path, which rechecks everything): bit-identical arrays, equal results."""
-    op = getattr(fastopt, name)
+    op = public_names.op(name)
     kw = {**REQUIRED[name], **kw}
     mine, theirs = _arrays(name), _arrays(name)
     got = op(*mine, **kw)
@@ -175,7 +176,7 @@ def _message(f, *args, **kw):
 
 @pytest.mark.parametrize("name", OPS)
 def test_malformed_calls_raise_the_python_message(name):
-    op = getattr(fastopt, name)
+    op = public_names.op(name)
     arrays = _arrays(name)
     req = REQUIRED[name]
     calls = [
@@ -195,19 +196,19 @@ def test_malformed_calls_raise_the_python_message(name):
 def test_the_ways_of_calling_a_function():
     x, g, v = _arrays("momentum")
     want = [a.copy() for a in (x, g, v)]
-    fastopt.momentum(*want, lr=0.1, t=1)
+    fastopt.onnx_momentum(*want, lr=0.1, t=1)
     kw = {"".join(["l", "r"]): 0.1, "t": 1}          # a key that is not interned
     args = (x, g, v)
-    assert callable(fastopt.momentum)
+    assert callable(fastopt.onnx_momentum)
     calls = [
-        lambda: fastopt.momentum(x, g, v, **kw),
-        lambda: fastopt.momentum(*args, **kw),
-        lambda: functools.partial(fastopt.momentum, lr=0.1)(x, g, v, t=1),
-        lambda: staticmethod(fastopt.momentum).__get__(None, object)(x, g, v, lr=0.1, t=1),
+        lambda: fastopt.onnx_momentum(x, g, v, **kw),
+        lambda: fastopt.onnx_momentum(*args, **kw),
+        lambda: functools.partial(fastopt.onnx_momentum, lr=0.1)(x, g, v, t=1),
+        lambda: staticmethod(fastopt.onnx_momentum).__get__(None, object)(x, g, v, lr=0.1, t=1),
     ]
 
     class Holder:
-        step = fastopt.momentum                       # bound like a function
+        step = fastopt.onnx_momentum                       # bound like a function
 
     calls.append(lambda: Holder.step(x, g, v, lr=0.1, t=1))
     with pytest.raises(TypeError, match="positional"):

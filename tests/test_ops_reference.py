@@ -1,4 +1,4 @@
-"""fastopt.momentum / adagrad / adam against plain NumPy evaluations.
+"""fastopt.onnx_momentum / adagrad / adam against plain NumPy evaluations.
 
 Every case is checked twice: against the exact formula in float64 (within a
 dtype tolerance) and against the same expression evaluated in the array's
@@ -7,6 +7,7 @@ and awkward layouts, NaN/Inf, tensor lists, thread counts, scalar forms.
 """
 
 import numpy as np
+import public_names
 import pytest
 from assertions import DTYPES
 from ops_cases import OPS, SHAPES, call, check, expected, make
@@ -79,7 +80,7 @@ def test_view_updates_its_base(op):
     names = OPS[op][0]
     base = np.ones((6, 8))
     states = [np.zeros((3, 8)) for _ in names]
-    getattr(fastopt, op)(base[::2], np.ones((3, 8)), *states, lr=0.5, t=1)
+    public_names.op(op)(base[::2], np.ones((3, 8)), *states, lr=0.5, t=1)
     assert np.all(base[1::2] == 1.0)           # untouched rows
     assert np.all(base[::2] != 1.0)            # updated in the base's memory
 
@@ -162,10 +163,10 @@ def test_scalar_forms():
     x1, x2 = np.ones(4), np.ones(4)
     v1, v2 = np.zeros(4), np.zeros(4)
     g = np.full(4, 2.0)
-    fastopt.momentum(x1, g, v1, lr=0.25, t=3, alpha=1, beta=1)
-    fastopt.momentum(x2, g, v2, lr=np.array([0.25]), t=np.int64(3), alpha=np.float32(1),
+    fastopt.onnx_momentum(x1, g, v1, lr=0.25, t=3, alpha=1, beta=1)
+    fastopt.onnx_momentum(x2, g, v2, lr=np.array([0.25]), t=np.int64(3), alpha=np.float32(1),
                      beta=True + 0)
     np.testing.assert_array_equal(x1, x2)
-    fastopt.adagrad(x1, g, v1, lr=np.array(0.5), t=np.array(2))
-    fastopt.adagrad(x2, g, v2, lr=0.5, t=2)
+    fastopt.onnx_adagrad(x1, g, v1, lr=np.array(0.5), t=np.array(2))
+    fastopt.onnx_adagrad(x2, g, v2, lr=0.5, t=2)
     np.testing.assert_array_equal(x1, x2)

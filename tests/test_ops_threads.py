@@ -19,7 +19,7 @@ def test_threads_concurrent_python_threads():
     for x0, g in work:
         x, v = x0.copy(), np.zeros(n)
         for t in range(20):
-            fastopt.momentum(x, g, v, lr=0.01, t=t, n_threads=1)
+            fastopt.onnx_momentum(x, g, v, lr=0.01, t=t, n_threads=1)
         expect.append(x)
     out = [None] * len(work)
     shared_g = work[0][1]
@@ -28,7 +28,7 @@ def test_threads_concurrent_python_threads():
     def worker(i):
         x, v = work[i][0].copy(), np.zeros(n)
         for t in range(20):
-            fastopt.momentum(x, work[i][1], v, lr=0.01, t=t, n_threads=2)
+            fastopt.onnx_momentum(x, work[i][1], v, lr=0.01, t=t, n_threads=2)
         out[i] = x
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(work))]

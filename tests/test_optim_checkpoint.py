@@ -43,13 +43,13 @@ def test_resume_from_a_checkpoint_is_bit_exact(name, tmp_path):
 
 def test_state_dict_round_trip_and_hyperparameters():
     params = make_params()
-    opt = optim.Momentum([{"params": params[:2], "norm_coefficient": 0.25},
+    opt = optim.OnnxMomentum([{"params": params[:2], "norm_coefficient": 0.25},
                           {"params": params[2:], "lr": 0.2}], lr=0.1, nesterov=True)
     run(opt, params, 0, 2)
     sd = opt.state_dict()
-    assert sd["optimizer"] == "Momentum" and sd["steps"] == 2
+    assert sd["optimizer"] == "OnnxMomentum" and sd["steps"] == 2
     assert sd["param_groups"][0]["norm_coefficient"] == 0.25
-    other = optim.Momentum([{"params": [p.copy() for p in params[:2]]},
+    other = optim.OnnxMomentum([{"params": [p.copy() for p in params[:2]]},
                             {"params": [p.copy() for p in params[2:]]}], lr=0.5)
     other.load_state_dict(sd)
     assert other.param_groups[0]["norm_coefficient"] == 0.25
@@ -64,7 +64,7 @@ def test_state_dict_round_trip_and_hyperparameters():
     np.testing.assert_array_equal(sd["state"]["v"][0], v0)
 
 
-def _trained(cls=optim.Adam, **kw):
+def _trained(cls=optim.OnnxAdam, **kw):
     params = make_params()
     opt = cls(params, lr=0.01, **kw)
     run(opt, params, 0, 3)
@@ -99,19 +99,19 @@ def test_mismatched_checkpoint_file_is_rejected(case, tmp_path):
         "dtype": r"state 'h' of params\[1\] has dtype float32 but params\[1\] has float64",
         "missing": r"no 'state.h.4' entry",
         "extra": r"unexpected entries \['state.x.0'\]",
-        "optimizer": r"saved by fastopt.optim.Momentum, not Adam",
+        "optimizer": r"saved by fastopt.optim.OnnxMomentum, not OnnxAdam",
         "groups": r"checkpoint has 2 parameter group\(s\), the optimizer 1",
         "hyper": r"hyperparameters are invalid.*\['alpha'\] must be < 1.0",
         "meta": r"no 'meta' entry",
     }[case]
     if case == "optimizer":
         p = make_params()
-        m = optim.Momentum(p, lr=0.1)
+        m = optim.OnnxMomentum(p, lr=0.1)
         run(m, p, 0, 1)
         m.save(bad)
     elif case == "groups":
         p = make_params()
-        optim.Adam([{"params": p[:1]}, {"params": p[1:]}], lr=0.1).save(bad)
+        optim.OnnxAdam([{"params": p[:1]}, {"params": p[1:]}], lr=0.1).save(bad)
     else:
         def change(e):
             import json
@@ -199,7 +199,7 @@ def test_bad_state_dict_is_rejected(case):
         sd["state"]["v"] = sd["state"]["v"][:3]
     elif case == "array":
         sd["state"]["v"][2] = sd["state"]["v"][2].tolist()
-    _check_unchanged(opt, params, lambda: opt.load_state_dict(sd), "fastopt.optim.Adam")
+    _check_unchanged(opt, params, lambda: opt.load_state_dict(sd), "fastopt.optim.OnnxAdam")
 
 
 def test_save_is_atomic(tmp_path, monkeypatch):

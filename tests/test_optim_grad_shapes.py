@@ -11,7 +11,7 @@ import fastopt
 from fastopt import optim
 from fastopt.schedules import WarmRestarts
 
-CLASSES = ["Momentum", "Adagrad", "Adam", "AdamW", "AdamTorch"]
+CLASSES = ["OnnxMomentum", "OnnxAdagrad", "OnnxAdam", "AdamW", "Adam"]
 SHAPES = [(128, 10), (10,), (4, 1, 3)]
 
 
@@ -80,14 +80,14 @@ def test_refused_with_agc_clipping():
     """A Momentum group with adaptive gradient clipping runs its own kernel
     call; the shape is refused there as well."""
     params = _params()
-    opt = optim.Momentum([{"params": params[:1], "clipping": 0.01},
+    opt = optim.OnnxMomentum([{"params": params[:1], "clipping": 0.01},
                           {"params": params[1:]}], lr=0.1)
     opt.step(_grads(params))
     before = snapshot(opt, params)
     grads = _grads(params, 2)
     grads[0] = np.ones((10,), np.float32)
     for kw in ({}, {"max_grad_norm": 1.0}):
-        with pytest.raises(ValueError, match=_message("Momentum", 0, (10,), (128, 10))):
+        with pytest.raises(ValueError, match=_message("OnnxMomentum", 0, (10,), (128, 10))):
             opt.step(grads, **kw)
     assert_same(before, snapshot(opt, params))
 
@@ -97,10 +97,10 @@ def test_refused_even_when_the_step_would_be_skipped():
     the step before the schedule is consulted; a wrong shape is still an
     error, not a silent skip."""
     params = _params()
-    opt = optim.Adam(params, schedule=WarmRestarts(0.1, 0.001, interval=10))
+    opt = optim.OnnxAdam(params, schedule=WarmRestarts(0.1, 0.001, interval=10))
     grads = _grads(params)
     grads[0] = np.full((10,), math.nan, np.float32)
-    with pytest.raises(ValueError, match=_message("Adam", 0, (10,), (128, 10))):
+    with pytest.raises(ValueError, match=_message("OnnxAdam", 0, (10,), (128, 10))):
         opt.step(grads, skip_if_nonfinite=True)
     grads = _grads(params)
     grads[1] = np.full((10,), math.nan, np.float32)     # the right shape: skipped
@@ -131,5 +131,5 @@ def test_functions_keep_broadcasting():
     """The functional API broadcasts a gradient, as documented."""
     x = np.ones((128, 10), np.float32)
     v = np.zeros_like(x)
-    fastopt.momentum(x, np.full(10, 0.5, np.float32), v, lr=0.1, t=0)
+    fastopt.onnx_momentum(x, np.full(10, 0.5, np.float32), v, lr=0.1, t=0)
     np.testing.assert_array_equal(x, np.full((128, 10), 0.95, np.float32))

@@ -19,7 +19,7 @@ def test_schedule_supplies_the_lr_of_each_step():
         return 0.1 / (1 + step)
 
     params = make_params()
-    opt = optim.Adam(params, schedule=sched)
+    opt = optim.OnnxAdam(params, schedule=sched)
     mine = [p.copy() for p in params]
     v = [np.zeros_like(p) for p in params]
     h = [np.zeros_like(p) for p in params]
@@ -27,7 +27,7 @@ def test_schedule_supplies_the_lr_of_each_step():
     for k in range(4):
         grads = make_grads(params, k)
         opt.step(grads)
-        fastopt.adam(mine, grads, v, h, lr=0.1 / (1 + k), t=k + 1)
+        fastopt.onnx_adam(mine, grads, v, h, lr=0.1 / (1 + k), t=k + 1)
         assert opt.last_lr == [0.1 / (1 + k)]
     for a, b in zip(params, mine):
         np.testing.assert_array_equal(a, b)
@@ -38,7 +38,7 @@ def test_fastopt_schedule_objects_drive_the_lr():
     from fastopt.schedules import WarmRestarts
     sched = WarmRestarts(1.0, 0.1, 0.001, interval=4)
     x = np.zeros(3)
-    opt = optim.Momentum([x], alpha=0.0, schedule=sched)
+    opt = optim.OnnxMomentum([x], alpha=0.0, schedule=sched)
     lrs = []
     for _ in range(12):
         opt.step([np.ones(3)])
@@ -52,7 +52,7 @@ def test_fastopt_schedule_objects_drive_the_lr():
 
 def test_group_schedules_and_fixed_lr_groups():
     params = make_params()
-    opt = optim.Momentum([{"params": params[:2], "schedule": None, "lr": 0.3},
+    opt = optim.OnnxMomentum([{"params": params[:2], "schedule": None, "lr": 0.3},
                           {"params": params[2:3], "schedule": lambda s: 0.01 * (s + 1)},
                           {"params": params[3:]}],
                          schedule=lambda s: 0.2)
@@ -64,19 +64,19 @@ def test_group_schedules_and_fixed_lr_groups():
 def test_schedule_and_lr_conflicts_are_errors():
     params = make_params()
     with pytest.raises(ValueError, match="give lr or schedule, not both"):
-        optim.Momentum(params, lr=0.1, schedule=lambda s: 0.1)
+        optim.OnnxMomentum(params, lr=0.1, schedule=lambda s: 0.1)
     with pytest.raises(ValueError, match=r"give lr, or a schedule"):
-        optim.Momentum(params)
+        optim.OnnxMomentum(params)
     with pytest.raises(ValueError, match=r"param_groups\[0\] sets lr but a schedule"):
-        optim.Momentum([{"params": params, "lr": 0.1}], schedule=lambda s: 0.1)
+        optim.OnnxMomentum([{"params": params, "lr": 0.1}], schedule=lambda s: 0.1)
     with pytest.raises(TypeError, match="schedule must be a callable"):
-        optim.Adam(params, schedule=0.1)
+        optim.OnnxAdam(params, schedule=0.1)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), -0.1, "0.1", None])
 def test_bad_schedule_value_raises_and_changes_nothing(bad):
     params = make_params()
-    opt = optim.Momentum([{"params": params[:2], "schedule": None, "lr": 0.1},
+    opt = optim.OnnxMomentum([{"params": params[:2], "schedule": None, "lr": 0.1},
                           {"params": params[2:]}], schedule=lambda s: 0.1 if s == 0 else bad)
     opt.step(make_grads(params, 0))
     before = snapshot(opt, params)
@@ -90,7 +90,7 @@ def test_bad_schedule_value_raises_and_changes_nothing(bad):
 def test_clipping_wires_agc_into_momentum():
     rng = np.random.default_rng(5)
     params = [rng.standard_normal(s).astype(np.float32) for s in [(8, 6), (8,), (4, 8), (4,)]]
-    opt = optim.Momentum([{"params": params[:2], "clipping": 0.02},
+    opt = optim.OnnxMomentum([{"params": params[:2], "clipping": 0.02},
                           {"params": params[2:], "clipping": [0.05, None]}],
                          lr=0.1, alpha=0.9, norm_coefficient=0.01, clip_eps=1e-2)
     mine = [p.copy() for p in params]
@@ -101,18 +101,18 @@ def test_clipping_wires_agc_into_momentum():
         gc = [g.copy() for g in grads]
         fastopt.agc(mine[:2], gc[:2], clipping=0.02, eps=1e-2)
         fastopt.agc(mine[2], gc[2], clipping=0.05, eps=1e-2)
-        fastopt.momentum(mine, gc, v, lr=0.1, t=k, alpha=0.9, norm_coefficient=0.01)
+        fastopt.onnx_momentum(mine, gc, v, lr=0.1, t=k, alpha=0.9, norm_coefficient=0.01)
         for a, b in zip(params, mine):
             np.testing.assert_array_equal(a, b)
 
 
 def test_clipping_round_trips_through_a_checkpoint(tmp_path):
     params = make_params()
-    opt = optim.Momentum([{"params": params[:2], "clipping": [0.1, None]},
+    opt = optim.OnnxMomentum([{"params": params[:2], "clipping": [0.1, None]},
                           {"params": params[2:]}], lr=0.1, clipping=0.05, clip_eps=0.01)
     run(opt, params, 0, 2)
     opt.save(tmp_path / "c.npz")
-    other = optim.Momentum([{"params": [p.copy() for p in params[:2]]},
+    other = optim.OnnxMomentum([{"params": [p.copy() for p in params[:2]]},
                             {"params": [p.copy() for p in params[2:]]}], lr=0.1)
     other.load(tmp_path / "c.npz")
     assert other.param_groups[0]["clipping"] == [0.1, None]
@@ -123,6 +123,6 @@ def test_clipping_round_trips_through_a_checkpoint(tmp_path):
 def test_clipping_list_must_match_the_group():
     params = make_params()
     with pytest.raises(ValueError, match=r"\['clipping'\] has 2 entries but the group has 5"):
-        optim.Momentum([{"params": params, "clipping": [0.1, None]}], lr=0.1)
+        optim.OnnxMomentum([{"params": params, "clipping": [0.1, None]}], lr=0.1)
     with pytest.raises(ValueError, match=r"clipping must be > 0"):
-        optim.Momentum(params, lr=0.1, clipping=0.0)
+        optim.OnnxMomentum(params, lr=0.1, clipping=0.0)

@@ -20,13 +20,13 @@ import os
 import tempfile
 
 import numpy as np
+import public_names
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from layouts import place
 
-import fastopt
 from fastopt._reference import optim as ref_optim
 
 OPTIM = pytest.importorskip("fastopt.optim")
@@ -111,7 +111,7 @@ def make_opt(case, placed):
     else:
         params = [dict(case["group_over"][0], params=arrays[:case["cut"]]),
                   dict(case["group_over"][1], params=arrays[case["cut"]:])]
-    return getattr(OPTIM, case["name"])(params, **case["defaults"],
+    return getattr(OPTIM, "Onnx" + case["name"])(params, **case["defaults"],
                                     contiguous_state=case["contiguous"],
                                     n_threads=case["n_threads"],
                                     broadcast_grads=case["broadcast"])
@@ -129,7 +129,7 @@ def emulation(case):
     params = [np.array(v, dtype=d) for d, v, _ in case["specs"]]
     groups = [group_of(case, i) for i in range(len(params))]
     return ref_optim.Optimizer(case["name"], params, case["defaults"], groups,
-                               update=getattr(fastopt, op))
+                               update=public_names.op(op))
 
 
 def grads_for(step):

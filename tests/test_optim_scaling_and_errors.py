@@ -35,7 +35,7 @@ def test_grad_scale_divides_the_gradients(name):
 def test_grad_scale_is_not_an_lr_scale():
     """With weight decay the two differ: the scale must divide g only."""
     x = np.array([1.0, 2.0])
-    opt = optim.Momentum([x], lr=0.1, norm_coefficient=0.5)
+    opt = optim.OnnxMomentum([x], lr=0.1, norm_coefficient=0.5)
     opt.step([np.array([4.0, 8.0])], grad_scale=4.0)
     np.testing.assert_allclose(x, [1.0 - 0.1 * (0.5 + 1.0), 2.0 - 0.1 * (1.0 + 2.0)])
 
@@ -71,7 +71,7 @@ def test_skip_if_nonfinite_changes_nothing(name, bad):
 
 def test_skip_if_nonfinite_is_exact_when_a_float32_sum_overflows():
     x = np.zeros(4, np.float32)
-    opt = optim.Momentum([x], lr=1e-40)
+    opt = optim.OnnxMomentum([x], lr=1e-40)
     g = np.full(4, 3e38, np.float32)       # finite, but its float32 sum is inf
     with np.errstate(over="ignore"):
         assert np.isinf(np.sum(g))
@@ -87,32 +87,32 @@ def test_skip_if_nonfinite_is_exact_when_a_float32_sum_overflows():
 def test_constructor_errors():
     p = make_params()
     with pytest.raises(TypeError, match=r"params\[1\] must be a numpy.ndarray"):
-        optim.Momentum([p[0], [1.0]], lr=0.1)
+        optim.OnnxMomentum([p[0], [1.0]], lr=0.1)
     with pytest.raises(TypeError, match=r"params\[0\] has dtype int64"):
-        optim.Momentum([np.arange(3)], lr=0.1)
+        optim.OnnxMomentum([np.arange(3)], lr=0.1)
     ro = np.zeros(3)
     ro.flags.writeable = False
     with pytest.raises(ValueError, match=r"params\[0\] is read-only"):
-        optim.Adagrad([ro], lr=0.1)
+        optim.OnnxAdagrad([ro], lr=0.1)
     with pytest.raises(ValueError, match="share memory.*only once"):
-        optim.Adam([{"params": [p[0]]}, {"params": [p[0]]}], lr=0.1)
+        optim.OnnxAdam([{"params": [p[0]]}, {"params": [p[0]]}], lr=0.1)
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['momentum'\]"):
-        optim.Momentum([{"params": p, "momentum": 0.9}], lr=0.1)
+        optim.OnnxMomentum([{"params": p, "momentum": 0.9}], lr=0.1)
     with pytest.raises(ValueError, match="params is empty"):
-        optim.Adam([], lr=0.1)
+        optim.OnnxAdam([], lr=0.1)
     with pytest.raises(TypeError, match="list of arrays or a list of parameter groups"):
-        optim.Adam(p[0], lr=0.1)
+        optim.OnnxAdam(p[0], lr=0.1)
     with pytest.raises(ValueError, match="alpha must be < 1.0"):
-        optim.Adam(p, lr=0.1, alpha=1.0)
+        optim.OnnxAdam(p, lr=0.1, alpha=1.0)
     with pytest.raises(ValueError, match=r"param_groups\[1\]\['epsilon'\] must be >= 0"):
-        optim.Adagrad([{"params": p[:1]}, {"params": p[1:], "epsilon": -1.0}], lr=0.1)
+        optim.OnnxAdagrad([{"params": p[:1]}, {"params": p[1:], "epsilon": -1.0}], lr=0.1)
     with pytest.raises(ValueError, match="lr must be a finite number >= 0"):
-        optim.Momentum(p, lr=-1.0)
+        optim.OnnxMomentum(p, lr=-1.0)
 
 
 def test_step_errors_change_nothing():
     params = make_params()
-    opt = optim.Momentum([{"params": params[:2]}, {"params": params[2:]}], lr=0.1)
+    opt = optim.OnnxMomentum([{"params": params[:2]}, {"params": params[2:]}], lr=0.1)
     opt.step(make_grads(params, 0))
     before = snapshot(opt, params)
     grads = make_grads(params, 1)
@@ -138,8 +138,8 @@ def test_step_errors_change_nothing():
         opt.step(bad)
     assert_same(before, snapshot(opt, params))
     # single group: the kernel's own check, restated with the optimizer's numbering
-    single = optim.Adam(params, lr=0.1)
-    with pytest.raises(TypeError, match=r"fastopt.optim.Adam.step: grads\[4\] has dtype"):
+    single = optim.OnnxAdam(params, lr=0.1)
+    with pytest.raises(TypeError, match=r"fastopt.optim.OnnxAdam.step: grads\[4\] has dtype"):
         single.step(grads[:4] + [grads[4].astype(np.float16)])
     assert single.steps == 0 and not single.state["v"][0].any()
 
@@ -147,7 +147,7 @@ def test_step_errors_change_nothing():
 def test_interleaved_strided_parameters_and_a_gradient_overlapping_one():
     base = np.zeros(12)
     a, b = base[0::2], base[1::2]   # no shared element, interleaved byte ranges
-    opt = optim.Momentum([{"params": [a]}, {"params": [b]}], lr=0.1)
+    opt = optim.OnnxMomentum([{"params": [a]}, {"params": [b]}], lr=0.1)
     opt.step([np.ones(6), np.ones(6)])
     np.testing.assert_array_equal(base, -0.1)
     with pytest.raises(ValueError, match=r"grads\[0\] partially overlaps params\[[01]\]"):
@@ -157,6 +157,6 @@ def test_interleaved_strided_parameters_and_a_gradient_overlapping_one():
 
 def test_gradient_that_is_another_groups_parameter_is_read_before_writing():
     a, b = np.array([1.0, 2.0]), np.array([3.0, 4.0])
-    opt = optim.Momentum([{"params": [a]}, {"params": [b]}], lr=0.1)
+    opt = optim.OnnxMomentum([{"params": [a]}, {"params": [b]}], lr=0.1)
     opt.step([np.array([0.5, 0.5]), a])   # b's gradient is a's memory
     np.testing.assert_array_equal(b, [3.0 - 0.1, 4.0 - 0.2])

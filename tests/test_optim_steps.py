@@ -1,6 +1,6 @@
 """fastopt.optim: stateful Momentum / Adagrad / Adam over the kernels.
 
-Every check compares with the functional kernels (fastopt.momentum/adagrad/
+Every check compares with the functional kernels (fastopt.onnx_momentum/adagrad/
 adam, themselves tested against NumPy in test_ops_reference.py) called by
 hand with the T convention of each operator, bit for bit, or with the
 float64 NumPy reference: steps, state arenas, layouts, parameter groups.
@@ -59,37 +59,37 @@ def test_first_updates_follow_the_onnx_t_convention(name):
 
 def test_contiguous_state_is_one_aligned_arena_per_dtype():
     params = make_params()
-    opt = optim.Adam(params, lr=0.1, contiguous_state=True)
+    opt = optim.OnnxAdam(params, lr=0.1, contiguous_state=True)
     assert set(opt.arenas) == {np.dtype(np.float32), np.dtype(np.float64)}
     for arrays in opt.state.values():
         for a, p in zip(arrays, params):
             assert a.shape == p.shape and a.dtype == p.dtype
             assert np.shares_memory(a, opt.arenas[a.dtype])
             assert a.ctypes.data % 64 == 0
-    assert not optim.Adam(make_params(), lr=0.1).arenas
+    assert not optim.OnnxAdam(make_params(), lr=0.1).arenas
 
 
 def test_fortran_ordered_params_get_fortran_ordered_states():
     x = np.asfortranarray(np.arange(12.0).reshape(3, 4))
-    opt = optim.Momentum([x], lr=0.1)
+    opt = optim.OnnxMomentum([x], lr=0.1)
     assert opt.state["v"][0].flags.f_contiguous
     v = np.zeros((3, 4))
     xr = x.copy()
     g = np.ones((3, 4))
     opt.step([g])
-    fastopt.momentum(xr, g, v, lr=0.1, t=0)
+    fastopt.onnx_momentum(xr, g, v, lr=0.1, t=0)
     np.testing.assert_array_equal(x, xr)
 
 
 def test_broadcast_and_strided_gradients():
     x = np.arange(6.0).reshape(2, 3)
     y = np.zeros(8)[::2]   # a strided parameter
-    opt = optim.Adagrad([x, y], lr=0.1, broadcast_grads=True)
+    opt = optim.OnnxAdagrad([x, y], lr=0.1, broadcast_grads=True)
     xr, yr, hx, hy = x.copy(), y.copy(), np.zeros((2, 3)), np.zeros(4)
     gx = np.array([1.0, 2.0, 3.0])
     gy = np.arange(8.0)[1::2]
     opt.step([gx, gy])
-    fastopt.adagrad([xr, yr], [gx, gy], [hx, hy], lr=0.1, t=0)
+    fastopt.onnx_adagrad([xr, yr], [gx, gy], [hx, hy], lr=0.1, t=0)
     np.testing.assert_array_equal(x, xr)
     np.testing.assert_array_equal(y, yr)
 
@@ -100,7 +100,7 @@ def test_parameter_groups_equal_separate_calls():
     params = make_params()
     groups = [{"params": params[:2], "lr": 0.5, "norm_coefficient": 0.1},
               {"params": params[2:], "nesterov": True}]
-    opt = optim.Momentum(groups, lr=0.05, alpha=0.7)
+    opt = optim.OnnxMomentum(groups, lr=0.05, alpha=0.7)
     a, b = [p.copy() for p in params[:2]], [p.copy() for p in params[2:]]
     va, vb = [np.zeros_like(p) for p in a], [np.zeros_like(p) for p in b]
     for k in range(3):
@@ -109,8 +109,8 @@ def test_parameter_groups_equal_separate_calls():
             opt.step([grads[:2], grads[2:]])
         else:
             opt.step(grads)
-        fastopt.momentum(a, grads[:2], va, lr=0.5, t=k, alpha=0.7, norm_coefficient=0.1)
-        fastopt.momentum(b, grads[2:], vb, lr=0.05, t=k, alpha=0.7, mode="nesterov")
+        fastopt.onnx_momentum(a, grads[:2], va, lr=0.5, t=k, alpha=0.7, norm_coefficient=0.1)
+        fastopt.onnx_momentum(b, grads[2:], vb, lr=0.05, t=k, alpha=0.7, mode="nesterov")
     for x, y in zip(params, a + b):
         np.testing.assert_array_equal(x, y, strict=True)
     assert opt.param_groups[0]["lr"] == 0.5 and opt.param_groups[1]["lr"] == 0.05
@@ -119,7 +119,7 @@ def test_parameter_groups_equal_separate_calls():
 
 def test_none_gradient_leaves_its_parameter_alone():
     params = make_params()
-    opt = optim.Adam([{"params": params[:2]}, {"params": params[2:]}], lr=0.1)
+    opt = optim.OnnxAdam([{"params": params[:2]}, {"params": params[2:]}], lr=0.1)
     before = [p.copy() for p in params]
     grads = make_grads(params, 0)
     grads[1] = None
@@ -134,14 +134,14 @@ def test_none_gradient_leaves_its_parameter_alone():
 
 def test_hyperparameters_edited_between_steps_are_used_and_checked():
     params = make_params()
-    opt = optim.Momentum([{"params": params[:2]}, {"params": params[2:]}], lr=0.1)
+    opt = optim.OnnxMomentum([{"params": params[:2]}, {"params": params[2:]}], lr=0.1)
     mine = [p.copy() for p in params]
     v = [np.zeros_like(p) for p in params]
     grads = make_grads(params, 0)
     opt.param_groups[1]["lr"] = 0.25
     opt.step(grads)
-    fastopt.momentum(mine[:2], grads[:2], v[:2], lr=0.1, t=0)
-    fastopt.momentum(mine[2:], grads[2:], v[2:], lr=0.25, t=0)
+    fastopt.onnx_momentum(mine[:2], grads[:2], v[:2], lr=0.1, t=0)
+    fastopt.onnx_momentum(mine[2:], grads[2:], v[2:], lr=0.25, t=0)
     for a, b in zip(params, mine):
         np.testing.assert_array_equal(a, b)
     before = snapshot(opt, params)
@@ -157,7 +157,7 @@ def test_hyperparameters_edited_between_steps_are_used_and_checked():
 
 def test_repr_and_state_views():
     params = make_params()
-    opt = optim.Adagrad(params, lr=0.1, initial_accumulator_value=0.5)
-    assert "fastopt.optim.Adagrad(5 parameters in 1 group(s), steps=0)" == repr(opt)
+    opt = optim.OnnxAdagrad(params, lr=0.1, initial_accumulator_value=0.5)
+    assert "fastopt.optim.OnnxAdagrad(5 parameters in 1 group(s), steps=0)" == repr(opt)
     assert all((h == 0.5).all() for h in opt.state["h"])
     assert opt.params[0] is params[0]

@@ -30,18 +30,18 @@ def call(op, xs, n_threads=None):
     vs = [np.zeros_like(x) for x in xs]
     hs = [np.zeros_like(x) for x in xs]
     if op == "momentum":
-        fastopt.momentum(xs, gs, vs, lr=0.1, t=1, norm_coefficient=0.01,
+        fastopt.onnx_momentum(xs, gs, vs, lr=0.1, t=1, norm_coefficient=0.01,
                          n_threads=n_threads)
     elif op == "adagrad":
-        fastopt.adagrad(xs, gs, vs, lr=0.1, t=1, decay_factor=0.1, epsilon=1e-6,
+        fastopt.onnx_adagrad(xs, gs, vs, lr=0.1, t=1, decay_factor=0.1, epsilon=1e-6,
                         norm_coefficient=0.01, n_threads=n_threads)
     elif op == "adam":
-        fastopt.adam(xs, gs, vs, hs, lr=0.1, t=1, n_threads=n_threads)
+        fastopt.onnx_adam(xs, gs, vs, hs, lr=0.1, t=1, n_threads=n_threads)
     elif op == "agc":
         fastopt.agc(xs, gs, clipping=0.01, n_threads=n_threads)
         return gs
     elif op == "momentum+agc":
-        fastopt.momentum(xs, gs, vs, lr=0.1, t=1, clipping=0.01, n_threads=n_threads)
+        fastopt.onnx_momentum(xs, gs, vs, lr=0.1, t=1, clipping=0.01, n_threads=n_threads)
     return xs
 
 
@@ -120,7 +120,7 @@ def _script(body):
         def upd(n_threads):
             x = np.ones(4_000_000, np.float32); g = np.full_like(x, 0.5)
             v = np.zeros_like(x)
-            fastopt.momentum(x, g, v, lr=0.5, t=1, n_threads=n_threads)
+            fastopt.onnx_momentum(x, g, v, lr=0.5, t=1, n_threads=n_threads)
             assert float(x[0]) == 0.75 and float(x[-1]) == 0.75
         """) + textwrap.dedent(body)
 

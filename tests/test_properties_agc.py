@@ -150,7 +150,7 @@ def test_fused_agc_momentum_equals_agc_then_momentum(case, hp, bcast):
         g_in = [np.array(p.arr.reshape(-1)[:p.arr.shape[-1]])
                 if bcast and p.arr.ndim and p.arr.size else p.arr for p in gs]
         g_bytes = [np.array(g).tobytes() for g in g_in]
-        fastopt.momentum(agc_args(case, xs), pack(case, g_in), agc_args(case, vs),
+        fastopt.onnx_momentum(agc_args(case, xs), pack(case, g_in), agc_args(case, vs),
                          **hp, clipping=case["clipping"], clip_eps=case["eps"],
                          layout=case["layout"], n_threads=nt)
         assert [np.array(g).tobytes() for g in g_in] == g_bytes, "fused momentum wrote g"
@@ -164,7 +164,7 @@ def test_fused_agc_momentum_equals_agc_then_momentum(case, hp, bcast):
                  for g, p in zip(g_in, xs2)]
         fastopt.agc(agc_args(case, xs2), pack(case, gcopy), clipping=case["clipping"],
                     eps=case["eps"], layout=case["layout"], n_threads=nt)
-        fastopt.momentum(agc_args(case, xs2), pack(case, gcopy), pack(case, vs2), **hp,
+        fastopt.onnx_momentum(agc_args(case, xs2), pack(case, gcopy), pack(case, vs2), **hp,
                          n_threads=nt)
         for (xb, vb), p, v in zip(results[-1], xs2, vs2):
             assert xb == p.arr.tobytes(), "fused x != agc + momentum"

@@ -59,10 +59,10 @@ def make(k, params, n_threads=None):
     if kind == 0:
         if k == 3:
             kw["clipping"] = 0.05
-        return optim.Momentum(params, alpha=0.9, nesterov=(k == 6), **kw)
+        return optim.OnnxMomentum(params, alpha=0.9, nesterov=(k == 6), **kw)
     if kind == 1:
-        return optim.Adagrad(params, decay_factor=0.01, **kw)
-    return optim.Adam(params, norm_coefficient=1e-4, **kw)
+        return optim.OnnxAdagrad(params, decay_factor=0.01, **kw)
+    return optim.OnnxAdam(params, norm_coefficient=1e-4, **kw)
 
 
 def fresh_params(k):
@@ -144,7 +144,7 @@ import numpy as np
 from fastopt import optim
 path, n, once = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "once"
 x = np.zeros(n, np.float32)
-opt = optim.Momentum([x], lr=0.01, alpha=0.9)
+opt = optim.OnnxMomentum([x], lr=0.01, alpha=0.9)
 if os.path.exists(path):
     opt.load(path)                       # resume: the old checkpoint must load
 pool = [np.random.default_rng([99, j]).standard_normal(n).astype(np.float32)
@@ -164,7 +164,7 @@ def child_state(steps):
     from fastopt import optim
 
     x = np.zeros(CHILD_N, np.float32)
-    opt = optim.Momentum([x], lr=0.01, alpha=0.9, n_threads=1)
+    opt = optim.OnnxMomentum([x], lr=0.01, alpha=0.9, n_threads=1)
     pool = [np.random.default_rng([99, j]).standard_normal(CHILD_N).astype(np.float32)
             for j in range(4)]
     for k in range(steps):
@@ -253,7 +253,7 @@ def test_soak_threads_checkpoints_and_a_killed_child(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     from fastopt import optim
 
-    final = optim.Momentum([np.zeros(CHILD_N, np.float32)], lr=0.01, alpha=0.9)
+    final = optim.OnnxMomentum([np.zeros(CHILD_N, np.float32)], lr=0.01, alpha=0.9)
     final.load(killer.path)
     steps = final.state_dict()["steps"]
     assert same(snapshot(final), child_state(steps))

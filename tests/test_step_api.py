@@ -6,6 +6,7 @@ every rejected call writes nothing."""
 import math
 
 import numpy as np
+import public_names
 import pytest
 
 import fastopt
@@ -75,7 +76,7 @@ def test_adam_forms(opts, amsgrad, fn):
              "amsgrad": amsgrad, "maximize": amsgrad}
 
     def run(xc, gs, sc):
-        return getattr(fastopt, fn)(xc, gs, [s[0] for s in sc], [s[1] for s in sc],
+        return public_names.op(fn)(xc, gs, [s[0] for s in sc], [s[1] for s in sc],
                                     lr=0.01, step=3, betas=(0.9, 0.99), eps=1e-8,
                                     weight_decay=0.05, amsgrad=amsgrad, maximize=amsgrad,
                                     max_exp_avg_sqs=[s[2] for s in sc] if amsgrad else None,
@@ -93,7 +94,7 @@ def test_sgd_torch(opts, step, nesterov, momentum):
              "decay": 0.01, "t": step - 1, "nesterov": nesterov}
 
     def run(xc, gs, sc):
-        return fastopt.sgd_torch(xc, gs, [s[0] for s in sc] if momentum else None,
+        return fastopt.sgd(xc, gs, [s[0] for s in sc] if momentum else None,
                                  lr=0.1, step=step, momentum=momentum, weight_decay=0.01,
                                  nesterov=nesterov, **opts)
     _check(xs, gs, states, group, opts, run)
@@ -107,7 +108,7 @@ def test_adagrad_torch(opts):
              "lr_decay": 0.01, "t": 2, "maximize": True}
 
     def run(xc, gs, sc):
-        return fastopt.adagrad_torch(xc, gs, [s[0] for s in sc], lr=0.1, step=2,
+        return fastopt.adagrad(xc, gs, [s[0] for s in sc], lr=0.1, step=2,
                                      lr_decay=0.01, weight_decay=0.01, eps=1e-10,
                                      maximize=True, **opts)
     _check(xs, gs, states, group, opts, run)
@@ -130,7 +131,7 @@ def test_onnx_rules_take_step_options(opts, rule):
 
     def run(xc, gs, sc):
         st = [[s[k] for s in sc] for k in range(n)]
-        return getattr(fastopt, rule)(xc, gs, *st, lr=0.1, t=2, **kw, **opts)
+        return public_names.op(rule)(xc, gs, *st, lr=0.1, t=2, **kw, **opts)
     _check(xs, gs, states, group, opts, run)
 
 
@@ -140,11 +141,11 @@ def test_momentum_agc_with_step_options_equals_clip_then_agc():
     gs = [g.reshape(1, -1) for g in gs]
     vs = [np.zeros_like(x) for x in xs]
     xa, va = [x.copy() for x in xs], [v.copy() for v in vs]
-    info = fastopt.momentum(xs, gs, vs, lr=0.1, t=1, clipping=0.01, grad_scale=1024.0,
+    info = fastopt.onnx_momentum(xs, gs, vs, lr=0.1, t=1, clipping=0.01, grad_scale=1024.0,
                             max_grad_norm=1.0)
     ga = [g.copy() for g in gs]
     norm = fastopt.clip_grads(ga, max_norm=1.0, grad_scale=1024.0)
-    fastopt.momentum(xa, ga, va, lr=0.1, t=1, clipping=0.01)
+    fastopt.onnx_momentum(xa, ga, va, lr=0.1, t=1, clipping=0.01)
     assert info.norm == norm
     for a, b in zip(xs, xa):
         _same(a, b)

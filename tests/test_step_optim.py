@@ -1,4 +1,4 @@
-"""fastopt.optim's whole step: AdamW / AdamTorch against torch,
+"""fastopt.optim's whole step: AdamW / Adam against torch,
 one C call over every group, step options, and a rejected step changing
 nothing."""
 import math
@@ -22,7 +22,7 @@ def _grads(rng, xs, scale=1.0):
     return [rng.standard_normal(x.shape) * scale for x in xs]
 
 
-@pytest.mark.parametrize("cls,tcls", [("AdamW", "AdamW"), ("AdamTorch", "Adam")])
+@pytest.mark.parametrize("cls,tcls", [("AdamW", "AdamW"), ("Adam", "Adam")])
 def test_two_groups_match_torch(cls, tcls):
     """Unscale (1024) + clip_grad_norm_(1.0) + the rule, two groups with their
     own lr / weight decay / amsgrad, 20 steps, float64."""
@@ -78,7 +78,7 @@ def test_step_equals_reference_bits():
         assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("cls", ["Momentum", "Adagrad", "Adam", "AdamW", "AdamTorch"])
+@pytest.mark.parametrize("cls", ["OnnxMomentum", "OnnxAdagrad", "OnnxAdam", "AdamW", "Adam"])
 def test_readonly_param_of_group_one_changes_nothing(cls):
     """Regression: a parameter of group 1 made read-only after the
     optimizer was built: step() raises, and group 0, every state and the
@@ -127,7 +127,7 @@ def test_one_c_call_for_every_group(monkeypatch):
         return real(*args, **kw)
     monkeypatch.setattr(fastopt._ext, "step", spy)
     xs = _params(6)
-    opt = fo.Momentum([{"params": xs[:1]}, {"params": xs[1:3], "lr": 0.5},
+    opt = fo.OnnxMomentum([{"params": xs[:1]}, {"params": xs[1:3], "lr": 0.5},
                        {"params": xs[3:], "nesterov": True}], lr=0.1)
     opt.step(_grads(np.random.default_rng(7), xs), grad_scale=2.0)
     assert calls == [4]
@@ -156,8 +156,8 @@ def test_skip_and_last_grad_norm():
 def test_momentum_agc_groups_take_step_options():
     xs = [x.reshape(1, -1) for x in _params(10)]
     ys = [x.copy() for x in xs]
-    opt = fo.Momentum(xs, lr=0.1, clipping=0.01)
-    twin = fo.Momentum(ys, lr=0.1, clipping=0.01)
+    opt = fo.OnnxMomentum(xs, lr=0.1, clipping=0.01)
+    twin = fo.OnnxMomentum(ys, lr=0.1, clipping=0.01)
     gs = [g.reshape(1, -1) for g in _grads(np.random.default_rng(11), _params(10), 64.0)]
     opt.step(gs, grad_scale=64.0, max_grad_norm=0.5)
     clipped = [g.copy() for g in gs]

@@ -136,8 +136,9 @@ def test_updates_in_place_without_copies(monkeypatch):
     assert all(not torch.equal(p, q) for p, q in zip(model.parameters(), before))
 
 
-def test_momentum_is_the_old_name_of_onnx_momentum():
-    assert ft.Momentum is ft.OnnxMomentum
+def test_momentum_is_the_deprecated_old_name_of_onnx_momentum():
+    with pytest.warns(DeprecationWarning, match="fastopt.torch.OnnxMomentum"):
+        assert ft.Momentum is ft.OnnxMomentum
 
 
 def test_parameters_without_gradients_keep_their_own_count():

@@ -136,7 +136,6 @@ def test_lr_scheduler_and_closure():
 
 
 def test_onnx_adapters_keep_their_names():
-    assert ft.Momentum is ft.OnnxMomentum
     assert ft.Adagrad is not ft.OnnxAdagrad and ft.Adam is not ft.OnnxAdam
     ps = params()
     set_grads(ps, 0)

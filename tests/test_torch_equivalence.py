@@ -96,7 +96,7 @@ def test_sgd_trajectory(name, foreach):
         # maximize: torch ascends along its gradient; ONNX gets -G
         gs = [grad(x, c, nz[k], -sign if options.get("maximize") else sign)
               for x, c, nz in zip(xs, curv, noise)]
-        fastopt.momentum(xs, gs, vs, lr=options["lr"], t=k, **attrs)
+        fastopt.onnx_momentum(xs, gs, vs, lr=options["lr"], t=k, **attrs)
         traj_f.append([x.copy() for x in xs])
 
     assert max_diff(traj_t, traj_f) <= TOL
@@ -117,7 +117,7 @@ def test_sgd_mapping_is_not_vacuous():
     traj_f = []
     for k in range(STEPS):
         gs = [grad(x, c, nz[k]) for x, c, nz in zip(xs, curv, noise)]
-        fastopt.momentum(xs, gs, vs, lr=options["lr"], t=k, **attrs)
+        fastopt.onnx_momentum(xs, gs, vs, lr=options["lr"], t=k, **attrs)
         traj_f.append([x.copy() for x in xs])
     assert max_diff(traj_t, traj_f) > 1e-3
 
@@ -147,7 +147,7 @@ def test_adagrad_trajectory(name, foreach):
     traj_f = []
     for k in range(STEPS):  # torch's state step is 1-based: T = step - 1 = k
         gs = [grad(x, c, nz[k]) for x, c, nz in zip(xs, curv, noise)]
-        fastopt.adagrad(xs, gs, hs, lr=o["lr"], t=k, decay_factor=o["lr_decay"],
+        fastopt.onnx_adagrad(xs, gs, hs, lr=o["lr"], t=k, decay_factor=o["lr_decay"],
                         epsilon=o["eps"], norm_coefficient=o["weight_decay"])
         traj_f.append([x.copy() for x in xs])
 
@@ -173,7 +173,7 @@ def torch_adam_step(x, g, m, v, t, lr, betas, eps, weight_decay):
 
 def fastopt_adam_step(x, g, m, v, t, lr, betas, eps, weight_decay):
     x, m, v = x.copy(), m.copy(), v.copy()
-    fastopt.adam(x, g, m, v, lr=lr, t=t, alpha=betas[0], beta=betas[1], epsilon=eps,
+    fastopt.onnx_adam(x, g, m, v, lr=lr, t=t, alpha=betas[0], beta=betas[1], epsilon=eps,
                  norm_coefficient=weight_decay)
     return x
 

@@ -23,15 +23,15 @@ def masked(*shape):
 
 
 MASKED_CALLS = {
-    "momentum x": lambda m: fastopt.momentum(m, f32(4), f32(4, fill=0), lr=0.1, t=0),
-    "momentum g": lambda m: fastopt.momentum(f32(4), m, f32(4, fill=0), lr=0.1, t=0),
-    "momentum v": lambda m: fastopt.momentum(f32(4), f32(4), m, lr=0.1, t=0),
-    "momentum x[1]": lambda m: fastopt.momentum([f32(4), m], [f32(4), f32(4)],
+    "momentum x": lambda m: fastopt.onnx_momentum(m, f32(4), f32(4, fill=0), lr=0.1, t=0),
+    "momentum g": lambda m: fastopt.onnx_momentum(f32(4), m, f32(4, fill=0), lr=0.1, t=0),
+    "momentum v": lambda m: fastopt.onnx_momentum(f32(4), f32(4), m, lr=0.1, t=0),
+    "momentum x[1]": lambda m: fastopt.onnx_momentum([f32(4), m], [f32(4), f32(4)],
                                                 [f32(4, fill=0), f32(4, fill=0)],
                                                 lr=0.1, t=0),
-    "adam h": lambda m: fastopt.adam(f32(4), f32(4), f32(4, fill=0), m, lr=0.1, t=1),
-    "adagrad x": lambda m: fastopt.adagrad(m, f32(4), f32(4, fill=0), lr=0.1, t=0),
-    "clipped momentum x": lambda m: fastopt.momentum(m, f32(4), f32(4, fill=0), lr=0.1,
+    "adam h": lambda m: fastopt.onnx_adam(f32(4), f32(4), f32(4, fill=0), m, lr=0.1, t=1),
+    "adagrad x": lambda m: fastopt.onnx_adagrad(m, f32(4), f32(4, fill=0), lr=0.1, t=0),
+    "clipped momentum x": lambda m: fastopt.onnx_momentum(m, f32(4), f32(4, fill=0), lr=0.1,
                                                      t=0, clipping=0.01),
     "agc x": lambda m: fastopt.agc(m, f32(4, fill=100.0), clipping=0.01),
     "agc g": lambda m: fastopt.agc(f32(4), m, clipping=0.01),
@@ -77,15 +77,15 @@ def test_a_torch_tensor_gets_a_hint(where):
     a = [f32(4), f32(4)]
     z = [f32(4, fill=0), f32(4, fill=0)]
     if where == "x":
-        call = lambda: fastopt.momentum(t, f32(4), f32(4, fill=0), lr=0.1, t=0)  # noqa: E731
-        msg = r"fastopt\.momentum: x must be a numpy\.ndarray or a list/tuple of "
+        call = lambda: fastopt.onnx_momentum(t, f32(4), f32(4, fill=0), lr=0.1, t=0)  # noqa: E731
+        msg = r"fastopt\.onnx_momentum: x must be a numpy\.ndarray or a list/tuple of "
     elif where == "g":
-        call = lambda: fastopt.momentum(f32(4), t, f32(4, fill=0), lr=0.1, t=0)  # noqa: E731
-        msg = r"fastopt\.momentum: g must be a numpy\.ndarray or a list/tuple of "
+        call = lambda: fastopt.onnx_momentum(f32(4), t, f32(4, fill=0), lr=0.1, t=0)  # noqa: E731
+        msg = r"fastopt\.onnx_momentum: g must be a numpy\.ndarray or a list/tuple of "
     elif where == "x[1]":
-        call = lambda: fastopt.adam([a[0], t], a, z, [z[0].copy(), z[1].copy()],  # noqa: E731
+        call = lambda: fastopt.onnx_adam([a[0], t], a, z, [z[0].copy(), z[1].copy()],  # noqa: E731
                                     lr=0.1, t=1)
-        msg = r"fastopt\.adam: x\[1\] must be a numpy\.ndarray, got Tensor"
+        msg = r"fastopt\.onnx_adam: x\[1\] must be a numpy\.ndarray, got Tensor"
     else:
         call = lambda: fastopt.agc(t, f32(4), clipping=0.01)  # noqa: E731
         msg = r"fastopt\.agc: x must be a numpy\.ndarray or a list/tuple of "
@@ -116,7 +116,7 @@ def test_import_is_lazy_and_complete(tmp_path):
             "lazy = ('optim', 'schedules', 'onnx', 'torch')\n"
             "assert not [m for m in lazy if 'fastopt.' + m in sys.modules]\n"
             "assert set(lazy) <= set(dir(fastopt))\n"
-            "assert fastopt.optim.Momentum and fastopt.schedules and fastopt.onnx\n"
+            "assert fastopt.optim.OnnxMomentum and fastopt.schedules and fastopt.onnx\n"
             "assert 'fastopt.optim' in sys.modules\n"
             "try:\n    fastopt.no_such_name\nexcept AttributeError as e:\n"
             "    print('ok', e)\n")

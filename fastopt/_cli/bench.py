@@ -30,10 +30,10 @@ import time
 
 import numpy as np
 
-from .. import _ext, _reference, adagrad, adam, get_num_threads, momentum
+from .. import _ext, _reference, get_num_threads, onnx_adagrad, onnx_adam, onnx_momentum
 from .workloads import TRAFFIC, WORKLOADS
 
-_FAST = {"momentum": momentum, "adagrad": adagrad, "adam": adam}
+_FAST = {"momentum": onnx_momentum, "adagrad": onnx_adagrad, "adam": onnx_adam}  # ONNX
 _KW = {
     "momentum": {"lr": 0.01, "alpha": 0.9, "beta": 1.0, "norm_coefficient": 1e-4},
     "adagrad": {"lr": 0.01, "epsilon": 1e-6, "norm_coefficient": 1e-4},

@@ -61,14 +61,14 @@ def run_updates(*, quick: bool = False) -> None:
          f"{'fastopt ns/value':>19s}")
     ops = [
         ("momentum",
-         lambda: optim.Momentum(xs, lr=1e-3, alpha=0.9, norm_coefficient=1e-4),
+         lambda: optim.OnnxMomentum(xs, lr=1e-3, alpha=0.9, norm_coefficient=1e-4),
          lambda t: ref.momentum_inplace(xs, gs, vs, lr=1e-3, t=t, alpha=0.9,
                                         norm_coefficient=1e-4)),
         ("adagrad",
-         lambda: optim.Adagrad(xs, lr=1e-3),
+         lambda: optim.OnnxAdagrad(xs, lr=1e-3),
          lambda t: ref.adagrad_inplace(xs, gs, hs, lr=1e-3, t=t)),
         ("adam",
-         lambda: optim.Adam(xs, lr=1e-4),
+         lambda: optim.OnnxAdam(xs, lr=1e-4),
          lambda t: ref.adam_inplace(xs, gs, vs, hs, lr=1e-4, t=t)),
     ]
     for name, make_opt, numpy_step in ops:
@@ -198,7 +198,7 @@ def run_train(*, quick: bool = False, epochs=None) -> bool:
 
     def make_momentum(p):
         hidden = {"params": p[:-2], "clipping": clip}
-        return optim.Momentum([hidden, {"params": p[-2:]}], alpha=0.9,
+        return optim.OnnxMomentum([hidden, {"params": p[-2:]}], alpha=0.9,
                               norm_coefficient=1e-4, clip_eps=clip_eps, schedule=sched)
 
     def numpy_momentum(xs, gs, st, lrs, step):
@@ -221,8 +221,8 @@ def run_train(*, quick: bool = False, epochs=None) -> bool:
          f"AGC clipping {clip} on the hidden layers (classifier excluded); "
          "lr from WarmRestarts(0.1, 0.005): cosine cycles of 2, 4, 8, ... epochs",
          make_momentum, numpy_momentum),
-        ("Adagrad", "lr 0.05", lambda p: optim.Adagrad(p, lr=0.05), numpy_adagrad),
-        ("Adam", "lr 1e-3", lambda p: optim.Adam(p, lr=1e-3), numpy_adam),
+        ("Adagrad", "lr 0.05", lambda p: optim.OnnxAdagrad(p, lr=0.05), numpy_adagrad),
+        ("Adam", "lr 1e-3", lambda p: optim.OnnxAdam(p, lr=1e-3), numpy_adam),
     ]
     results = []
     # The MLP's matrices are tiny: a BLAS thread pool costs more than it saves

@@ -9,7 +9,7 @@ are left alone. :class:`Optimizer` replays exactly that on its own copies.
 
 The rule is by default the slow reference of :mod:`.ops` evaluated in each
 parameter's dtype (bit for bit what the kernels compute); pass ``update=``
-(e.g. ``fastopt.momentum``) to replay through another implementation.
+(e.g. ``fastopt.onnx_momentum``) to replay through another implementation.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@
     import fastopt.optim
     from fastopt.distributed import ShardedOptimizer
 
-    opt = ShardedOptimizer(fastopt.optim.Adam, params, lr=1e-3)  # comm=MPI.COMM_WORLD
+    opt = ShardedOptimizer(fastopt.optim.OnnxAdam, params, lr=1e-3)  # comm=MPI.COMM_WORLD
     params = opt.params              # train these: views into the flat buffers
     for batch in my_shard_of_the_data:
         opt.step(local_grads)        # average, update my shard, gather everything

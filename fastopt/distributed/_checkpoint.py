@@ -41,6 +41,7 @@ import numpy as np
 from fastopt import _npz
 from fastopt._npz import fsync_directory
 from fastopt.optim import CheckpointError
+from fastopt.optim import checkpoint as _ckpt
 
 from ._comm import mpi, mpi_type, raise_agreed
 from ._plain import read_plain
@@ -321,7 +322,8 @@ def _read_sharded(opt, f, path):
         raise CheckpointError(f"{f}: {path!r}/LATEST names {name!r}, not a checkpoint version")
     vdir = os.path.join(path, name)
     meta, fingerprint = _read_meta(f, vdir)
-    if meta["optimizer"] != opt._template["optimizer"]:
+    if meta["optimizer"] != opt._template["optimizer"] and not _ckpt.saved_by(
+            opt._probe_type, meta["optimizer"]):
         raise CheckpointError(f"{f}: the checkpoint was saved by fastopt.optim."
                               f"{meta['optimizer']}, not {opt._template['optimizer']}")
     if meta["states"] != list(opt._state_names):

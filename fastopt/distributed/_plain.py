@@ -14,6 +14,7 @@ import numpy as np
 
 from fastopt import _npz
 from fastopt.optim import CheckpointError
+from fastopt.optim import checkpoint as _ckpt
 
 META_KEY = "meta"
 META_MAX_CHARS = 1 << 20        # fastopt.optim writes ~200 characters per group
@@ -50,7 +51,8 @@ def _read_meta(opt, f, r):
             or meta.get("version") != tpl["version"]:
         raise CheckpointError(f"{f}: the file is not a fastopt.optim checkpoint of "
                               f"version {tpl['version']}")
-    if meta.get("optimizer") != tpl["optimizer"]:
+    if meta.get("optimizer") != tpl["optimizer"] and not _ckpt.saved_by(
+            opt._probe_type, meta.get("optimizer")):
         raise CheckpointError(f"{f}: the checkpoint was saved by fastopt.optim."
                               f"{meta.get('optimizer')!s:.80}, not {tpl['optimizer']}")
     return text, meta

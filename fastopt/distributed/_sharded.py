@@ -44,7 +44,7 @@ class ShardedOptimizer:
     Parameters
     ----------
     optimizer_cls : class
-        :class:`fastopt.optim.Momentum`, ``Adagrad``, ``Adam`` (or any class
+        :class:`fastopt.optim.OnnxMomentum`, ``Adagrad``, ``Adam`` (or any class
         with their interface).
     params : list of ndarray, or list of dict
         As for ``optimizer_cls``: arrays, or parameter groups with their own
@@ -102,6 +102,7 @@ class ShardedOptimizer:
                                 f"(it has no {attr!r})")
         self._state_names = tuple(probe.state)
         self._template = probe.state_dict()
+        self._probe_type = type(probe)
         self.param_groups = []
         specs, self._originals = [], []
         for gi, (g, pg) in enumerate(zip(raw, probe.param_groups)):

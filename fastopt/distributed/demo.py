@@ -3,11 +3,11 @@
 Trains a small MLP (64-128-10, ReLU, softmax cross-entropy; forward and
 backward in NumPy) on scikit-learn's bundled handwritten digits (1,797 8x8
 images, no download) with :class:`~fastopt.distributed.ShardedOptimizer`
-around :class:`fastopt.optim.Adam`, data parallel: every mini-batch is split
+around :class:`fastopt.optim.OnnxAdam`, data parallel: every mini-batch is split
 between the ranks, each computes the gradient of its part, the optimizer
 averages them. Each rank holds only its shard of Adam's two states.
 
-Rank 0 also runs the single-process ``fastopt.optim.Adam`` on the same
+Rank 0 also runs the single-process ``fastopt.optim.OnnxAdam`` on the same
 mini-batches, fed the same average of the per-part gradients, and reports
 whether the two runs end with the same parameters, bit for bit, and the
 same test accuracy. (The average is formed by MPI in the distributed run; at
@@ -113,9 +113,9 @@ def main(argv=None) -> int:
     comm = MPI.COMM_WORLD
     rank, world = comm.Get_rank(), comm.Get_size()
     xtr, ytr, xte, yte = _data()
-    opt = ShardedOptimizer(fo.Adam, _init([64, 128, 10]), lr=args.lr, comm=comm)
+    opt = ShardedOptimizer(fo.OnnxAdam, _init([64, 128, 10]), lr=args.lr, comm=comm)
     params = opt.params
-    single = fo.Adam(_init([64, 128, 10]), lr=args.lr) if rank == 0 else None
+    single = fo.OnnxAdam(_init([64, 128, 10]), lr=args.lr) if rank == 0 else None
     rng = np.random.default_rng(2)
     for _epoch in range(args.epochs):
         order = rng.permutation(len(xtr))

@@ -1,6 +1,6 @@
-"""fastopt.optim.AdamW and fastopt.optim.AdamTorch: torch.optim's AdamW and
-Adam (torch's epsilon placement), as in :func:`fastopt.adamw` and
-:func:`fastopt.adam_torch`."""
+"""fastopt.optim.AdamW and fastopt.optim.Adam: torch.optim's AdamW and Adam
+(torch's epsilon placement), as in :func:`fastopt.adamw` and
+:func:`fastopt.adam`."""
 from __future__ import annotations
 
 from .. import _step
@@ -75,11 +75,17 @@ class AdamW(_Optimizer):
                                        for g in groups)
         if any_ams:      # only then the third state (as torch allocates it)
             self._STATES = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps,
-                                      weight_decay=weight_decay, amsgrad=amsgrad,
-                                      maximize=maximize, schedule=schedule),
+        super().__init__(params, self._defaults(dict(
+                             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                             amsgrad=amsgrad, maximize=maximize, schedule=schedule)),
                          contiguous_state=contiguous_state, n_threads=n_threads,
                          broadcast_grads=broadcast_grads)
+
+    def _defaults(self, hyper):
+        return hyper
+
+    def _rule(self, kw):
+        return self._RULE
 
     def _check_extra(self, f, group, where):
         if group["amsgrad"] and "max_exp_avg_sq" not in self._STATES:
@@ -97,7 +103,7 @@ class AdamW(_Optimizer):
         flags = ((_step.AMSGRAD if kw["amsgrad"] else 0)
                  | (_step.MAXIMIZE if kw["maximize"] else 0))
         b1, b2 = kw["betas"]
-        return _step.group_tuple(_step.RULES[self._RULE], t=kw["t"], lr=kw["lr"],
+        return _step.group_tuple(_step.RULES[self._rule(kw)], t=kw["t"], lr=kw["lr"],
                                  alpha=b1, beta=b2, eps=kw["eps"],
                                  decay=kw["weight_decay"], flags=flags)
 
@@ -115,20 +121,35 @@ def _betas(fname, label, value):
 AdamW._HYPER["betas"] = _betas
 
 
-class AdamTorch(AdamW):
+class Adam(AdamW):
     """Adam as torch.optim.Adam computes it (torch's epsilon placement),
     one C call per step.
 
     As :class:`AdamW` but ``weight_decay`` (default 0) is L2: ``u = u +
-    weight_decay * x`` before the moments. Not :class:`Adam`, the ONNX
-    operator, which adds epsilon before the bias correction.
+    weight_decay * x`` before the moments, unless ``decoupled_weight_decay``
+    is True, which makes the group :class:`AdamW` (as in torch). The ONNX
+    operator, which adds epsilon before the bias correction, is
+    :class:`OnnxAdam`.
     """
 
     _RULE = "adam_torch"
+    _OLD_NAMES = ("AdamTorch",)
+    _HYPER = dict(AdamW._HYPER, decoupled_weight_decay=_c.as_bool)
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 amsgrad=False, maximize=False, schedule=None, *, contiguous_state=False,
-                 n_threads=None, broadcast_grads=False):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+                 amsgrad=False, maximize=False, decoupled_weight_decay=False,
+                 schedule=None, *, contiguous_state=False, n_threads=None,
+                 broadcast_grads=False):
+        self._decoupled = decoupled_weight_decay
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, schedule,
                          contiguous_state=contiguous_state, n_threads=n_threads,
                          broadcast_grads=broadcast_grads)
+
+    def _defaults(self, hyper):
+        return dict(hyper, decoupled_weight_decay=self._decoupled)
+
+    def _kwargs(self, group):
+        return dict(super()._kwargs(group), decoupled=group["decoupled_weight_decay"])
+
+    def _rule(self, kw):
+        return "adamw_torch" if kw["decoupled"] else self._RULE

@@ -65,7 +65,7 @@ class CheckpointError(ValueError):
 # --------------------------------------------------------------- state dict
 
 def state_dict(opt) -> dict:
-    """See :meth:`fastopt.optim.Momentum.state_dict`."""
+    """See :meth:`fastopt.optim.OnnxMomentum.state_dict`."""
     return {
         "format": _FORMAT,
         "version": _VERSION,
@@ -76,6 +76,13 @@ def state_dict(opt) -> dict:
         "state": {name: [np.array(a, copy=True) for a in arrays]
                   for name, arrays in opt.state.items()},
     }
+
+
+def saved_by(cls, name) -> bool:
+    """Whether a checkpoint's ``optimizer`` entry names the optimizer class
+    ``cls``: its name, or a name it had before (``_OLD_NAMES``), whose files
+    it still reads."""
+    return name == cls.__name__ or name in getattr(cls, "_OLD_NAMES", ())
 
 
 def _check_header(opt, f, sd) -> int:
@@ -97,7 +104,7 @@ def _check_header(opt, f, sd) -> int:
         raise CheckpointError(f"{f}: checkpoint format version {sd['version']!r}; this "
                               f"fastopt reads version {_VERSION}")
     name = type(opt).__name__
-    if sd["optimizer"] != name:
+    if not saved_by(type(opt), sd["optimizer"]):
         raise CheckpointError(f"{f}: the checkpoint was saved by "
                               f"fastopt.optim.{sd['optimizer']}, not {name}")
     steps = sd["steps"]
@@ -324,7 +331,7 @@ def _read_meta(opt, f, r) -> dict:
         raise CheckpointError(f"{f}: the file's header is unreadable: {exc}") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{f}: the file's header is not a JSON object")
-    if meta.get("format") == _FORMAT and meta.get("optimizer") != type(opt).__name__:
+    if meta.get("format") == _FORMAT and not saved_by(type(opt), meta.get("optimizer")):
         # say which optimizer wrote it before complaining about its entries
         raise CheckpointError(f"{f}: the checkpoint was saved by "
                               f"fastopt.optim.{meta.get('optimizer')!s:.80}, not "

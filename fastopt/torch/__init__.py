@@ -23,8 +23,9 @@ included), sparse gradients.
 
 :class:`OnnxMomentum`, :class:`OnnxAdagrad` and :class:`OnnxAdam` are the
 ONNX training operators with their own hyperparameter names (ONNX Adam adds
-epsilon before the bias correction, unlike torch); ``Momentum`` is an alias
-of :class:`OnnxMomentum`.
+epsilon before the bias correction, unlike torch). The same scheme holds in
+every fastopt module (docs/mappings.md): a torch name means torch's
+optimizer, an ONNX form says ONNX in its name.
 
 One step, every parameter group: the parameters, their gradients and the
 states, as NumPy views of the tensors' memory (nothing copied), go to ONE C
@@ -77,7 +78,6 @@ __all__ = [
     "Adagrad",
     "Adam",
     "AdamW",
-    "Momentum",
     "OnnxAdagrad",
     "OnnxAdam",
     "OnnxMomentum",
@@ -444,6 +444,18 @@ class OnnxAdam(_Onnx):
                 "decay_post": h["norm_coefficient_post"]}
 
 
-#: The former name of :class:`OnnxMomentum` (fastopt.torch.Adagrad and Adam
-#: are now torch.optim's drop-ins; the ONNX ones are OnnxAdagrad, OnnxAdam).
-Momentum = OnnxMomentum
+# Old names, kept for one release: each warns and returns its new name's class.
+_DEPRECATED = {"Momentum": ("OnnxMomentum", "the same class; torch.optim.SGD is "
+                            "fastopt.torch.SGD")}
+
+
+def __getattr__(name):
+    if name in _DEPRECATED:
+        import warnings
+
+        new, why = _DEPRECATED[name]
+        warnings.warn(f"fastopt.torch.{name} is deprecated and will be removed in the next "
+                      f"release; use fastopt.torch.{new} ({why})", DeprecationWarning,
+                      stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -77,14 +77,14 @@ AGC_CASES = [
          "fastopt.unitwise_norm: x has dtype int64; fastopt works on float32 or float64 "
          "arrays"),
     Case(M, "clipping = 0 (fused AGC)", lambda: fused(clipping=0.0), ValueError,
-         "fastopt.momentum: clipping must be > 0.0, got 0.0"),
+         "fastopt.onnx_momentum: clipping must be > 0.0, got 0.0"),
     Case(M, "clip_eps = -1 (fused AGC)", lambda: fused(clip_eps=-1.0), ValueError,
-         "fastopt.momentum: clip_eps must be > 0.0, got -1.0"),
+         "fastopt.onnx_momentum: clip_eps must be > 0.0, got -1.0"),
     Case(M, "layout 'ji' (fused AGC)", lambda: fused(layout="ji"), ValueError,
-         "fastopt.momentum: " + LAYOUT_MSG + "'ji'"),
+         "fastopt.onnx_momentum: " + LAYOUT_MSG + "'ji'"),
     Case(M, "a clipping list longer than x (fused AGC)",
          lambda: (([arr((3, 4))], [arr((3, 4))], [arr((3, 4), fill=0.0)]),
                   {"lr": 0.1, "t": 1, "clipping": [0.1, 0.2]}), ValueError,
-         "fastopt.momentum: clipping has 2 entries but x has 1 tensor; give one value per "
+         "fastopt.onnx_momentum: clipping has 2 entries but x has 1 tensor; give one value per "
          "tensor (None excludes a tensor from clipping)"),
 ]

@@ -17,7 +17,7 @@ LONG = 40   # tensors in the long-list cases; the bad one is the last
 
 @dataclass(frozen=True)
 class Case:
-    func: str          # public name, e.g. "momentum"
+    func: str          # public name, e.g. "onnx_momentum"
     what: str          # the bad input, in words (the catalogue's first column)
     build: Callable    # () -> (args, kwargs)
     exc: type
@@ -110,5 +110,5 @@ def partial_g():
     return base[:3], base[1:4]
 
 
-M, A, G = "momentum", "adam", "adagrad"
+M, A, G = "onnx_momentum", "onnx_adam", "onnx_adagrad"
 LAST = LONG - 1

@@ -29,11 +29,11 @@ def opt_call(cls, method, *args, ctor=None, **kw):
 
 
 def other_state_dict():
-    return _optim().Adam([arr(), arr((2, 3), F64)], lr=0.1).state_dict()
+    return _optim().OnnxAdam([arr(), arr((2, 3), F64)], lr=0.1).state_dict()
 
 
 def bad_steps_state_dict():
-    sd = _optim().Momentum([arr(), arr((2, 3), F64)], lr=0.1).state_dict()
+    sd = _optim().OnnxMomentum([arr(), arr((2, 3), F64)], lr=0.1).state_dict()
     sd["steps"] = -1
     return sd
 
@@ -45,93 +45,93 @@ except ImportError:  # pragma: no cover - before fastopt.optim existed
 
 OP = "fastopt.optim."
 OPTIM_CASES = [
-    Case("optim.Momentum", "params a single array (not a list)",
+    Case("optim.OnnxMomentum", "params a single array (not a list)",
          lambda: ((arr(),), {"lr": 0.1}), TypeError,
-         OP + "Momentum: params must be a list of arrays or a list of parameter groups "
+         OP + "OnnxMomentum: params must be a list of arrays or a list of parameter groups "
               "(dicts with 'params'), got ndarray"),
-    Case("optim.Momentum", "params empty", lambda: (([],), {"lr": 0.1}), ValueError,
-         OP + "Momentum: params is empty; give at least one parameter"),
-    Case("optim.Momentum", "neither lr nor schedule", opt_ctor(arr()), ValueError,
-         OP + "Momentum: give lr, or a schedule that supplies it"),
-    Case("optim.Momentum", "both lr and schedule",
+    Case("optim.OnnxMomentum", "params empty", lambda: (([],), {"lr": 0.1}), ValueError,
+         OP + "OnnxMomentum: params is empty; give at least one parameter"),
+    Case("optim.OnnxMomentum", "neither lr nor schedule", opt_ctor(arr()), ValueError,
+         OP + "OnnxMomentum: give lr, or a schedule that supplies it"),
+    Case("optim.OnnxMomentum", "both lr and schedule",
          opt_ctor(arr(), lr=0.1, schedule=abs), ValueError,
-         OP + "Momentum: give lr or schedule, not both: the schedule supplies the learning "
+         OP + "OnnxMomentum: give lr or schedule, not both: the schedule supplies the learning "
               "rate of every step"),
-    Case("optim.Adam", "lr = -0.1", opt_ctor(arr(), lr=-0.1), ValueError,
-         OP + "Adam: lr must be a finite number >= 0, got -0.1"),
-    Case("optim.Adagrad", "a group with an unknown key",
+    Case("optim.OnnxAdam", "lr = -0.1", opt_ctor(arr(), lr=-0.1), ValueError,
+         OP + "OnnxAdam: lr must be a finite number >= 0, got -0.1"),
+    Case("optim.OnnxAdagrad", "a group with an unknown key",
          lambda: (([{"params": [arr()], "momentum": 0.9}],), {"lr": 0.1}), ValueError,
-         OP + "Adagrad: param_groups[0] has unknown key(s) ['momentum']; Adagrad takes "
+         OP + "OnnxAdagrad: param_groups[0] has unknown key(s) ['momentum']; OnnxAdagrad takes "
               "['decay_factor', 'epsilon', 'initial_accumulator_value', 'lr', "
               "'norm_coefficient', 'schedule']"),
-    Case("optim.Adagrad", "arrays and groups mixed",
+    Case("optim.OnnxAdagrad", "arrays and groups mixed",
          lambda: (([arr(), {"params": [arr()]}],), {"lr": 0.1}), TypeError,
-         OP + "Adagrad: params mixes arrays and parameter groups; give a list of arrays or "
+         OP + "OnnxAdagrad: params mixes arrays and parameter groups; give a list of arrays or "
               "a list of dicts"),
-    Case("optim.Adam", "the same parameter twice",
+    Case("optim.OnnxAdam", "the same parameter twice",
          lambda: (lambda p: (([p, p],), {"lr": 0.1}))(arr()), ValueError,
-         OP + "Adam: params[0] and params[1] share memory; every parameter and state must "
+         OP + "OnnxAdam: params[0] and params[1] share memory; every parameter and state must "
               "have memory of its own (a parameter may appear only once)"),
-    Case("optim.Adam", "a read-only parameter", lambda: (([arr(), ro(arr())],), {"lr": 0.1}),
-         ValueError, OP + "Adam: params[1] is read-only; it is updated in place"),
-    Case("optim.Adam", "an int64 parameter",
+    Case("optim.OnnxAdam", "a read-only parameter", lambda: (([arr(), ro(arr())],), {"lr": 0.1}),
+         ValueError, OP + "OnnxAdam: params[1] is read-only; it is updated in place"),
+    Case("optim.OnnxAdam", "an int64 parameter",
          lambda: (([arr(), arr(dtype=np.int64)],), {"lr": 0.1}), TypeError,
-         OP + "Adam: params[1] has dtype int64; fastopt updates float32 or float64 arrays"),
-    Case("optim.Momentum", "nesterov = 1 (not a bool)", opt_ctor(arr(), lr=0.1, nesterov=1),
-         TypeError, OP + "Momentum: nesterov must be True or False, got int"),
-    Case("optim.Momentum", "schedule not callable", opt_ctor(arr(), schedule=0.1), TypeError,
-         OP + "Momentum: schedule must be a callable step -> lr (or None), got float"),
-    Case("optim.Momentum.step", "one gradient for two parameters",
-         opt_call("Momentum", "step", lambda: [arr()]), ValueError,
-         OP + "Momentum.step: grads has 1 entries but the optimizer has 2 parameters; give "
+         OP + "OnnxAdam: params[1] has dtype int64; fastopt updates float32 or float64 arrays"),
+    Case("optim.OnnxMomentum", "nesterov = 1 (not a bool)", opt_ctor(arr(), lr=0.1, nesterov=1),
+         TypeError, OP + "OnnxMomentum: nesterov must be True or False, got int"),
+    Case("optim.OnnxMomentum", "schedule not callable", opt_ctor(arr(), schedule=0.1), TypeError,
+         OP + "OnnxMomentum: schedule must be a callable step -> lr (or None), got float"),
+    Case("optim.OnnxMomentum.step", "one gradient for two parameters",
+         opt_call("OnnxMomentum", "step", lambda: [arr()]), ValueError,
+         OP + "OnnxMomentum.step: grads has 1 entries but the optimizer has 2 parameters; give "
               "one gradient (or None) per parameter"),
-    Case("optim.Momentum.step", "grads[1] of the wrong dtype",
-         opt_call("Momentum", "step", lambda: [arr(), arr((2, 3), F32)]), TypeError,
-         OP + "Momentum.step: grads[1] has dtype float32 but params[1] has float64; the "
+    Case("optim.OnnxMomentum.step", "grads[1] of the wrong dtype",
+         opt_call("OnnxMomentum", "step", lambda: [arr(), arr((2, 3), F32)]), TypeError,
+         OP + "OnnxMomentum.step: grads[1] has dtype float32 but params[1] has float64; the "
               "gradient must match its parameter"),
-    Case("optim.Momentum.step", "grads[1] of another shape",
-         opt_call("Momentum", "step", lambda: [arr(), arr((3, 2), F64)]), ValueError,
-         OP + "Momentum.step: grads[1] has shape (3, 2) but params[1] has shape (2, 3); the "
+    Case("optim.OnnxMomentum.step", "grads[1] of another shape",
+         opt_call("OnnxMomentum", "step", lambda: [arr(), arr((3, 2), F64)]), ValueError,
+         OP + "OnnxMomentum.step: grads[1] has shape (3, 2) but params[1] has shape (2, 3); the "
               "gradient must have its parameter's shape (or build the optimizer with "
               "broadcast_grads=True to broadcast it)"),
-    Case("optim.Momentum.step", "grads[1] broadcastable, broadcast_grads off",
-         opt_call("Momentum", "step", lambda: [arr(), arr((3,), F64)]), ValueError,
-         OP + "Momentum.step: grads[1] has shape (3,) but params[1] has shape (2, 3); the "
+    Case("optim.OnnxMomentum.step", "grads[1] broadcastable, broadcast_grads off",
+         opt_call("OnnxMomentum", "step", lambda: [arr(), arr((3,), F64)]), ValueError,
+         OP + "OnnxMomentum.step: grads[1] has shape (3,) but params[1] has shape (2, 3); the "
               "gradient must have its parameter's shape (or build the optimizer with "
               "broadcast_grads=True to broadcast it)"),
-    Case("optim.Adam.step", "grads[0] broadcastable, broadcast_grads off",
-         opt_call("Adam", "step", lambda: [arr((1,)), arr((2, 3), F64)]), ValueError,
-         OP + "Adam.step: grads[0] has shape (1,) but params[0] has shape (3,); the "
+    Case("optim.OnnxAdam.step", "grads[0] broadcastable, broadcast_grads off",
+         opt_call("OnnxAdam", "step", lambda: [arr((1,)), arr((2, 3), F64)]), ValueError,
+         OP + "OnnxAdam.step: grads[0] has shape (1,) but params[0] has shape (3,); the "
               "gradient must have its parameter's shape (or build the optimizer with "
               "broadcast_grads=True to broadcast it)"),
-    Case("optim.Momentum.step", "grads[1] not broadcastable, broadcast_grads on",
-         opt_call("Momentum", "step", lambda: [arr(), arr((3, 2), F64)],
+    Case("optim.OnnxMomentum.step", "grads[1] not broadcastable, broadcast_grads on",
+         opt_call("OnnxMomentum", "step", lambda: [arr(), arr((3, 2), F64)],
                   ctor={"broadcast_grads": True}), ValueError,
-         OP + "Momentum.step: grads[1] with shape (3, 2) cannot be broadcast to params[1]'s "
+         OP + "OnnxMomentum.step: grads[1] with shape (3, 2) cannot be broadcast to params[1]'s "
               "shape (2, 3)"),
     Case("optim.AdamW", "broadcast_grads not a bool", opt_ctor(arr(), broadcast_grads=1),
          TypeError, OP + "AdamW: broadcast_grads must be True or False, got int"),
-    Case("optim.Momentum.step", "grads[0] a NumPy float32 scalar",
-         opt_call("Momentum", "step", lambda: [np.float32(0.5), arr((2, 3), F64)]), TypeError,
-         OP + "Momentum.step: grads[0] must be a numpy.ndarray or None, got a NumPy float32 "
+    Case("optim.OnnxMomentum.step", "grads[0] a NumPy float32 scalar",
+         opt_call("OnnxMomentum", "step", lambda: [np.float32(0.5), arr((2, 3), F64)]), TypeError,
+         OP + "OnnxMomentum.step: grads[0] must be a numpy.ndarray or None, got a NumPy float32 "
               "scalar, not an array; convert it with np.asarray(..., dtype=...) to an array "
               "of its parameter's dtype"),
-    Case("optim.Momentum.step", "grads a list of Python floats",
-         opt_call("Momentum", "step", lambda: [0.5, 0.5, 0.5]), TypeError,
-         OP + "Momentum.step: grads is a list of numbers; give one gradient array per "
+    Case("optim.OnnxMomentum.step", "grads a list of Python floats",
+         opt_call("OnnxMomentum", "step", lambda: [0.5, 0.5, 0.5]), TypeError,
+         OP + "OnnxMomentum.step: grads is a list of numbers; give one gradient array per "
               "parameter (np.asarray(..., dtype=...) makes an array of its parameter's dtype)"),
-    Case("optim.Momentum.step", "grads[1] a str",
-         opt_call("Momentum", "step", lambda: [arr(), "g"]), TypeError,
-         OP + "Momentum.step: grads[1] must be a numpy.ndarray or None, got str"),
-    Case("optim.Momentum.step", "grad_scale = 0",
-         opt_call("Momentum", "step", lambda: [arr(), arr((2, 3), F64)], grad_scale=0.0),
-         ValueError, OP + "Momentum.step: grad_scale must be > 0.0, got 0.0"),
-    Case("optim.Momentum.step", "grad_scale = nan",
-         opt_call("Momentum", "step", lambda: [arr(), arr((2, 3), F64)], grad_scale=math.nan),
-         ValueError, OP + "Momentum.step: grad_scale must be finite, got nan"),
-    Case("optim.Momentum.step", "max_grad_norm = 0",
-         opt_call("Momentum", "step", lambda: [arr(), arr((2, 3), F64)], max_grad_norm=0.0),
-         ValueError, OP + "Momentum.step: max_grad_norm must be > 0 (inf: no clipping), "
+    Case("optim.OnnxMomentum.step", "grads[1] a str",
+         opt_call("OnnxMomentum", "step", lambda: [arr(), "g"]), TypeError,
+         OP + "OnnxMomentum.step: grads[1] must be a numpy.ndarray or None, got str"),
+    Case("optim.OnnxMomentum.step", "grad_scale = 0",
+         opt_call("OnnxMomentum", "step", lambda: [arr(), arr((2, 3), F64)], grad_scale=0.0),
+         ValueError, OP + "OnnxMomentum.step: grad_scale must be > 0.0, got 0.0"),
+    Case("optim.OnnxMomentum.step", "grad_scale = nan",
+         opt_call("OnnxMomentum", "step", lambda: [arr(), arr((2, 3), F64)], grad_scale=math.nan),
+         ValueError, OP + "OnnxMomentum.step: grad_scale must be finite, got nan"),
+    Case("optim.OnnxMomentum.step", "max_grad_norm = 0",
+         opt_call("OnnxMomentum", "step", lambda: [arr(), arr((2, 3), F64)], max_grad_norm=0.0),
+         ValueError, OP + "OnnxMomentum.step: max_grad_norm must be > 0 (inf: no clipping), "
                           "got 0.0"),
     Case("optim.AdamW.step", "max_grad_norm = nan",
          opt_call("AdamW", "step", lambda: [arr(), arr((2, 3), F64)], max_grad_norm=math.nan),
@@ -141,12 +141,12 @@ OPTIM_CASES = [
          opt_call("AdamW", "step", lambda: [arr(), arr((2, 3), F64)], max_grad_norm=1.0,
                   norm_type=1),
          ValueError, OP + "AdamW.step: norm_type must be 2.0 or math.inf, got 1"),
-    Case("optim.Momentum.load_state_dict", "another optimizer's state",
-         opt_call("Momentum", "load_state_dict", other_state_dict), CheckpointError,
-         OP + "Momentum.load_state_dict: the checkpoint was saved by fastopt.optim.Adam, "
-              "not Momentum"),
-    Case("optim.Momentum.load_state_dict", "a step count of -1",
-         opt_call("Momentum", "load_state_dict", bad_steps_state_dict), CheckpointError,
-         OP + "Momentum.load_state_dict: the checkpoint's step count must be an integer "
+    Case("optim.OnnxMomentum.load_state_dict", "another optimizer's state",
+         opt_call("OnnxMomentum", "load_state_dict", other_state_dict), CheckpointError,
+         OP + "OnnxMomentum.load_state_dict: the checkpoint was saved by fastopt.optim.OnnxAdam, "
+              "not OnnxMomentum"),
+    Case("optim.OnnxMomentum.load_state_dict", "a step count of -1",
+         opt_call("OnnxMomentum", "load_state_dict", bad_steps_state_dict), CheckpointError,
+         OP + "OnnxMomentum.load_state_dict: the checkpoint's step count must be an integer "
               ">= 0 and < 2**63, got -1"),
 ]

@@ -1,4 +1,4 @@
-"""fastopt.optim.Momentum: SGD with momentum (ONNX Momentum), Nesterov, AGC."""
+"""fastopt.optim.OnnxMomentum: SGD with momentum (ONNX Momentum), Nesterov, AGC."""
 from __future__ import annotations
 
 from .. import _ops, _step
@@ -6,10 +6,13 @@ from . import _checks as _c
 from ._base import _Optimizer
 
 
-class Momentum(_Optimizer):
+class OnnxMomentum(_Optimizer):
     """SGD with momentum (ONNX Momentum), optionally Nesterov and AGC-clipped.
 
-    Each step runs :func:`fastopt.momentum` once per parameter group with
+    The ONNX operator's names and T convention; torch.optim.SGD is
+    :class:`SGD`.
+
+    Each step runs :func:`fastopt.onnx_momentum` once per parameter group with
     T = 0 on the first update (so beta is ignored then, as torch ignores
     dampening on its first step) and T = the step count afterwards.
 
@@ -22,7 +25,7 @@ class Momentum(_Optimizer):
     lr : float, optional
         Learning rate (>= 0). May be omitted when ``schedule`` is given.
     alpha, beta, norm_coefficient : float, default 0.9, 1.0 and 0.0
-        As in :func:`fastopt.momentum`: the momentum coefficient (torch.optim.SGD
+        As in :func:`fastopt.onnx_momentum`: the momentum coefficient (torch.optim.SGD
         ``momentum``), the gradient coefficient after the first update (torch
         ``1 - dampening``) and the L2 coefficient (torch ``weight_decay``).
     nesterov : bool, default False
@@ -49,13 +52,14 @@ class Momentum(_Optimizer):
         Threads for the kernels (None: fastopt's current default).
     broadcast_grads : bool, default False
         Accept a gradient that broadcasts to its parameter's shape (NumPy
-        rules, as the functions such as :func:`fastopt.momentum` do). By
+        rules, as the functions such as :func:`fastopt.onnx_momentum` do). By
         default a gradient must have exactly its parameter's shape, as in
         torch: a (10,) gradient for a (128, 10) weight is a ValueError, not
         an update of every row.
     """
 
-    _KERNEL = staticmethod(_ops.momentum)
+    _OLD_NAMES = ("Momentum",)     # checkpoints saved under its former name
+    _KERNEL = staticmethod(_ops.onnx_momentum)
     _STATES = ("v",)
     _T0 = 0
     _HYPER = {

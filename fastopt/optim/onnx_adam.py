@@ -1,4 +1,4 @@
-"""fastopt.optim.Adam (ONNX Adam)."""
+"""fastopt.optim.OnnxAdam (ONNX Adam)."""
 from __future__ import annotations
 
 from .. import _ops, _step
@@ -6,11 +6,11 @@ from . import _checks as _c
 from ._base import _Optimizer
 
 
-class Adam(_Optimizer):
+class OnnxAdam(_Optimizer):
     """Adam (ONNX Adam): T = 1 on the first update (bias-corrected), then
     the step count + 1.
 
-    Not torch.optim.Adam exactly: ONNX adds epsilon before the bias
+    Not torch.optim.Adam (that is :class:`Adam`): ONNX adds epsilon before the bias
     correction (ONNX eps = torch eps * sqrt(1 - beta**t)) and applies
     ``norm_coefficient_post`` after the step; with epsilon = 0 and no post
     decay the two agree.
@@ -18,7 +18,7 @@ class Adam(_Optimizer):
     Parameters
     ----------
     params, lr
-        As in :class:`Momentum` (``lr`` >= 0, optional with a ``schedule``).
+        As in :class:`OnnxMomentum` (``lr`` >= 0, optional with a ``schedule``).
     alpha, beta : float, default 0.9 and 0.999
         Moment decay rates (torch ``betas``); 0 <= alpha < 1, 0 <= beta <= 1.
     epsilon : float, default 1e-6
@@ -27,10 +27,11 @@ class Adam(_Optimizer):
     norm_coefficient_post : float, default 0.0
         Decay after the step: ``x *= 1 - norm_coefficient_post``.
     schedule, contiguous_state, n_threads, broadcast_grads
-        As in :class:`Momentum`.
+        As in :class:`OnnxMomentum`.
     """
 
-    _KERNEL = staticmethod(_ops.adam)
+    _OLD_NAMES = ("Adam",)     # checkpoints saved under its former name
+    _KERNEL = staticmethod(_ops.onnx_adam)
     _STATES = ("v", "h")
     _T0 = 1
     _HYPER = {
