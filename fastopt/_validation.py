@@ -505,7 +505,9 @@ def _normalise(lists, single, written, copy) -> Prepared:
         # the lead's own memory order when it can go to C as it is (so AGC's
         # unit norms are reduced in the order fastopt.agc uses for the same
         # x), else C; only the arrays not already in that form are copied.
-        order = _fast_layout(xi) or "C"
+        # Gradients alone (global_norm, clip_grads) always go in C order: the
+        # global norm sums each gradient in its logical order.
+        order = "C" if lead == "g" else _fast_layout(xi) or "C"
         flag = "c_contiguous" if order == "C" else "f_contiguous"
         for role, seq in lists.items():
             a = seq[i]
