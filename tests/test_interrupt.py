@@ -16,7 +16,8 @@ import pytest
 from fastopt import optim
 
 SHAPES = [(512, 256), (300,), (64, 64, 8)]
-STEPS = 120
+HITS = 25          # interrupted steps wanted per case
+MAX_STEPS = 3000
 
 
 def _killer(delay):
@@ -43,18 +44,22 @@ def _settle(t):
 
 
 def _interrupted_steps(step, snapshot, count, twin_step, rng):
-    """Run STEPS steps, each with a SIGINT after a random delay; after each,
-    the arrays (snapshot()) and count() must be those after a whole step or
-    those before it. twin_step() advances an uninterrupted twin, whose
-    snapshot the caller's compares with. Returns how many steps were
-    interrupted."""
-    hits = 0
-    for _ in range(STEPS):
+    """Run steps, each with a SIGINT after a random delay up to a little more
+    than a step takes, until HITS of them were interrupted (at most
+    MAX_STEPS); after each, the arrays (snapshot[0]()) and count() must be
+    those after a whole step (as the uninterrupted twin's, snapshot[1]())
+    or those before it. Returns how many steps were interrupted."""
+    hits, took = 0, 0.002
+    for _ in range(MAX_STEPS):
+        if hits >= HITS:
+            break
         before, n0 = [a.copy() for a in snapshot[0]()], count()
-        t = _killer(rng.uniform(0.0, 0.004))
+        t = _killer(rng.uniform(0.0, 1.5 * took))
+        t0 = time.perf_counter()
         try:
             t.start()
             step()
+            took = 0.8 * took + 0.2 * (time.perf_counter() - t0)
         except KeyboardInterrupt:
             hits += 1
         _settle(t)
@@ -89,7 +94,7 @@ def test_interrupted_optim_step_is_whole_or_absent(how):
     hits = _interrupted_steps(lambda: opt.step(g, **step_kw),
                               (lambda: _arrays(opt, xs), lambda: _arrays(twin, ys)),
                               lambda: opt._steps, lambda: twin.step(g, **step_kw), rng)
-    assert hits > 0
+    assert hits == HITS
 
 
 @pytest.mark.parametrize("route", ["prepared", "full"])
@@ -124,4 +129,4 @@ def test_interrupted_torch_step_is_whole_or_absent(route):
         return [float(opt.state[p]["step"]) for p in ps][0]
     hits = _interrupted_steps(step, (lambda: arrays(opt, ps), lambda: arrays(twin, qs)),
                               count, twin.step, rng)
-    assert hits > 0
+    assert hits == HITS
