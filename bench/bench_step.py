@@ -61,8 +61,8 @@ def _tensors(shapes, seed=0):
 
 def fastopt_optim(rule, xs, gs):
     if rule == "sgd":
-        opt = fo_optim.Momentum(xs, lr=SGD["lr"], alpha=SGD["momentum"],
-                                norm_coefficient=SGD["weight_decay"])
+        opt = fo_optim.OnnxMomentum(xs, lr=SGD["lr"], alpha=SGD["momentum"],
+                                    norm_coefficient=SGD["weight_decay"])
     else:
         opt = fo_optim.AdamW(xs, **ADAMW)
     return lambda: opt.step(gs, grad_scale=SCALE, skip_if_nonfinite=True,

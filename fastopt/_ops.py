@@ -489,6 +489,7 @@ def unitwise_norm(x: np.ndarray, *, layout: str = "oi") -> np.ndarray:
     """
     f = "fastopt.unitwise_norm"
     _v.check_array(f, "x", x, "works on")
+    x = _v._own(x)              # its shape and layout as checked, whatever another thread does
     lay = _v.check_layout(f, layout)
     nd = x.ndim
     if sum(d != 1 for d in x.shape) <= 1:

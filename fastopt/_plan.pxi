@@ -117,6 +117,7 @@ cdef class StepPlan:
     cdef readonly bint stale    # a guard failed: _refresh before running
     cdef readonly bint busy     # a step (or _drive) of this plan is running
     cdef list gdescrs           # the dtype objects the guards compare with
+    cdef bint fonly             # some parameter is F-ordered and not C-contiguous
 
     def __dealloc__(self):
         PyMem_Free(self.ts)
@@ -182,6 +183,7 @@ cdef class StepPlan:
                      if cnp.PyArray_FLAGS(xa) & cnp.NPY_ARRAY_C_CONTIGUOUS
                      else cnp.NPY_ARRAY_F_CONTIGUOUS)
             t.wflags = _W | order
+            self.fonly = self.fonly or order == cnp.NPY_ARRAY_F_CONTIGUOUS
             t.rflags = _R | order
             t.ndim = cnp.PyArray_NDIM(xa)
             t.dims = self.dims + nd
@@ -390,6 +392,10 @@ cdef class StepPlan:
         else:
             return None
         if self.stale and not self._refresh():
+            return None
+        # a measured norm sums each gradient in its logical (C) order: an
+        # F-ordered tensor's step goes to the fully checked route's copy
+        if self.fonly and given_norm != given_norm and (check_finite or clip != 0):
             return None
         if (not nth or PyTuple_GET_SIZE(gs) != self.nt
                 or PyTuple_GET_SIZE(groups) != self.ng

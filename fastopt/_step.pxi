@@ -150,10 +150,12 @@ cdef bint _step_state(object a, int type_num, int order, cnp.ndarray like,
 
 cdef int _step_gather(StepBufs *b, tuple xs, tuple gs, tuple s1s, tuple s2s,
                       tuple s3s, tuple index, Py_ssize_t ng,
-                      bint with_g=True) except -1:
+                      bint with_g=True, bint c_only=False) except -1:
     """Fill b.ts and the byte ranges (role-major); 1, or 0 to decline.
     with_g False: the gradients' ranges are left out of the overlap check
-    (StepPlan checks the written arrays alone)."""
+    (StepPlan checks the written arrays alone). c_only: every tensor must be
+    C-contiguous (a step that measures the norm, which sums each gradient
+    in its logical order: an F-ordered one goes to _step.py's copy)."""
     cdef Py_ssize_t nt = PyTuple_GET_SIZE(xs), i
     cdef int type_num, flags, order, k
     cdef int64_t nbytes, j = 0
@@ -171,7 +173,7 @@ cdef int _step_gather(StepBufs *b, tuple xs, tuple gs, tuple s1s, tuple s2s,
         flags = cnp.PyArray_FLAGS(xa)
         if flags & cnp.NPY_ARRAY_C_CONTIGUOUS:
             order = cnp.NPY_ARRAY_C_CONTIGUOUS
-        elif flags & cnp.NPY_ARRAY_F_CONTIGUOUS:
+        elif flags & cnp.NPY_ARRAY_F_CONTIGUOUS and not c_only:
             order = cnp.NPY_ARRAY_F_CONTIGUOUS
         else:
             return 0
@@ -220,6 +222,12 @@ cdef inline void _step_opts(fo_step_opts *o, double grad_scale, double max_norm,
     o.guards_per_tensor = 0
 
 
+cdef inline bint _measures(const fo_step_opts *o) noexcept:
+    """Does the step measure the gradients' norm (pass 1 for a check or a
+    clip)? Then it reads each gradient in its logical (C) order."""
+    return o.measure != FO_MEASURE_GIVEN and (o.check_finite or o.clip != 0)
+
+
 def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
          tuple groups, double grad_scale, double max_norm, double clip_value,
          int clip, int norm_type, bint check_finite, n_threads,
@@ -241,8 +249,8 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
                given_norm)
     _step_alloc(&b, nt, ng, STEP_ROLES)
     try:
-        if not (_step_groups(groups, b.gs) and _step_gather(&b, xs, gs, s1s, s2s, s3s,
-                                                            index, ng)):
+        if not (_step_groups(groups, b.gs) and _step_gather(
+                &b, xs, gs, s1s, s2s, s3s, index, ng, True, _measures(&o))):
             return None
         with nogil:
             rc = fo_step(b.ts, nt, b.gs, ng, &o, &res, nth)
@@ -255,10 +263,12 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
 
 
 cdef int _grad_list(StepBufs *b, tuple gs, bint written) except -1:
-    """b.gp/ns/dts from native aligned C- or F-contiguous float arrays
-    (written: also writeable and not overlapping); 1, or 0 to decline."""
+    """b.gp/ns/dts from native aligned C-contiguous float arrays (the norm
+    sums each in its logical order: an F-ordered one is declined, and the
+    dispatch copies it); written: also writeable and not overlapping. 1, or
+    0 to decline."""
     cdef Py_ssize_t nt = PyTuple_GET_SIZE(gs), i
-    cdef int type_num, flags, order
+    cdef int type_num
     cdef cnp.ndarray ga
     for i in range(nt):
         a = <object>PyTuple_GET_ITEM(gs, i)
@@ -268,14 +278,8 @@ cdef int _grad_list(StepBufs *b, tuple gs, bint written) except -1:
         type_num = cnp.PyArray_TYPE(ga)
         if type_num != cnp.NPY_FLOAT and type_num != cnp.NPY_DOUBLE:
             return 0
-        flags = cnp.PyArray_FLAGS(ga)      # the norm sums in memory order
-        if flags & cnp.NPY_ARRAY_C_CONTIGUOUS:
-            order = cnp.NPY_ARRAY_C_CONTIGUOUS
-        elif flags & cnp.NPY_ARRAY_F_CONTIGUOUS:
-            order = cnp.NPY_ARRAY_F_CONTIGUOUS
-        else:
-            return 0
-        if not _step_arr(a, type_num, _W if written else _R, order, None):
+        if not _step_arr(a, type_num, _W if written else _R, cnp.NPY_ARRAY_C_CONTIGUOUS,
+                         None):
             return 0
         b.gp[i] = cnp.PyArray_DATA(ga)
         b.ns[i] = cnp.PyArray_SIZE(ga)

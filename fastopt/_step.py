@@ -135,7 +135,28 @@ def _check_n_threads(at: int):
 
 
 def _step_fast(arrays, scalars):
-    return _ext.step(*arrays, *scalars)
+    out = _ext.step(*arrays, *scalars)
+    if out is None and scalars[-1] != scalars[-1] and (scalars[7] or scalars[5]):
+        return _step_measured(arrays, scalars)
+    return out
+
+
+def _step_measured(arrays, scalars):
+    """A normalised step that measures the norm and that the fast path
+    declined (some tensor is F-ordered: the norm sums each gradient in its
+    logical order, whatever its layout): the norm of the gradients' C-ordered
+    copies, then the step with that norm given."""
+    index, groups, scale, max_norm, clip_value, clip, norm_type, check, nth, _ = scalars
+    gs = tuple(g if g.flags.c_contiguous else np.ascontiguousarray(g) for g in arrays[1])
+    measured = _ext.global_norm(gs, scale, norm_type, nth)
+    if measured is None:
+        return None
+    norm, finite = measured
+    if check and not finite:
+        return (False, norm, False)             # skipped: nothing written
+    out = _ext.step(*arrays, index, groups, scale, max_norm, clip_value, clip, norm_type,
+                    False, nth, norm)
+    return None if out is None else (out[0], norm, finite)
 
 
 def _needs_of(scalars) -> list:

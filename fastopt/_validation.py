@@ -236,12 +236,13 @@ def check_n_threads(fname: str, n_threads):
 class Prepared:
     """A call normalised for the fast path, plus the copies to write back
     (a plain class: dataclasses would cost `import fastopt` ~1 ms)."""
-    __slots__ = ("single", "roles", "writeback")
+    __slots__ = ("single", "roles", "writeback", "held")
 
     def __init__(self, single: bool, roles: dict):
         self.single = single
         self.roles = roles      # role ("x", "g", a state) -> list of arrays
         self.writeback: list = []
+        self.held: list = []    # the caller's arrays, alive while their views are used
 
     def args(self) -> tuple:
         """The arrays to pass to the fast path, one argument per role (an
@@ -469,9 +470,12 @@ def tensors(fname: str, arrays: dict, labels=None, written=None, needs=None) -> 
     lead, *rest = lists
     written = [r for r in lists if r != "g"] if written is None else written
     items, where = [], []   # (label, array, is_written) for the overlap check; (role, i)
+    held = []               # the caller's arrays, replaced by views of our own (_own)
     for i in range(n):
         xi, xlab = lists[lead][i], label(lead, i)
         check_array(fname, xlab, xi, "updates" if lead in written else "works on")
+        held.append(xi)
+        xi = lists[lead][i] = _own(xi)
         if lead in written:
             check_written(fname, xlab, xi, _doing(lead))
         items.append((xlab, xi, lead in written))
@@ -483,6 +487,9 @@ def tensors(fname: str, arrays: dict, labels=None, written=None, needs=None) -> 
             a, lab = lists[role][i], label(role, i)
             if a is None and needs is not None:
                 raise ValueError(f"{fname}: {lab} is missing; the rule needs it")
+            if isinstance(a, np.ndarray) and not _masked(a):
+                held.append(a)
+                a = lists[role][i] = _own(a)
             _check_role(fname, lab, xlab, a, xi, role, role in written)
             items.append((lab, a, role in written))
             where.append((role, i))
@@ -491,7 +498,17 @@ def tensors(fname: str, arrays: dict, labels=None, written=None, needs=None) -> 
         copy = set()
     else:
         copy = {where[k] for k in _overlaps(fname, items)}
-    return _normalise(lists, single, written, copy)
+    prep = _normalise(lists, single, written, copy)
+    prep.held = held
+    return prep
+
+
+def _own(a: np.ndarray) -> np.ndarray:
+    """A plain view of a that nobody else holds: its shape, dtype and flags
+    stay as checked while the call runs, copies and writes back, whatever
+    another thread does to a meanwhile (the same memory is written, as the
+    fast path writes an array another thread freezes during its C work)."""
+    return a.view(np.ndarray)
 
 
 def _normalise(lists, single, written, copy) -> Prepared:
@@ -505,7 +522,9 @@ def _normalise(lists, single, written, copy) -> Prepared:
         # the lead's own memory order when it can go to C as it is (so AGC's
         # unit norms are reduced in the order fastopt.agc uses for the same
         # x), else C; only the arrays not already in that form are copied.
-        order = _fast_layout(xi) or "C"
+        # Gradients alone (global_norm, clip_grads) always go in C order: the
+        # global norm sums each gradient in its logical order.
+        order = "C" if lead == "g" else _fast_layout(xi) or "C"
         flag = "c_contiguous" if order == "C" else "f_contiguous"
         for role, seq in lists.items():
             a = seq[i]

@@ -97,7 +97,7 @@ def global_norm(grads, *, grad_scale=1.0, norm_type=2.0):
     finite = True
     nan = False
     for g in grads:
-        u = unscale(np.ravel(g, order="K"), grad_scale)   # memory order
+        u = unscale(np.ravel(g), grad_scale)   # logical (C) order, whatever the layout
         finite = finite and bool(np.all(np.isfinite(u)))
         if norm_type == 2.0:
             ud = u.astype(np.float64)

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .. import _ext, _step
+from .. import _ext, _interrupt, _step
 from .. import _validation as _v
 from . import _fused, _grads, checkpoint
 from ._checks import as_bool
@@ -296,7 +296,12 @@ class _Optimizer:
         if None in groups:                   # a group that cannot be fused (AGC)
             if per is None:
                 per = _grads.split(self, f, grads)
-            return self._step_groups(f, per, o)
+            return _interrupt.whole(self._step_groups, f, per, o)
+        return _interrupt.whole(self._step_fused, f, grads, per, groups, o, given, kws)
+
+    def _step_fused(self, f, grads, per, groups, o, given, kws) -> bool:
+        """The one C call of a step and its bookkeeping, run whole (a
+        KeyboardInterrupt meanwhile is raised after it: fastopt._interrupt)."""
         info = _fused.run(self, f, grads, per, groups, o, given)
         if self._prepared_ran and given != given:
             _fused.remember(self, kws, groups)

@@ -92,7 +92,10 @@ def precheck(opt, per, o):
     skipped step): the norm and finiteness of the step's gradients, measured
     before the lrs are known, or None when the gradients need the slow path
     (which then checks them itself)."""
-    gs = tuple(g for gg in per for g in gg if g is not None)
+    # the norm sums each gradient in its logical order: an F-ordered one as
+    # its C-ordered copy (the fast path declines it as it is)
+    gs = tuple(np.ascontiguousarray(g) if type(g) is np.ndarray and not g.flags.c_contiguous
+               else g for gg in per for g in gg if g is not None)
     return _ext.global_norm(gs, o.grad_scale, o.norm_type, opt.n_threads)
 
 

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import torch
 
-from .. import _dtypes, _step
+from .. import _dtypes, _interrupt, _step
 from .. import _validation as _v
 from . import _prep
 
@@ -342,18 +342,24 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        _interrupt.whole(self._update, f, opts)
+        return loss
+
+    def _update(self, f, opts) -> None:
+        """The update of step(), run whole (a KeyboardInterrupt meanwhile
+        is raised after it: fastopt._interrupt)."""
         prep = self._prep
         if prep is not None:
             info = prep.run(self, f, opts)
             if info is not None:
                 self.last_step = info
-                return loss
+                return
             if prep.stale:
                 self._prep = None
         args, where, names_of, fresh, counted = self._plan(f)
         if not args[0]:
             self.last_step = _step.StepInfo(True, 0.0, True)
-            return loss
+            return
 
         def labels():
             out = {"x": where, "g": [f"the gradient of {w}" for w in where]}
@@ -366,7 +372,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         if not info.applied:
             if self._prep is None and not fresh:
                 self._prep = _prep.build(self, args, names_of, counted)
-            return loss
+            return
         for p, new in fresh:
             self.state[p].update(new)
         if self._COUNTS:
@@ -382,7 +388,6 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                     st["step"] += 1
         if self._prep is None:
             self._prep = _prep.build(self, args, names_of, counted)
-        return loss
 
 
 def _zeros(p):

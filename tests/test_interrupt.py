@@ -1,0 +1,132 @@
+"""A KeyboardInterrupt (SIGINT) arriving while a step runs: the step happens
+in full (parameters, states and step count) or not at all, wherever the
+signal lands (docs/semantics.md, "Interrupted steps"). Signals are sent by a
+second thread after a random delay, over many steps; the gradients are big
+enough that many land while the C work runs."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from fastopt import optim
+
+SHAPES = [(512, 256), (300,), (64, 64, 8)]
+HITS = 25          # interrupted steps wanted per case
+MAX_STEPS = 3000
+
+
+def _killer(delay):
+    """A thread that sends SIGINT to this process after delay seconds, once
+    started (from inside the caller's try: it may fire while starting)."""
+    def run():
+        time.sleep(delay)
+        os.kill(os.getpid(), signal.SIGINT)
+    return threading.Thread(target=run, daemon=True)
+
+
+def _settle(t):
+    """Wait for the killer to have signalled, and take the signal here if it
+    is still pending (it landed after the step)."""
+    while True:
+        try:
+            if t.ident is None:         # interrupted before it was started
+                t.start()
+            t.join()
+            time.sleep(0.0002)          # checks for pending signals
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+def _interrupted_steps(step, snapshot, count, twin_step, rng):
+    """Run steps, each with a SIGINT after a random delay up to a little more
+    than a step takes, until HITS of them were interrupted (at most
+    MAX_STEPS); after each, the arrays (snapshot[0]()) and count() must be
+    those after a whole step (as the uninterrupted twin's, snapshot[1]())
+    or those before it. Returns how many steps were interrupted."""
+    hits, took = 0, 0.002
+    for _ in range(MAX_STEPS):
+        if hits >= HITS:
+            break
+        before, n0 = [a.copy() for a in snapshot[0]()], count()
+        t = _killer(rng.uniform(0.0, 1.5 * took))
+        t0 = time.perf_counter()
+        try:
+            t.start()
+            step()
+            took = 0.8 * took + 0.2 * (time.perf_counter() - t0)
+        except KeyboardInterrupt:
+            hits += 1
+        _settle(t)
+        n1 = count()
+        after = snapshot[0]()
+        if n1 == n0:
+            for a, b in zip(after, before):
+                assert np.array_equal(a, b), "an interrupted step wrote without counting"
+        else:
+            assert n1 == n0 + 1
+            twin_step()
+            for a, b in zip(after, snapshot[1]()):
+                assert np.array_equal(a, b), "a counted step was not written in full"
+    return hits
+
+
+def _arrays(opt, params):
+    return list(params) + [a for arrs in opt.state.values() for a in arrs]
+
+
+@pytest.mark.parametrize("how", ["schedule", "lr", "schedule+skip"])
+def test_interrupted_optim_step_is_whole_or_absent(how):
+    rng = np.random.default_rng(0)
+    x0 = [rng.standard_normal(s) for s in SHAPES]
+    g = [rng.standard_normal(s) for s in SHAPES]
+    kw = {"lr": 0.01} if how == "lr" else {"schedule": lambda s: 0.01 / (1 + s)}
+    step_kw = {"max_grad_norm": 1.0}
+    if how.endswith("skip"):
+        step_kw["skip_if_nonfinite"] = True
+    xs, ys = [a.copy() for a in x0], [a.copy() for a in x0]
+    opt, twin = optim.Adam(xs, **kw), optim.Adam(ys, **kw)
+    hits = _interrupted_steps(lambda: opt.step(g, **step_kw),
+                              (lambda: _arrays(opt, xs), lambda: _arrays(twin, ys)),
+                              lambda: opt._steps, lambda: twin.step(g, **step_kw), rng)
+    assert hits == HITS
+
+
+@pytest.mark.parametrize("route", ["prepared", "full"])
+def test_interrupted_torch_step_is_whole_or_absent(route):
+    torch = pytest.importorskip("torch")
+    import fastopt.torch as ft
+
+    rng = np.random.default_rng(1)
+    x0 = [torch.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in SHAPES]
+    ps = [torch.nn.Parameter(a.clone()) for a in x0]
+    qs = [torch.nn.Parameter(a.clone()) for a in x0]
+    for p, q in zip(ps, qs):
+        p.grad = torch.from_numpy(rng.standard_normal(tuple(p.shape)).astype(np.float32))
+        q.grad = p.grad.clone()
+    opt, twin = ft.Adam(ps, lr=0.01), ft.Adam(qs, lr=0.01)
+    opt.step()
+    twin.step()
+
+    def arrays(o, params):
+        out = [p.detach().numpy() for p in params]
+        for p in params:
+            st = o.state[p]
+            out += [st[k].numpy() for k in ("exp_avg", "exp_avg_sq")]
+        return out
+
+    def step():
+        if route == "full":
+            opt._prep = None
+        opt.step()
+
+    def count():
+        return [float(opt.state[p]["step"]) for p in ps][0]
+    hits = _interrupted_steps(step, (lambda: arrays(opt, ps), lambda: arrays(twin, qs)),
+                              count, twin.step, rng)
+    assert hits == HITS
