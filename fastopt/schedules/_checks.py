@@ -1,9 +1,8 @@
 """Parameter checkers of the schedules: TypeError for a wrong type, ValueError
-for a wrong value, each naming the schedule and the parameter.
-
-# merge-note: the messages here ("must be a finite number >= 0, got ...") are
-# asserted verbatim by tests/bad_inputs_cases.py; _validation.check_real words
-# them differently. Fold these into _validation once one wording is chosen.
+for a wrong value, each naming the schedule and the parameter. Their wording
+("must be a finite number >= 0, got ...") is the schedules' own, asserted by
+tests/bad_inputs_cases.py; fastopt._validation.check_real words its messages
+differently.
 """
 from __future__ import annotations
 
