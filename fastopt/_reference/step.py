@@ -62,6 +62,14 @@ def _c(a):
     return a.dtype.type
 
 
+def _lerp(c, a, b, w):
+    """torch's a.lerp_(b, w) in a's type c: a + w*(b - a) for |w| < 0.5, else
+    b - (b - a)*(1 - w), with 1 - w taken in that type."""
+    if abs(w) < 0.5:
+        return a + c(w) * (b - a)
+    return b - (b - a) * (c(1.0) - c(w))
+
+
 @_quiet
 def unscale(g, grad_scale=1.0):
     """``g / grad_scale`` in g's dtype (a scale of 1 divides by nothing)."""
@@ -194,12 +202,7 @@ def adam_torch(x, g, m, v, vmax=None, *, lr, step, beta1=0.9, beta2=0.999,
             x = x * c(1.0 - lr * weight_decay)
         else:
             g = g + c(weight_decay) * x
-    m = np.asarray(m, dtype=x.dtype)
-    w = 1.0 - beta1                       # torch's lerp_(grad, 1 - beta1)
-    if abs(w) < 0.5:
-        m = m + c(w) * (g - m)
-    else:
-        m = g - (g - m) * (c(1.0) - c(w))
+    m = _lerp(c, np.asarray(m, dtype=x.dtype), g, 1.0 - beta1)
     v = np.asarray(v, dtype=x.dtype) * c(beta2) + (c(1.0 - beta2) * g) * g
     if amsgrad:
         vmax = np.asarray(vmax, dtype=x.dtype)
@@ -228,12 +231,7 @@ def rmsprop_torch(x, g, sq, buf=None, ga=None, *, lr, alpha=0.99, eps=1e-8,
     sq = np.asarray(sq, dtype=x.dtype) * c(alpha) + (c(1.0 - alpha) * g) * g
     var = sq
     if centered:
-        ga = np.asarray(ga, dtype=x.dtype)
-        w = 1.0 - alpha                    # torch's lerp_(grad, 1 - alpha)
-        if abs(w) < 0.5:
-            ga = ga + c(w) * (g - ga)
-        else:
-            ga = g - (g - ga) * (c(1.0) - c(w))
+        ga = _lerp(c, np.asarray(ga, dtype=x.dtype), g, 1.0 - alpha)
         var = sq + (-ga) * ga
     else:
         ga = None
@@ -255,12 +253,7 @@ def adamax_torch(x, g, m, u, *, lr, step, beta1=0.9, beta2=0.999, eps=1e-8,
     g = np.asarray(g, dtype=x.dtype)
     if weight_decay != 0.0:
         g = g + c(weight_decay) * x
-    m = np.asarray(m, dtype=x.dtype)
-    w = 1.0 - beta1                       # torch's lerp_(grad, 1 - beta1)
-    if abs(w) < 0.5:
-        m = m + c(w) * (g - m)
-    else:
-        m = g - (g - m) * (c(1.0) - c(w))
+    m = _lerp(c, np.asarray(m, dtype=x.dtype), g, 1.0 - beta1)
     u = np.maximum(np.asarray(u, dtype=x.dtype) * c(beta2), np.abs(g) + c(eps))
     clr = lr / (1.0 - beta1 ** step)
     return x + (c(-clr) * m) / u, m, u

@@ -108,17 +108,7 @@ class AdamW(_Optimizer):
                                  decay=kw["weight_decay"], flags=flags)
 
 
-def _betas(fname, label, value):
-    try:
-        b1, b2 = value
-    except (TypeError, ValueError):
-        raise TypeError(f"{fname}: {label} must be a pair (beta1, beta2), got "
-                        f"{type(value).__name__}") from None
-    check = _c.real(lo=0.0, hi=1.0, hi_open=True)
-    return (check(fname, f"{label}[0]", b1), check(fname, f"{label}[1]", b2))
-
-
-AdamW._HYPER["betas"] = _betas
+AdamW._HYPER["betas"] = _c.betas
 
 
 class Adam(AdamW):
