@@ -42,12 +42,16 @@ def _call(op):
     g = np.full(1000, 1e-3, np.float32)
     v = np.zeros(1000, np.float32)
     h = np.zeros(1000, np.float32)
+    # the ONNX operators; a tree from before they took their onnx_ names
+    # (--against an older build) has them under the plain names
+    mom, ada, adam = (getattr(fastopt, f"onnx_{n}", None) or getattr(fastopt, n)
+                      for n in ("momentum", "adagrad", "adam"))
     return {
-        "momentum": lambda: fastopt.onnx_momentum(x, g, v, lr=0.01, t=1),
-        "adagrad": lambda: fastopt.onnx_adagrad(x, g, h, lr=0.01, t=1),
-        "adam": lambda: fastopt.onnx_adam(x, g, v, h, lr=0.01, t=1),
+        "momentum": lambda: mom(x, g, v, lr=0.01, t=1),
+        "adagrad": lambda: ada(x, g, h, lr=0.01, t=1),
+        "adam": lambda: adam(x, g, v, h, lr=0.01, t=1),
         "agc": lambda: fastopt.agc(x, g, clipping=0.01),
-        "momentum_clip": lambda: fastopt.onnx_momentum(x, g, v, lr=0.01, t=1, clipping=0.01),
+        "momentum_clip": lambda: mom(x, g, v, lr=0.01, t=1, clipping=0.01),
     }[op]
 
 
