@@ -90,13 +90,9 @@ def __getattr__(name):
 
         return importlib.import_module(f"{__name__}.{name}")
     if name in _DEPRECATED:
-        import warnings
+        from ._deprecated import resolve
 
-        new, why = _DEPRECATED[name]
-        warnings.warn(f"fastopt.{name} is deprecated and will be removed in the next "
-                      f"release; use fastopt.{new} ({why})", DeprecationWarning,
-                      stacklevel=2)
-        return globals()[new]
+        return resolve(__name__, globals(), _DEPRECATED, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -63,11 +63,7 @@ _DEPRECATED = {
 
 def __getattr__(name):
     if name in _DEPRECATED:
-        import warnings
+        from .._deprecated import resolve
 
-        new, why = _DEPRECATED[name]
-        warnings.warn(f"fastopt.optim.{name} is deprecated and will be removed in the next "
-                      f"release; use fastopt.optim.{new} ({why})", DeprecationWarning,
-                      stacklevel=2)
-        return globals()[new]
+        return resolve(__name__, globals(), _DEPRECATED, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

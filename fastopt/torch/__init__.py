@@ -451,11 +451,7 @@ _DEPRECATED = {"Momentum": ("OnnxMomentum", "the same class; torch.optim.SGD is 
 
 def __getattr__(name):
     if name in _DEPRECATED:
-        import warnings
+        from .._deprecated import resolve
 
-        new, why = _DEPRECATED[name]
-        warnings.warn(f"fastopt.torch.{name} is deprecated and will be removed in the next "
-                      f"release; use fastopt.torch.{new} ({why})", DeprecationWarning,
-                      stacklevel=2)
-        return globals()[new]
+        return resolve(__name__, globals(), _DEPRECATED, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
