@@ -106,14 +106,23 @@ C_DEPENDS = ["src_c/fastopt.h", "src_c/tables.h", "src_c/rules.h", "src_c/pool.h
                  os.path.join("fastopt", f) for f in os.listdir("fastopt")
                  if f.endswith(".pxi"))
 
+NPY_MACROS = [NPY_TARGET, ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
+
 extensions = [
     Extension(
         "fastopt._ext",
         sources=["fastopt/_ext.pyx"] + C_SOURCES,
         include_dirs=["src_c", np.get_include()],
         depends=C_DEPENDS,
-        define_macros=[NPY_TARGET, ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        define_macros=NPY_MACROS,
     ),
+    # Two front ends' own compiled per-step checks, which read their objects'
+    # attributes (an optimizer's, torch tensors'): kept out of the core,
+    # which knows arrays and pointers only. No C sources of their own.
+    Extension("fastopt.optim._compiled", sources=["fastopt/optim/_compiled.pyx"],
+              define_macros=NPY_MACROS),
+    Extension("fastopt.torch._compiled", sources=["fastopt/torch/_compiled.pyx"],
+              include_dirs=[np.get_include()], define_macros=NPY_MACROS),
 ]
 
 setup(

@@ -21,7 +21,7 @@ Included: _accept.pxi (the acceptors), _threadfacts.pxi (OpenMP facts),
 _buildfacts.pxi (compiler and flags), _bandwidth_probe.pxi (the ceiling),
 _gather.pxi (the one gather and _run), _entry.pxi (the C entry of the public
 ops: their arguments parsed in C, the fast paths called without a tuple),
-_step.pxi (the whole step).
+_step.pxi (the whole step), _plan.pxi (the prepared step, StepPlan).
 
 How a tensor's memory forms AGC units (fo_agc_tensor.kind) follows from its
 shape, its memory order and the layout:
@@ -226,7 +226,6 @@ cdef Op OP_AGC_MOMENTUM = _op(3, "WRW", sizeof(fo_agc_tensor), _emit_agc,
 include "_gather.pxi"
 include "_step.pxi"
 include "_plan.pxi"
-include "_torchgather.pxi"
 
 
 # ------------------------------------------------------------ fast paths

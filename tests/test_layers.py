@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 
 import fastopt
 
 ROOT = os.path.dirname(os.path.abspath(fastopt.__file__))
+# the compiled modules (no .py file): the core, and two front ends' own
+EXTENSIONS = ("fastopt._ext", "fastopt.optim._compiled", "fastopt.torch._compiled")
 # the modules that may use the package's public names (fastopt.onnx_momentum ...)
 TOOLS = ("fastopt._cli",)
 
@@ -61,7 +64,7 @@ def _graph():
                 continue
             for n in names or ("",):
                 sub = f"{mod}.{n}" if n else mod
-                out.add(sub if sub in mods or sub == "fastopt._ext" else mod)
+                out.add(sub if sub in mods or sub in EXTENSIONS else mod)
         out.discard(name)
         graph[name] = out
     return graph
@@ -108,6 +111,44 @@ def test_the_package_is_imported_from_inside_only_for_its_extension():
     assert wrong == []
 
 
-def test_the_extension_is_read_as_a_module():
+def test_the_extensions_are_read_as_modules():
     # the resolution above must see `from . import _ext` as the extension
-    assert "fastopt._ext" in _graph()["fastopt._step"]
+    graph = _graph()
+    assert "fastopt._ext" in graph["fastopt._step"]
+    assert "fastopt.optim._compiled" in graph["fastopt.optim._base"]
+    assert "fastopt.torch._compiled" in graph["fastopt.torch._prep"]
+
+
+# What the core may not touch: torch objects and an optimizer's attributes
+# (the front ends' own compiled modules, fastopt/optim/_compiled.pyx and
+# fastopt/torch/_compiled.pyx, read those and hand the core arrays,
+# pointers and numbers).
+FOREIGN = re.compile(r"\b(?:torch|param_groups|data_ptr|untyped_storage|grad)\b"
+                     r"|\bopt\.\w|\bself\.state\b")
+
+
+def _core_code():
+    """(file, line number, line) of the core extension's code: fastopt/_ext.pyx
+    and its includes, without comments and docstrings."""
+    for f in sorted(os.listdir(ROOT)):
+        if not (f == "_ext.pyx" or f.endswith(".pxi")):
+            continue
+        with open(os.path.join(ROOT, f), encoding="utf-8") as fh:
+            text = fh.read()
+        # docstrings and C blocks in triple quotes are prose or C, not Cython
+        text = re.sub(r'"""(?:.|\n)*?"""', lambda m: "\n" * m.group().count("\n"), text)
+        for i, line in enumerate(text.splitlines(), 1):
+            # string literals are names and messages ("torch" is a convention)
+            code = re.sub(r'"[^"]*"|\'[^\']*\'', '""', line).split("#", 1)[0]
+            if code.strip():
+                yield f, i, code
+
+
+def test_the_core_reads_no_front_end_object():
+    hits = [f"{f}:{i}: {c.strip()}" for f, i, c in _core_code() if FOREIGN.search(c)]
+    assert hits == []
+
+
+def test_the_core_scan_sees_code():
+    # the scan above must read the extension's code, not an empty list
+    assert sum(1 for _ in _core_code()) > 1000

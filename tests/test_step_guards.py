@@ -12,6 +12,7 @@ from test_step_c import BIG, THREADS, _case, _same, _step_raw
 from test_step_plan import SIZES, WARM, _pair, _snapshot, _step_both, _warm
 
 import fastopt.optim as fo
+from fastopt.optim import _compiled
 
 
 def _guards(words, flags, nt, which=None, per=1):
@@ -154,9 +155,9 @@ def test_readonly_after_prepared_steps_writes_nothing(what, threads):
 
 def _remembered(opt, gs):
     """opt.step's remembered call alone (None: it declined)."""
-    from fastopt import _ext
-    return _ext.remembered_step(opt, gs, WARM["grad_scale"], WARM["skip_if_nonfinite"],
-                                WARM["max_grad_norm"], 2.0, "torch")
+    return _compiled.remembered_step(opt, gs, WARM["grad_scale"],
+                                     WARM["skip_if_nonfinite"], WARM["max_grad_norm"], 2.0,
+                                     "torch")
 
 
 @pytest.mark.parametrize("threads", [1, 2])

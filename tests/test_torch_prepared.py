@@ -373,11 +373,11 @@ def test_subclass_parameters_take_the_full_route(ran):
 def test_gradient_storages_are_held_through_the_call():
     """The prepared step holds each gradient's storage, not just the tensor:
     set_() from another thread while C reads cannot free the memory."""
-    from fastopt import _ext
+    from fastopt.torch import _compiled
     s = Pair("AdamW").run(2)
     prep = s.a._prep
     s.grads()
-    ptrs, _, pins, _ = _ext.torch_gather(prep.groups, True, 1, prep.nk, torch.strided,
+    ptrs, _, pins, _ = _compiled.torch_gather(prep.groups, True, 1, prep.nk, torch.strided,
                                          torch.Tensor)
     for p in s.pa:
         p.grad.set_()
@@ -403,13 +403,13 @@ def test_a_parameter_planned_without_gradient_replaced(ran):
 def test_gather_refuses_params_lists_it_did_not_plan():
     """torch_gather indexes the params list through a copy of the list it
     was given: another list, a tuple or a longer one is 'build anew' (1)."""
-    from fastopt import _ext
+    from fastopt.torch import _compiled
     s = Pair("AdamW").run(2)
     prep = s.a._prep
     (gd, pl, recs), rest = prep.groups[0], prep.groups[1:]
     extra = torch.nn.Parameter(torch.ones(2, dtype=torch.float64))
     for plist in (tuple(pl), list(pl) + [extra], list(pl)[:1]):
-        assert _ext.torch_gather(((gd, plist, recs),) + rest, True, 1, prep.nk,
+        assert _compiled.torch_gather(((gd, plist, recs),) + rest, True, 1, prep.nk,
                                  torch.strided, torch.Tensor) == 1
 
 

@@ -17,9 +17,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .. import _ext, _interrupt, _step
+from .. import _interrupt, _step
 from .. import _validation as _v
-from . import _fused, _grads, checkpoint
+from . import _compiled, _fused, _grads, checkpoint
 from ._checks import as_bool
 from ._checks import schedule as _schedule
 from ._groups import allocate, make_groups
@@ -265,8 +265,8 @@ class _Optimizer:
             value from a schedule, a parameter made read-only); nothing is
             modified then and the step count does not advance.
         """
-        applied = _ext.remembered_step(self, grads, grad_scale, skip_if_nonfinite,
-                                       max_grad_norm, norm_type, clip_convention)
+        applied = _compiled.remembered_step(self, grads, grad_scale, skip_if_nonfinite,
+                                            max_grad_norm, norm_type, clip_convention)
         if applied is not None:         # only the gradients changed: checked in C
             return applied
         f = self._step_name

@@ -13,7 +13,7 @@ a ``_ext.StepPlan`` (``opt._plan_all``, every gradient given), which each
 step checks only the gradients and the arrays' flags (fastopt/_plan.pxi). A
 flat gradient list reaches the plan unsplit (``deferred``), and when only
 the gradients changed since the last prepared step, ``opt.step`` is one
-remembered call (``_ext.remembered_step``, filled by ``remember``): no
+remembered call (``_compiled.remembered_step``, filled by ``remember``): no
 per-tensor Python, and no bytecode on that path.
 """
 from __future__ import annotations
@@ -101,9 +101,9 @@ def precheck(opt, per, o):
 
 def remember(opt, kws, groups):
     """After a step through the prepared plan: what the remembered step
-    (``_ext.remembered_step``, fastopt/_plan.pxi) reuses, if every
-    group's lr is fixed (no schedule) and its group tuple holds the step
-    count in its own slot only."""
+    (``_compiled.remembered_step``, fastopt/optim/_compiled.pyx) reuses, if
+    every group's lr is fixed (no schedule) and its group tuple holds the
+    step count in its own slot only."""
     opt._fast = None
     parts = []
     o = opt._opts_cache[1]

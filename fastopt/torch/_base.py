@@ -123,7 +123,7 @@ def _check_state(f, where, p, name, s):
 
 def _whole(v) -> bool:
     """A step count's value: a whole number in [0, 2**53) (also
-    _count_ok in fastopt/_torchgather.pxi, for the prepared step)."""
+    _count_ok in fastopt/torch/_compiled.pyx, for the prepared step)."""
     return math.isfinite(v) and v == int(v) and 0 <= v < 2**53
 
 

@@ -54,6 +54,7 @@ import torch
 
 from .. import _ext, _step
 from .._dtypes import torch_dtypes
+from . import _compiled
 
 _STRIDED = torch.strided
 _TENSOR = torch.Tensor
@@ -94,10 +95,10 @@ class Prepared:
                 self.stale = True
                 return None
             fields.append(fl)
-        if not _ext.torch_state_same(opt.state, self.snap):
+        if not _compiled.torch_state_same(opt.state, self.snap):
             self.stale = True
             return None
-        got = _ext.torch_gather(self.groups, opt._COUNTS, opt._T_ADD, self.nk, _STRIDED,
+        got = _compiled.torch_gather(self.groups, opt._COUNTS, opt._T_ADD, self.nk, _STRIDED,
                                 _TENSOR)
         if type(got) is int:        # 1: what the plan holds changed; 0: this step's input
             if got == 1:
@@ -114,7 +115,7 @@ class Prepared:
             return None
         info = _step.StepInfo(*out)
         if info.applied:
-            _ext.torch_advance(counts)
+            _compiled.torch_advance(counts)
         return info
 
 
@@ -134,7 +135,7 @@ def _count_record(opt, st):
 
 
 def _record(opt, p, names, k):
-    """The record of parameter p (see torch_gather, _torchgather.pxi) and
+    """The record of parameter p (see torch_gather, fastopt/torch/_compiled.pyx) and
     the storages it writes, or None when the plan cannot hold p (a subclass
     whose attributes a __torch_function__ could answer, memory not in C
     order, a state dict that is not a dict, a count of another kind)."""

@@ -1,9 +1,22 @@
-# fastopt.torch's prepared step, per step (fastopt/torch/_prep.py), included
-# by _ext.pyx after _plan.pxi. No torch import: the tensors are Python
-# objects whose attributes are read here, and torch.strided arrives as an
-# argument. Compiled for the same reason as remembered_step: the loop runs
-# once per parameter every step, and as bytecode it cost more than the
-# torch calls it makes (1000 x 1e3 AdamW: 2.4 us a parameter in Python).
+# cython: language_level=3, embedsignature=True, cdivision=True
+"""fastopt.torch's prepared step, per step (fastopt/torch/_prep.py): the
+parameters', states' and gradients' attributes read, the counts read and
+advanced. The torch adapter's own small extension: the core (fastopt._ext)
+knows arrays and pointers, not torch objects. No torch import: the tensors
+are Python objects whose attributes are read here, and torch.strided and
+torch.Tensor arrive as arguments. Compiled because the loop runs once per
+parameter every step, and as bytecode it cost more than the torch calls it
+makes (1000 x 1e3 AdamW: 2.4 us a parameter in Python)."""
+
+from cpython.ref cimport PyObject
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.stdint cimport int64_t
+
+cimport numpy as cnp
+
+import numpy as np
+
+cnp.import_array()
 
 from cpython.dict cimport PyDict_Next
 from libc.math cimport floor
