@@ -12,7 +12,11 @@ Per op, two figures, each measured in a fresh child process:
   making N calls minus a child making none, divided by N, with
   PYTHONHASHSEED=0 and OMP_NUM_THREADS=1 so the count repeats to a few
   instructions. It includes the 1e3-element kernel itself and is the
-  reliable column on a shared machine.
+  reliable column on a shared machine. The count moves with the stack's
+  alignment, which the size of the environment sets (up to ~4 % of a call
+  was seen between two environments differing by 40 bytes), so it is the
+  mean over ``--offsets`` environment sizes 16 bytes apart, the same sizes
+  for every tree.
 - timeit p50 and p99 in ns: ``--repeat`` samples of ``--number`` calls each,
   the per-call mean of each sample; wall-clock, so only meaningful on an
   idle machine.
@@ -70,8 +74,9 @@ def child(op: str, n: int, number: int) -> None:
         print(t / number * 1e9)
 
 
-def _env(tree):
-    env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
+def _env(tree, pad=0):
+    env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1",
+               FASTOPT_BENCH_PAD="x" * pad)
     if tree:
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (tree, os.environ.get("PYTHONPATH")) if p)
@@ -83,16 +88,18 @@ def _child_cmd(op, n, number):
             "--number", str(number)]
 
 
-def instructions(tree, op: str, n: int) -> int:
-    """Instructions per call: a run of n calls minus a run of none."""
-    def refs(k):
+def instructions(tree, op: str, n: int, offsets: int) -> int:
+    """Instructions per call: a run of n calls minus a run of none, the
+    mean over `offsets` environment sizes (stack alignments)."""
+    def refs(k, pad):
         out = subprocess.run(
             ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-             *_child_cmd(op, k, 1)], env=_env(tree), capture_output=True, text=True,
-            check=True).stderr
+             *_child_cmd(op, k, 1)], env=_env(tree, pad), capture_output=True,
+            text=True, check=True).stderr
         return int(re.search(r"refs:\s*([\d,]+)", out).group(1).replace(",", ""))
 
-    return round((refs(n) - refs(0)) / n)
+    per = [(refs(n, 16 * j) - refs(0, 16 * j)) / n for j in range(offsets)]
+    return round(sum(per) / len(per))
 
 
 def timings(tree, op: str, repeat: int, number: int):
@@ -110,7 +117,11 @@ def main(argv=None) -> None:
     p.add_argument("--calls", type=int, default=1000, help="calls per callgrind run")
     p.add_argument("--repeat", type=int, default=101, help="timeit samples")
     p.add_argument("--number", type=int, default=2000, help="calls per timeit sample")
+    p.add_argument("--offsets", type=int, default=12,
+                   help="environment sizes (stack alignments) averaged per count")
     p.add_argument("--no-callgrind", action="store_true")
+    p.add_argument("--no-timeit", action="store_true",
+                   help="instructions only (they need no quiet machine)")
     p.add_argument("--ops", default=",".join(OPS), help="comma-separated subset")
     p.add_argument("--child", nargs=2, metavar=("OP", "N"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -122,16 +133,18 @@ def main(argv=None) -> None:
     grind = shutil.which("valgrind") is not None and not a.no_callgrind
     head = ["op"]
     for name, _ in trees:
-        head += ([f"{name} instr"] if grind else []) + [f"{name} p50 ns", f"{name} p99 ns"]
+        head += ([f"{name} instr"] if grind else []) + (
+            [] if a.no_timeit else [f"{name} p50 ns", f"{name} p99 ns"])
     print("| " + " | ".join(head) + " |")
     print("|---" + "|---:" * (len(head) - 1) + "|")
     for op in a.ops.split(","):
         row = [LABELS.get(op, op)]
         for _, tree in trees:
             if grind:
-                row.append(f"{instructions(tree, op, a.calls):,}")
-            p50, p99 = timings(tree, op, a.repeat, a.number)
-            row += [f"{p50:,.0f}", f"{p99:,.0f}"]
+                row.append(f"{instructions(tree, op, a.calls, a.offsets):,}")
+            if not a.no_timeit:
+                p50, p99 = timings(tree, op, a.repeat, a.number)
+                row += [f"{p50:,.0f}", f"{p99:,.0f}"]
         print("| " + " | ".join(row) + " |", flush=True)
     if not grind:
         print("(valgrind not on PATH or --no-callgrind: no instruction counts)")
