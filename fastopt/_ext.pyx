@@ -74,15 +74,22 @@ include "_bandwidth_probe.pxi"
 
 cdef enum:
     STACK_TENSORS = 8      # tensors gathered in the C stack before the heap
-    MAX_ROLES = 4          # x, g and up to two states
+    MAX_ROLES = 5          # x, g and up to three states
+
+
+cdef union Rec:
+    # A tensor's record, as the op's C driver takes it.
+    fo_tensor plain
+    fo_agc_tensor agc
+    fo_step_tensor step
 
 
 cdef struct Call:
     # Per-call buffers, in the C stack frame of the entry point for a few
     # tensors (a cdef class cost ~3,000 instructions a call: allocating and
-    # zeroing 2.5 KB), on the heap beyond that. ts holds fo_tensor or
-    # fo_agc_tensor records (the larger of the two sizes the stack room).
-    fo_agc_tensor stack_t[STACK_TENSORS]
+    # zeroing 2.5 KB), on the heap beyond that. ts holds the op's records
+    # (Rec: the largest record sizes the stack room).
+    Rec stack_t[STACK_TENSORS]
     int64_t stack_e[STACK_TENSORS * MAX_ROLES * 2]
     int64_t stack_s[STACK_TENSORS * MAX_ROLES * 6 + 1]
     unsigned char stack_o[STACK_TENSORS * MAX_ROLES]
@@ -92,6 +99,11 @@ cdef struct Call:
     unsigned char *is_out
     Py_ssize_t cap
     Py_ssize_t nt      # tensors in the call (set by _gather)
+    bint c_only        # every tensor C-contiguous (a step that measures the norm)
+    # the whole step only: each tensor's group index (a tuple held by the
+    # caller) and the number of groups
+    PyObject *index
+    Py_ssize_t ng
     # AGC only: per-tensor clipping (a tuple held by the caller, or NULL for
     # clip_all on every tensor) and the unit layout
     PyObject *clips
@@ -99,7 +111,7 @@ cdef struct Call:
     int layout
 
 
-ctypedef int (*emit_t)(Call *c, Py_ssize_t i, PyObject *x, int64_t n, bint f32,
+ctypedef int (*emit_t)(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
                        bint c_order, void **p) except -1
 ctypedef int (*driver_t)(const void *ts, int64_t nt, const void *args,
                          int n_threads) noexcept nogil
@@ -107,10 +119,12 @@ ctypedef int (*driver_t)(const void *ts, int64_t nt, const void *args,
 
 cdef struct Op:
     # One row of the op table: the arrays of a tensor, in the order the
-    # caller passes them (x, g, states), whether the C code writes each, how
-    # a tensor's record is filled, and the C driver.
+    # caller passes them (x, g, states), whether the C code writes each and
+    # whether it may be None (a state the tensor's rule has not), how a
+    # tensor's record is filled, and the C driver (NULL: the caller runs it).
     int n_roles
     unsigned char written[MAX_ROLES]
+    unsigned char optional[MAX_ROLES]
     size_t rec_size
     emit_t emit
     driver_t driver
@@ -121,7 +135,7 @@ cdef struct AgcArgs:
     fo_momentum_args m
 
 
-cdef int _emit_tensor(Call *c, Py_ssize_t i, PyObject *x, int64_t n, bint f32,
+cdef int _emit_tensor(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
                       bint c_order, void **p) except -1:
     cdef fo_tensor *t = (<fo_tensor *>c.ts) + i
     t.x = p[0]
@@ -129,7 +143,7 @@ cdef int _emit_tensor(Call *c, Py_ssize_t i, PyObject *x, int64_t n, bint f32,
     t.s1 = p[2]
     t.s2 = p[3]
     t.n = n
-    t.dtype = FO_F32 if f32 else FO_F64
+    t.dtype = dtype
     return 1
 
 
@@ -161,7 +175,7 @@ cdef void _units(cnp.ndarray x, bint c_order, int layout, fo_agc_tensor *t):
         t.kind = FO_AGC_COLS
 
 
-cdef int _emit_agc(Call *c, Py_ssize_t i, PyObject *x, int64_t n, bint f32,
+cdef int _emit_agc(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
                    bint c_order, void **p) except -1:
     cdef fo_agc_tensor *t = (<fo_agc_tensor *>c.ts) + i
     if c.clips != NULL:
@@ -174,7 +188,7 @@ cdef int _emit_agc(Call *c, Py_ssize_t i, PyObject *x, int64_t n, bint f32,
     t.x = p[0]
     t.g = p[1]
     t.v = p[2]
-    t.dtype = FO_F32 if f32 else FO_F64
+    t.dtype = dtype
     _units(<cnp.ndarray>x, c_order, c.layout, t)
     return 1
 
@@ -202,12 +216,14 @@ cdef int _drive_agc_momentum(const void *ts, int64_t nt, const void *a,
 
 
 cdef Op _op(int n_roles, str written, size_t rec_size, emit_t emit, driver_t driver):
-    """A row of the op table; written: "W" or "R" per role."""
+    """A row of the op table; written: per role "W" (written) or "R" (read),
+    in lower case when the role may be None."""
     cdef Op op
     cdef int k
     op.n_roles = n_roles
     for k in range(MAX_ROLES):
-        op.written[k] = k < n_roles and written[k] == "W"
+        op.written[k] = k < n_roles and written[k] in "Ww"
+        op.optional[k] = k < n_roles and written[k] in "wr"
     op.rec_size = rec_size
     op.emit = emit
     op.driver = driver

@@ -6,6 +6,7 @@ cdef inline void _init(Call *c) noexcept nogil:
     c.scratch = c.stack_s
     c.is_out = c.stack_o
     c.cap = STACK_TENSORS
+    c.c_only = False
 
 
 cdef int _reserve(Call *c, Py_ssize_t nt, size_t rec_size) except -1:
@@ -77,15 +78,26 @@ cdef inline bint _array(PyObject *o):
     return fo_exact_array(o) or _is_array(<object>o)
 
 
+cdef inline int _dtype_code(int type_num) noexcept:
+    """The C element type (FO_F32, FO_F64) of a NumPy type number, or -1:
+    the fast path's one reading of the element-type table."""
+    if type_num == cnp.NPY_FLOAT:
+        return FO_F32
+    if type_num == cnp.NPY_DOUBLE:
+        return FO_F64
+    return -1
+
+
 cdef int _gather(Call *c, const Op *op, PyObject **args, Py_ssize_t *nt_out) except -1:
     """Fill c with the records of a call if all its tensors qualify for the
     fast path; return 1, or 0 to decline. args[k] is role k's argument: one
-    array, or a tuple (lists are pinned as tuples by _run), all borrowed.
-    Byte ranges are stored role by role (all x, all g, ...) so each role's
-    arrays, usually allocated in address order, form one sorted run for
-    fo_find_overlap. Writes nothing to any array."""
+    array, or a tuple (lists are pinned as tuples by _run), all borrowed; a
+    role the op marks optional may hold None (in a tuple: per tensor): no
+    array, a NULL pointer. Byte ranges are stored role by role (all x, all
+    g, ...) so each role's arrays, usually allocated in address order, form
+    one sorted run for fo_find_overlap. Writes nothing to any array."""
     cdef Py_ssize_t nt = 1, i
-    cdef int k, n = op.n_roles, type_num, flags, order
+    cdef int k, n = op.n_roles, type_num, dtype, flags, order
     cdef bint seq = type(<object>args[0]) is tuple, c_order
     cdef PyObject *x
     cdef PyObject *a
@@ -101,36 +113,40 @@ cdef int _gather(Call *c, const Op *op, PyObject **args, Py_ssize_t *nt_out) exc
                 return 0
     c.nt = nt
     _reserve(c, nt, op.rec_size)
-    p[2] = p[3] = NULL
     for i in range(nt):
         x = _item(args[0], seq, i)
         if not _array(x):
             return 0
         type_num = fo_type(x)
-        if type_num != cnp.NPY_FLOAT and type_num != cnp.NPY_DOUBLE:
+        dtype = _dtype_code(type_num)
+        if dtype < 0:
             return 0
         flags = fo_flags(x)
         c_order = (flags & cnp.NPY_ARRAY_C_CONTIGUOUS) != 0
         if c_order:
             order = cnp.NPY_ARRAY_C_CONTIGUOUS
-        elif flags & cnp.NPY_ARRAY_F_CONTIGUOUS:
+        elif flags & cnp.NPY_ARRAY_F_CONTIGUOUS and not c.c_only:
             order = cnp.NPY_ARRAY_F_CONTIGUOUS
         else:
             return 0
         size = fo_size(x)
-        nbytes = size * (4 if type_num == cnp.NPY_FLOAT else 8)
+        nbytes = size * fo_dtype_size(dtype)
         if not fo_accept(x, type_num, order | (_W if op.written[0] else _R), NULL):
             return 0
         p[0] = fo_data(x)
         _range(c, i, p[0], nbytes, op.written[0])
         for k in range(1, n):
             a = _item(args[k], seq, i)
+            if op.optional[k] and a == <PyObject *>None:
+                p[k] = NULL
+                _range(c, k * nt + i, NULL, 0, op.written[k])
+                continue
             if not (_array(a) and fo_accept(a, type_num,
                                             order | (_W if op.written[k] else _R), x)):
                 return 0
             p[k] = fo_data(a)
             _range(c, k * nt + i, p[k], nbytes, op.written[k])
-        if not op.emit(c, i, x, size, type_num == cnp.NPY_FLOAT, c_order, p):
+        if not op.emit(c, i, x, size, dtype, c_order, p):
             return 0
     if _overlap(c, n * nt):
         return 0

@@ -2,7 +2,7 @@
 #
 # An optimizer passes the same parameters and states every step: StepPlan
 # checks them once (types, dtypes, shapes, layouts, alignment, no written
-# array overlapping another, through _step_gather) and keeps their
+# array overlapping another, through _gather) and keeps their
 # pointers and shapes. Per step:
 #   - every written array (x, s1..s3) must still have the plan's data
 #     pointer, dtype object and flags (writeable, aligned, its contiguity):
@@ -131,7 +131,8 @@ cdef class StepPlan:
     @staticmethod
     def make(tuple xs, tuple s1s, tuple s2s, tuple s3s, tuple index, Py_ssize_t ng):
         cdef StepPlan p = StepPlan.__new__(StepPlan)
-        cdef StepBufs b
+        cdef Call c
+        cdef PyObject *arrays[4]
         cdef Py_ssize_t nt = PyTuple_GET_SIZE(xs)
         if not (PyTuple_GET_SIZE(s1s) == PyTuple_GET_SIZE(s2s) == PyTuple_GET_SIZE(s3s)
                 == PyTuple_GET_SIZE(index) == nt):
@@ -146,19 +147,24 @@ cdef class StepPlan:
         p.whi = <int64_t *>PyMem_Malloc((4 * nt + 1) * sizeof(int64_t))
         if not (p.ts and p.gs and p.pt and p.wlo and p.whi):
             raise MemoryError()
-        _step_alloc(&b, nt, ng, STEP_ROLES)
+        arrays[0] = <PyObject *>xs
+        arrays[1] = <PyObject *>s1s
+        arrays[2] = <PyObject *>s2s
+        arrays[3] = <PyObject *>s3s
+        _init(&c)
+        c.index = <PyObject *>index
+        c.ng = ng
         try:
-            # the gather with each x as its own gradient: checks every written
-            # array (and, g being x, nothing more: x is read as its own g)
-            if not _step_gather(&b, xs, xs, s1s, s2s, s3s, index, ng, False):
+            # the written arrays alone: the gradients come per step
+            if not _step_call(&c, &OP_PLAN, arrays, nt, False):
                 return None
-            p._fill(&b)
+            p._fill(&c)
         finally:
-            _step_free(&b)
+            _release(&c)
         p._sort_written()
         return p
 
-    cdef int _fill(self, StepBufs *b) except -1:
+    cdef int _fill(self, Call *c) except -1:
         """The per-tensor records and written ranges from a gather."""
         cdef Py_ssize_t nt = self.nt, i, k, m = 0, nd = 0
         cdef tuple xs = <tuple>self.keep[0]
@@ -174,7 +180,7 @@ cdef class StepPlan:
         for i in range(nt):
             xa = <cnp.ndarray>PyTuple_GET_ITEM(xs, i)
             t = &self.pt[i]
-            self.ts[i] = b.ts[i]
+            self.ts[i] = (<fo_step_tensor *>c.ts)[i]
             self.ts[i].g = NULL
             t.type_num = cnp.PyArray_TYPE(xa)
             t.descr = <void *>cnp.PyArray_DESCR(xa)
@@ -192,10 +198,10 @@ cdef class StepPlan:
             nd += t.ndim
             t.nbytes = cnp.PyArray_SIZE(xa) * cnp.PyArray_ITEMSIZE(xa)
         self._guard()
-        for k in (0, 2, 3, 4):               # the written roles' ranges
+        for k in range(OP_PLAN.n_roles):    # every role is written
             for i in range(nt):
-                lo = b.ext[2 * (k * nt + i)]
-                hi = b.ext[2 * (k * nt + i) + 1]
+                lo = c.ext[2 * (k * nt + i)]
+                hi = c.ext[2 * (k * nt + i) + 1]
                 if lo < hi:
                     self.wlo[m] = lo
                     self.whi[m] = hi
@@ -450,4 +456,3 @@ cdef class StepPlan:
         self.busy = False
         _check_rc(rc)
         return (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9
-

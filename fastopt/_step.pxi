@@ -14,100 +14,58 @@
 # index; the groups are tuples (rule, flags, t, lr, alpha, beta, eps, decay,
 # decay_post, lr_decay) as fo_step_group.
 
-cdef enum:
-    STEP_ROLES = 5         # x, g, s1, s2, s3
+cdef int _step_index(Call *c, Py_ssize_t i, fo_step_tensor *t) except -1:
+    """t.group from the call's index tuple; 0 to decline."""
+    cdef int64_t j = 0
+    if not (_count(<object>PyTuple_GET_ITEM(<object>c.index, i), &j) and j < c.ng):
+        return 0
+    t.group = <int32_t>j
+    return 1
 
 
-# The sorted order of the previous step's byte ranges (see _gather.pxi's
-# _order: the same arrays come back every step). Touched with the GIL only.
-cdef int64_t *_step_order = NULL
-cdef int64_t _step_order_cap = 0
-cdef int64_t _step_order_m = -1
-cdef int64_t _step_order_n = -1
+cdef int _emit_step(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
+                    bint c_order, void **p) except -1:
+    cdef fo_step_tensor *t = (<fo_step_tensor *>c.ts) + i
+    t.x = p[0]
+    t.g = p[1]
+    t.s1 = p[2]
+    t.s2 = p[3]
+    t.s3 = p[4]
+    t.n = n
+    t.dtype = dtype
+    return _step_index(c, i, t)
 
 
-cdef inline bint _step_arr(object o, int type_num, int flags, int order, object like):
-    """o is an array (_is_array) of type_num in native byte order with all
-    of flags, contiguous in `order` and, when like is given, of like's shape."""
-    if not _is_array(o):
-        return False
-    return fo_accept(<PyObject *>o, type_num, flags | order,
-                     NULL if like is None else <PyObject *>like)
+cdef int _emit_plan(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
+                    bint c_order, void **p) except -1:
+    """A prepared step's tensor: its written arrays alone (the gradients
+    come per step)."""
+    cdef fo_step_tensor *t = (<fo_step_tensor *>c.ts) + i
+    t.x = p[0]
+    t.g = NULL
+    t.s1 = p[1]
+    t.s2 = p[2]
+    t.s3 = p[3]
+    t.n = n
+    t.dtype = dtype
+    return _step_index(c, i, t)
 
 
-cdef struct StepBufs:
-    fo_step_tensor *ts
-    fo_step_group *gs
-    int64_t *ext
-    int64_t *scratch
-    unsigned char *is_out
-    const void **gp
-    int64_t *ns
-    int32_t *dts
+cdef int _emit_grad(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
+                    bint c_order, void **p) except -1:
+    """A gradient of a norm or a clip, in .x."""
+    cdef fo_step_tensor *t = (<fo_step_tensor *>c.ts) + i
+    t.x = p[0]
+    t.n = n
+    t.dtype = dtype
+    return 1
 
 
-cdef int _step_alloc(StepBufs *b, Py_ssize_t nt, Py_ssize_t ng, int roles) except -1:
-    cdef Py_ssize_t m = nt * roles + 1
-    b.ts = <fo_step_tensor *>PyMem_Malloc((nt + 1) * sizeof(fo_step_tensor))
-    b.gs = <fo_step_group *>PyMem_Malloc((ng + 1) * sizeof(fo_step_group))
-    b.ext = <int64_t *>PyMem_Malloc(2 * m * sizeof(int64_t))
-    b.scratch = <int64_t *>PyMem_Malloc((6 * m + 1) * sizeof(int64_t))
-    b.is_out = <unsigned char *>PyMem_Malloc(m)
-    b.gp = <const void **>PyMem_Malloc((nt + 1) * sizeof(void *))
-    b.ns = <int64_t *>PyMem_Malloc((nt + 1) * sizeof(int64_t))
-    b.dts = <int32_t *>PyMem_Malloc((nt + 1) * sizeof(int32_t))
-    if not (b.ts and b.gs and b.ext and b.scratch and b.is_out and b.gp and b.ns
-            and b.dts):
-        _step_free(b)
-        raise MemoryError()
-    return 0
-
-
-cdef void _step_free(StepBufs *b) noexcept:
-    PyMem_Free(b.ts)
-    PyMem_Free(b.gs)
-    PyMem_Free(b.ext)
-    PyMem_Free(b.scratch)
-    PyMem_Free(b.is_out)
-    PyMem_Free(b.gp)
-    PyMem_Free(b.ns)
-    PyMem_Free(b.dts)
-    b.ts = NULL
-    b.gs = NULL
-    b.ext = NULL
-    b.scratch = NULL
-    b.is_out = NULL
-    b.gp = NULL
-    b.ns = NULL
-    b.dts = NULL
-
-
-cdef int _step_overlap(StepBufs *b, int64_t m) except -1:
-    """1 if some written range overlaps another, else 0 (as _overlap)."""
-    global _step_order, _step_order_cap, _step_order_m, _step_order_n
-    cdef int64_t oi = 0, oj = 0, none = -1
-    cdef int64_t *grown
-    if m <= 16:
-        return fo_find_overlap(b.ext, b.is_out, m, b.scratch, b.scratch + 5 * m + 1,
-                               &none, &oi, &oj)
-    if m > _step_order_cap:
-        grown = <int64_t *>PyMem_Realloc(_step_order, m * sizeof(int64_t))
-        if grown == NULL:
-            raise MemoryError()
-        _step_order = grown
-        _step_order_cap = m
-    if m != _step_order_m:
-        _step_order_m = m
-        _step_order_n = -1
-    return fo_find_overlap(b.ext, b.is_out, m, b.scratch, _step_order, &_step_order_n,
-                           &oi, &oj)
-
-
-cdef inline void _step_range(StepBufs *b, Py_ssize_t k, const void *p, int64_t nbytes,
-                             unsigned char is_out) noexcept:
-    b.ext[2 * k] = <int64_t>p
-    b.ext[2 * k + 1] = <int64_t>p + nbytes
-    b.is_out[k] = is_out
+#          roles:  x  g  s1 s2 s3 (lower case: may be None)
+cdef Op OP_STEP = _op(5, "WRwww", sizeof(fo_step_tensor), _emit_step, NULL)
+cdef Op OP_PLAN = _op(4, "Wwww", sizeof(fo_step_tensor), _emit_plan, NULL)
+cdef Op OP_NORM = _op(1, "R", sizeof(fo_step_tensor), _emit_grad, NULL)
+cdef Op OP_CLIP = _op(1, "W", sizeof(fo_step_tensor), _emit_grad, NULL)
 
 
 cdef bint _step_groups(tuple groups, fo_step_group *gs):
@@ -136,75 +94,6 @@ cdef bint _step_groups(tuple groups, fo_step_group *gs):
     return True
 
 
-cdef bint _step_state(object a, int type_num, int order, cnp.ndarray like,
-                      void **p):
-    """A written state of like's form, or None (NULL); False to decline."""
-    if a is None:
-        p[0] = NULL
-        return True
-    if not _step_arr(a, type_num, _W, order, like):
-        return False
-    p[0] = cnp.PyArray_DATA(<cnp.ndarray>a)
-    return True
-
-
-cdef int _step_gather(StepBufs *b, tuple xs, tuple gs, tuple s1s, tuple s2s,
-                      tuple s3s, tuple index, Py_ssize_t ng,
-                      bint with_g=True, bint c_only=False) except -1:
-    """Fill b.ts and the byte ranges (role-major); 1, or 0 to decline.
-    with_g False: the gradients' ranges are left out of the overlap check
-    (StepPlan checks the written arrays alone). c_only: every tensor must be
-    C-contiguous (a step that measures the norm, which sums each gradient
-    in its logical order: an F-ordered one goes to _step.py's copy)."""
-    cdef Py_ssize_t nt = PyTuple_GET_SIZE(xs), i
-    cdef int type_num, flags, order, k
-    cdef int64_t nbytes, j = 0
-    cdef cnp.ndarray xa
-    cdef void *p[STEP_ROLES]
-    cdef tuple states = (s1s, s2s, s3s)
-    for i in range(nt):
-        a = <object>PyTuple_GET_ITEM(xs, i)
-        if not _is_array(a):
-            return 0
-        xa = <cnp.ndarray>a
-        type_num = cnp.PyArray_TYPE(xa)
-        if type_num != cnp.NPY_FLOAT and type_num != cnp.NPY_DOUBLE:
-            return 0
-        flags = cnp.PyArray_FLAGS(xa)
-        if flags & cnp.NPY_ARRAY_C_CONTIGUOUS:
-            order = cnp.NPY_ARRAY_C_CONTIGUOUS
-        elif flags & cnp.NPY_ARRAY_F_CONTIGUOUS and not c_only:
-            order = cnp.NPY_ARRAY_F_CONTIGUOUS
-        else:
-            return 0
-        if not _step_arr(a, type_num, _W, order, None):
-            return 0
-        p[0] = cnp.PyArray_DATA(xa)
-        a = <object>PyTuple_GET_ITEM(gs, i)
-        if not _step_arr(a, type_num, _R, order, xa):
-            return 0
-        p[1] = cnp.PyArray_DATA(<cnp.ndarray>a)
-        for k in range(3):
-            if not _step_state(<object>PyTuple_GET_ITEM(<tuple>states[k], i), type_num,
-                               order, xa, &p[2 + k]):
-                return 0
-        if not (_count(<object>PyTuple_GET_ITEM(index, i), &j) and j < ng):
-            return 0
-        nbytes = cnp.PyArray_SIZE(xa) * cnp.PyArray_ITEMSIZE(xa)
-        for k in range(STEP_ROLES):
-            _step_range(b, k * nt + i, p[k],
-                        nbytes if p[k] != NULL and (with_g or k != 1) else 0, k != 1)
-        b.ts[i].x = p[0]
-        b.ts[i].g = p[1]
-        b.ts[i].s1 = p[2]
-        b.ts[i].s2 = p[3]
-        b.ts[i].s3 = p[4]
-        b.ts[i].n = cnp.PyArray_SIZE(xa)
-        b.ts[i].dtype = FO_F32 if type_num == cnp.NPY_FLOAT else FO_F64
-        b.ts[i].group = <int32_t>j
-    return 0 if _step_overlap(b, STEP_ROLES * nt) else 1
-
-
 cdef inline void _step_opts(fo_step_opts *o, double grad_scale, double max_norm,
                             double clip_value, int clip, int norm_type,
                             bint check_finite, double given_norm) noexcept:
@@ -228,6 +117,32 @@ cdef inline bint _measures(const fo_step_opts *o) noexcept:
     return o.measure != FO_MEASURE_GIVEN and (o.check_finite or o.clip != 0)
 
 
+cdef int _step_call(Call *c, const Op *op, PyObject **arrays, Py_ssize_t nt,
+                    bint c_only) except -1:
+    """The gather of a step-family call (each argument a tuple of nt): 1, or
+    0 to decline. No tensors at all is a call too (nothing to gather)."""
+    c.c_only = c_only
+    return nt == 0 or _gather(c, op, arrays, &nt)
+
+
+cdef int _norm_lists(Call *c, Py_ssize_t nt, const void ***gp, int64_t **ns,
+                     int32_t **dts) except -1:
+    """The gathered gradients (records' .x, .n, .dtype) as the three lists
+    the norm's C functions take, on the heap."""
+    cdef Py_ssize_t i
+    cdef fo_step_tensor *t = <fo_step_tensor *>c.ts
+    gp[0] = <const void **>PyMem_Malloc((nt + 1) * sizeof(void *))
+    ns[0] = <int64_t *>PyMem_Malloc((nt + 1) * sizeof(int64_t))
+    dts[0] = <int32_t *>PyMem_Malloc((nt + 1) * sizeof(int32_t))
+    if not (gp[0] and ns[0] and dts[0]):
+        raise MemoryError()
+    for i in range(nt):
+        gp[0][i] = t[i].x
+        ns[0][i] = t[i].n
+        dts[0][i] = t[i].dtype
+    return 0
+
+
 def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
          tuple groups, double grad_scale, double max_norm, double clip_value,
          int clip, int norm_type, bint check_finite, n_threads,
@@ -236,9 +151,11 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
     entry per tensor; given_norm (not NaN) is the global norm already
     measured by global_norm on the same gradients. Returns (applied, norm,
     finite), or None to decline (nothing written)."""
-    cdef StepBufs b
+    cdef Call c
     cdef fo_step_opts o
     cdef fo_step_result res
+    cdef fo_step_group *grp = NULL
+    cdef PyObject *arrays[5]
     cdef Py_ssize_t nt = PyTuple_GET_SIZE(xs), ng = PyTuple_GET_SIZE(groups)
     cdef int nth = _n_threads(n_threads), rc = FO_OK
     if not nth or not (PyTuple_GET_SIZE(gs) == PyTuple_GET_SIZE(s1s)
@@ -247,63 +164,59 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
         return None
     _step_opts(&o, grad_scale, max_norm, clip_value, clip, norm_type, check_finite,
                given_norm)
-    _step_alloc(&b, nt, ng, STEP_ROLES)
+    arrays[0] = <PyObject *>xs
+    arrays[1] = <PyObject *>gs
+    arrays[2] = <PyObject *>s1s
+    arrays[3] = <PyObject *>s2s
+    arrays[4] = <PyObject *>s3s
+    _init(&c)
+    c.index = <PyObject *>index
+    c.ng = ng
     try:
-        if not (_step_groups(groups, b.gs) and _step_gather(
-                &b, xs, gs, s1s, s2s, s3s, index, ng, True, _measures(&o))):
+        grp = <fo_step_group *>PyMem_Malloc((ng + 1) * sizeof(fo_step_group))
+        if grp == NULL:
+            raise MemoryError()
+        if not (_step_groups(groups, grp)
+                and _step_call(&c, &OP_STEP, arrays, nt, _measures(&o))):
             return None
         with nogil:
-            rc = fo_step(b.ts, nt, b.gs, ng, &o, &res, nth)
+            rc = fo_step(<fo_step_tensor *>c.ts, nt, grp, ng, &o, &res, nth)
     finally:
-        _step_free(&b)
+        PyMem_Free(grp)
+        _release(&c)
     if rc == FO_EINVAL:
         return None
     _check_rc(rc)
     return (res.applied != 0, res.norm, res.finite != 0)
 
 
-cdef int _grad_list(StepBufs *b, tuple gs, bint written) except -1:
-    """b.gp/ns/dts from native aligned C-contiguous float arrays (the norm
-    sums each in its logical order: an F-ordered one is declined, and the
-    dispatch copies it); written: also writeable and not overlapping. 1, or
-    0 to decline."""
-    cdef Py_ssize_t nt = PyTuple_GET_SIZE(gs), i
-    cdef int type_num
-    cdef cnp.ndarray ga
-    for i in range(nt):
-        a = <object>PyTuple_GET_ITEM(gs, i)
-        if not _is_array(a):
-            return 0
-        ga = <cnp.ndarray>a
-        type_num = cnp.PyArray_TYPE(ga)
-        if type_num != cnp.NPY_FLOAT and type_num != cnp.NPY_DOUBLE:
-            return 0
-        if not _step_arr(a, type_num, _W if written else _R, cnp.NPY_ARRAY_C_CONTIGUOUS,
-                         None):
-            return 0
-        b.gp[i] = cnp.PyArray_DATA(ga)
-        b.ns[i] = cnp.PyArray_SIZE(ga)
-        b.dts[i] = FO_F32 if type_num == cnp.NPY_FLOAT else FO_F64
-        _step_range(b, i, b.gp[i], b.ns[i] * cnp.PyArray_ITEMSIZE(ga), written)
-    return 0 if written and _step_overlap(b, nt) else 1
-
-
 def global_norm(tuple gs, double grad_scale, int norm_type, n_threads):
-    """Fast path of fastopt.global_norm: (norm, finite), or None to decline."""
-    cdef StepBufs b
+    """Fast path of fastopt.global_norm: (norm, finite), or None to decline.
+    The norm sums each gradient in its logical order: an F-ordered one is
+    declined, and the dispatch copies it."""
+    cdef Call c
     cdef fo_step_result res
+    cdef const void **gp = NULL
+    cdef int64_t *ns = NULL
+    cdef int32_t *dts = NULL
+    cdef PyObject *arrays[1]
     cdef Py_ssize_t nt = PyTuple_GET_SIZE(gs)
     cdef int nth = _n_threads(n_threads), rc = FO_OK
     if not nth:
         return None
-    _step_alloc(&b, nt, 0, 1)
+    arrays[0] = <PyObject *>gs
+    _init(&c)
     try:
-        if not _grad_list(&b, gs, False):
+        if not _step_call(&c, &OP_NORM, arrays, nt, True):
             return None
+        _norm_lists(&c, nt, &gp, &ns, &dts)
         with nogil:
-            rc = fo_global_norm(b.gp, b.ns, b.dts, nt, grad_scale, norm_type, &res, nth)
+            rc = fo_global_norm(gp, ns, dts, nt, grad_scale, norm_type, &res, nth)
     finally:
-        _step_free(&b)
+        PyMem_Free(gp)
+        PyMem_Free(ns)
+        PyMem_Free(dts)
+        _release(&c)
     if rc == FO_EINVAL:
         return None
     _check_rc(rc)
@@ -314,23 +227,32 @@ def clip_grads(tuple gs, double grad_scale, double max_norm, double clip_value,
                int clip, int norm_type, bint check_finite, n_threads):
     """Fast path of fastopt.clip_grad_norm (in place): (applied, norm,
     finite), or None to decline."""
-    cdef StepBufs b
+    cdef Call c
     cdef fo_step_opts o
     cdef fo_step_result res
+    cdef const void **gp = NULL
+    cdef int64_t *ns = NULL
+    cdef int32_t *dts = NULL
+    cdef PyObject *arrays[1]
     cdef Py_ssize_t nt = PyTuple_GET_SIZE(gs)
     cdef int nth = _n_threads(n_threads), rc = FO_OK
     if not nth:
         return None
     _step_opts(&o, grad_scale, max_norm, clip_value, clip, norm_type, check_finite, NAN)
     o.measure = FO_MEASURE_ALWAYS       # clip_grads returns the norm
-    _step_alloc(&b, nt, 0, 1)
+    arrays[0] = <PyObject *>gs
+    _init(&c)
     try:
-        if not _grad_list(&b, gs, True):
+        if not _step_call(&c, &OP_CLIP, arrays, nt, True):
             return None
+        _norm_lists(&c, nt, &gp, &ns, &dts)
         with nogil:
-            rc = fo_clip_grads(<void *const *>b.gp, b.ns, b.dts, nt, &o, &res, nth)
+            rc = fo_clip_grads(<void *const *>gp, ns, dts, nt, &o, &res, nth)
     finally:
-        _step_free(&b)
+        PyMem_Free(gp)
+        PyMem_Free(ns)
+        PyMem_Free(dts)
+        _release(&c)
     if rc == FO_EINVAL:
         return None
     _check_rc(rc)
