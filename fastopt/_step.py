@@ -252,8 +252,11 @@ def run_lists(f, params, grads, states, group, names, n_threads, **options):
     return run(f, xs, gs, sts[:3], (0,) * n, (group,), opts, n_threads, labels)
 
 
-STEP_OPTIONS = ("grad_scale", "max_grad_norm", "norm_type", "clip_convention",
-                 "clip_value", "skip_if_nonfinite")
+#: the step options every front end takes, in order, with their defaults
+STEP_DEFAULTS = (("grad_scale", None), ("max_grad_norm", None), ("norm_type", 2.0),
+                 ("clip_convention", "torch"), ("clip_value", None),
+                 ("skip_if_nonfinite", False))
+STEP_OPTIONS = tuple(name for name, _ in STEP_DEFAULTS)
 
 
 def run_form(f, a, states, group, names):

@@ -26,6 +26,7 @@ from ._step import (
     MAXIMIZE,
     NESTEROV,
     RULES,
+    STEP_DEFAULTS,
     StepInfo,
     as_list,
     check_norm_type,
@@ -329,9 +330,7 @@ def adagrad(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrList, *,
 
 # ---- the rules of fastopt._rules.TORCH_RULES: one generic function each ----------
 
-_STEP_DEFAULTS = (("grad_scale", None), ("max_grad_norm", None), ("norm_type", 2.0),
-                  ("clip_convention", "torch"), ("clip_value", None),
-                  ("skip_if_nonfinite", False), ("n_threads", None))
+_STEP_DEFAULTS = STEP_DEFAULTS + (("n_threads", None),)
 
 
 def check_hyper(f, rule, values) -> dict:

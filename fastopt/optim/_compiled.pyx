@@ -7,6 +7,16 @@ arrays and pointers, not optimizers; it runs the plan
 (``fastopt._ext.StepPlan.run``) and nothing here reaches below that."""
 
 
+cpdef tuple options_key(grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
+                        clip_convention):
+    """The key under which an optimizer keeps its checked step options:
+    the values and their types (1, 1.0 and True are equal values, yet
+    checked apart: a bool is refused where a number is wanted)."""
+    return (grad_scale, skip_if_nonfinite, max_grad_norm, norm_type, clip_convention,
+            type(grad_scale), type(skip_if_nonfinite), type(max_grad_norm),
+            type(norm_type), type(clip_convention))
+
+
 def remembered_step(opt, grads, grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
                     clip_convention):
     """fastopt.optim's step when, since its last step through the prepared
@@ -20,9 +30,8 @@ def remembered_step(opt, grads, grad_scale, skip_if_nonfinite, max_grad_norm, no
     c = opt._fast
     if c is None:
         return None
-    key = (grad_scale, skip_if_nonfinite, max_grad_norm, norm_type, clip_convention,
-           type(grad_scale), type(skip_if_nonfinite), type(max_grad_norm),
-           type(norm_type), type(clip_convention))
+    key = options_key(grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
+                      clip_convention)
     cdef tuple rec = <tuple>c
     if rec[0] != key:
         return None

@@ -24,15 +24,14 @@ import numpy as np
 
 from .. import _ext, _step
 from .. import _validation as _v
-from . import _grads
+from . import _compiled, _grads
 
 
 def options(opt, f, grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
             clip_convention):
     """The checked step options, cached for the last arguments seen."""
-    key = (grad_scale, skip_if_nonfinite, max_grad_norm, norm_type, clip_convention,
-           type(grad_scale), type(skip_if_nonfinite), type(max_grad_norm),
-           type(norm_type), type(clip_convention))
+    key = _compiled.options_key(grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
+                                clip_convention)
     cached = opt._opts_cache
     if cached is not None and cached[0] == key:
         return cached[1]
