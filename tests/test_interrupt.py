@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+import fastopt
 from fastopt import optim
 
 SHAPES = [(512, 256), (300,), (64, 64, 8)]
@@ -130,3 +131,61 @@ def test_interrupted_torch_step_is_whole_or_absent(route):
     hits = _interrupted_steps(step, (lambda: arrays(opt, ps), lambda: arrays(twin, qs)),
                               count, twin.step, rng)
     assert hits == HITS
+
+
+def _strided(rng, k):
+    """k arrays that take the checked route's copies (every other column of
+    a bigger array), with the buffers they are views of."""
+    bases = [np.abs(rng.standard_normal((s[0], 2 * int(np.prod(s[1:]))))) for s in SHAPES[:k]]
+    return bases, [b[:, ::2] for b in bases]
+
+
+CALLS = {
+    "adamw": lambda x, g, s: fastopt.adamw(x, g, s[0], s[1], lr=0.01, step=3),
+    "adamw+clip": lambda x, g, s: fastopt.adamw(x, g, s[0], s[1], lr=0.01, step=3,
+                                                max_grad_norm=1.0),
+    "onnx_adam": lambda x, g, s: fastopt.onnx_adam(x, g, s[0], s[1], lr=0.01, t=3),
+    "onnx_momentum": lambda x, g, s: fastopt.onnx_momentum(x, g, s[0], lr=0.01, t=3),
+    "onnx_momentum+agc": lambda x, g, s: fastopt.onnx_momentum(x, g, s[0], lr=0.01, t=3,
+                                                               clipping=0.05),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_interrupted_public_call_on_copies_is_whole_or_absent(name):
+    """A public in-place function whose arrays need the checked route's
+    copies writes them back after its C call: an interrupt must not stop
+    that write-back between two arrays."""
+    call = CALLS[name]
+    n_states = 2 if "adam" in name else 1
+    rng = np.random.default_rng(2)
+    bases, xs = _strided(rng, 3)
+    sbases = [_strided(rng, 3) for _ in range(n_states)]
+    states = [views for _, views in sbases]
+    g = [rng.standard_normal(x.shape) for x in xs]
+    written = bases + [b for bs, _ in sbases for b in bs]
+    twin_bases, twin_xs = _strided(rng, 3)
+    twin_s = [_strided(rng, 3) for _ in range(n_states)]
+    twin = twin_bases + [b for bs, _ in twin_s for b in bs]
+    hits, took = 0, 0.002
+    for _ in range(MAX_STEPS):
+        if hits >= HITS:
+            break
+        before = [a.copy() for a in written]
+        for t, b in zip(twin, before):
+            t[...] = b
+        call(twin_xs, g, [views for _, views in twin_s])     # the whole call
+        t = _killer(rng.uniform(0.0, 1.5 * took))
+        t0 = time.perf_counter()
+        try:
+            t.start()
+            call(xs, g, states)
+            took = 0.8 * took + 0.2 * (time.perf_counter() - t0)
+        except KeyboardInterrupt:
+            hits += 1
+        _settle(t)
+        if any(a.tobytes() != b.tobytes() for a, b in zip(written, before)):
+            whole = [a.tobytes() == b.tobytes() for a, b in zip(written, twin)]
+            assert all(whole), f"an interrupted call was written in part: {whole}"
+    assert hits == HITS
+
