@@ -1,6 +1,8 @@
 """A KeyboardInterrupt (SIGINT) arriving while a step runs: the step happens
 in full (parameters, states and step count) or not at all, wherever the
-signal lands (docs/semantics.md, "Interrupted steps"). Signals are sent by a
+signal lands (docs/semantics.md, "Interrupted steps"): fastopt.optim,
+fastopt.torch, ShardedOptimizer on one rank, and the public in-place
+functions on the checked route's copies. Signals are sent by a
 second thread after a random delay, over many steps; the gradients are big
 enough that many land while the C work runs."""
 from __future__ import annotations
@@ -189,3 +191,25 @@ def test_interrupted_public_call_on_copies_is_whole_or_absent(name):
             assert all(whole), f"an interrupted call was written in part: {whole}"
     assert hits == HITS
 
+
+@pytest.mark.parametrize("kw", [{}, {"max_grad_norm": 1.0}])
+def test_interrupted_sharded_step_is_whole_or_absent(kw):
+    """ShardedOptimizer.step on one rank: its count, its parameters (the
+    flat buffers) and its shard's states move together."""
+    pytest.importorskip("mpi4py")
+    from mpi4py import MPI
+
+    from fastopt.distributed import ShardedOptimizer
+
+    rng = np.random.default_rng(3)
+    x0 = [rng.standard_normal(s) for s in SHAPES]
+    g = [rng.standard_normal(s) for s in SHAPES]
+    opt, twin = (ShardedOptimizer(optim.Adam, [a.copy() for a in x0], lr=0.01,
+                                  schedule=None, comm=MPI.COMM_SELF) for _ in range(2))
+
+    def arrays(o):
+        return list(o.params) + [a for arrs in o.inner.state.values() for a in arrs]
+    hits = _interrupted_steps(lambda: opt.step(g, **kw), (lambda: arrays(opt),
+                                                          lambda: arrays(twin)),
+                              lambda: opt.steps, lambda: twin.step(g, **kw), rng)
+    assert hits == HITS
