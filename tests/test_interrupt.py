@@ -213,3 +213,32 @@ def test_interrupted_sharded_step_is_whole_or_absent(kw):
                                                           lambda: arrays(twin)),
                               lambda: opt.steps, lambda: twin.step(g, **kw), rng)
     assert hits == HITS
+
+
+# np.savez's zip writer, stopped at the end of an entry, fails in its own
+# cleanup (and its ZipFile's __del__ complains once more)
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_save_interrupted_inside_the_zip_writer_raises_keyboard_interrupt(
+        tmp_path, monkeypatch):
+    """Ctrl-C at the end of an entry of np.savez's zip writer: its cleanup
+    raises ValueError, which must not replace the KeyboardInterrupt; the
+    previous checkpoint stays, and no temporary file."""
+    import zipfile
+
+    x = np.ones(5)
+    opt = optim.OnnxMomentum([x], lr=0.1)
+    opt.step([np.ones(5)])
+    path = tmp_path / "ck.npz"
+    opt.save(path)
+    saved = path.read_bytes()
+    opt.step([np.ones(5)])
+    real = zipfile._ZipWriteFile.close
+
+    def close(self):
+        monkeypatch.setattr(zipfile._ZipWriteFile, "close", real)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(zipfile._ZipWriteFile, "close", close)
+    with pytest.raises(KeyboardInterrupt):
+        opt.save(path)
+    assert path.read_bytes() == saved
+    assert sorted(os.listdir(tmp_path)) == ["ck.npz"]
