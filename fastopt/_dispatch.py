@@ -10,7 +10,9 @@
 3. Normalise it (contiguous native copies, materialised broadcasts).
 4. Run the normalised call through the same fast path.
 5. Write the copies back into the caller's arrays (unless the call wrote
-   nothing: a step skipped for a non-finite gradient).
+   nothing: a step skipped for a non-finite gradient). Steps 4 and 5 run
+   whole: a KeyboardInterrupt arriving meanwhile is raised once the last
+   copy is written back (``fastopt._interrupt``).
 
 :func:`run` is steps 1-5; :func:`accept` is steps 2-5, for a caller that
 made step 1 itself (the public ops, ``fastopt._step.run``, the gradient-list
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Optional
 
+from . import _interrupt
 from . import _validation as _v
 
 
@@ -90,6 +93,13 @@ def accept(op: Op, arrays: tuple, scalars: tuple, fname: Optional[str] = None,
     written = ("g",) if op.clips_g else tuple(r for r in op.roles if r != "g")
     prep = _v.tensors(f, dict(zip(op.roles, arrays)), labels, written,
                       op.needs(checked) if op.needs is not None else None)
+    return _interrupt.whole(_run_copies, op, prep, checked, f)
+
+
+def _run_copies(op: Op, prep, checked: tuple, f: str):
+    """Steps 4-5 of :func:`accept`, run whole (fastopt._interrupt): a
+    KeyboardInterrupt meanwhile is raised once every copy is written back,
+    never between two arrays."""
     out = op.fast(prep.args(), checked)
     if not out:
         raise RuntimeError(f"{f}: internal error: a normalised call was declined")

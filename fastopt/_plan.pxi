@@ -20,7 +20,10 @@
 #     not overlapping any written memory. The overlap test (a binary search
 #     in the merged written ranges) runs only when a gradient's data pointer
 #     differs from the one accepted last step for that tensor: the written
-#     ranges never change, so a pointer once accepted stays clear of them.
+#     ranges never change, so a pointer once accepted stays clear of them;
+#   - the shape of every parameter and state, here (a.shape = ... in place
+#     changes no guard, and the fully checked route refuses a state whose
+#     shape is not its parameter's).
 # Anything else declines (None, nothing written) and the caller takes the
 # fully checked path, which raises or runs the step.
 
@@ -66,8 +69,9 @@ cdef extern from *:
        of flags (writeable, aligned, its contiguity) as now. Its shape is
        not guarded: the optimizer holds a reference to it, so NumPy refuses
        to resize it (only resize(refcheck=False), which NumPy documents as
-       unsafe, could), and an in-place reshape keeps its size (a parameter's
-       shape is compared with the gradient's in StepPlan._accept). */
+       unsafe, could), and an in-place reshape keeps its size (the shapes of
+       a parameter and its states are compared with the plan's in
+       StepPlan._accept). */
     static inline void fo_plan_guard(fo_step_guard *g, PyObject *o, int flags)
     {
         PyArrayObject_fields *a = (PyArrayObject_fields *)o;
@@ -297,9 +301,10 @@ cdef class StepPlan:
     cdef bint _accept(self, tuple gs):
         """The gradients' per-step checks (see the comment above); False to
         decline."""
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, k
         cdef PlanTensor *t
         cdef PyObject *g
+        cdef PyObject *o
         cdef void *gp
         cdef tuple xs = <tuple>self.keep[0]
         for i in range(self.nt):
@@ -309,9 +314,14 @@ cdef class StepPlan:
                 return False
             if not fo_plan_arr(g, t.descr, t.type_num, t.rflags, t.ndim, t.dims):
                 return False
-            # the parameter's shape (x.shape = ... in place keeps every guard)
+            # the shapes of the parameter and its states (a.shape = ... in
+            # place keeps every guard)
             if not fo_plan_shape(PyTuple_GET_ITEM(xs, i), t.ndim, t.dims):
                 return False
+            for k in range(1, self.npg):
+                o = PyTuple_GET_ITEM(<tuple>self.keep[k], i)
+                if o != <PyObject *>None and not fo_plan_shape(o, t.ndim, t.dims):
+                    return False
             gp = fo_data(g)
             if gp != self.ts[i].g:
                 if t.nbytes and self._written_hit(<int64_t>gp, <int64_t>gp + t.nbytes):

@@ -19,7 +19,9 @@ into the checks and the kernels. The oracle:
   reference within the dtype's error bound (tests/hardening_ref.py);
 - checkpoint files mutated in their structure (tests/fuzz_checkpoint.py):
   only CheckpointError escapes ``load``, a rejection changes nothing, and the
-  peak RSS stays within a small multiple of the optimizer's state.
+  peak RSS stays within a small multiple of the optimizer's state;
+- ShardedOptimizer checkpoint directories mutated in their structure
+  (tests/fuzz_sharded_checkpoint.py, with mpi4py): the same oracle.
 
 With atheris installed this runs coverage-guided (libFuzzer flags apply):
 
@@ -30,7 +32,8 @@ Without atheris, or with --random N, it feeds N pseudo-random inputs:
 
     python tests/fuzz_api.py --random 20000 [--seed 1]
 
-FASTOPT_FUZZ_ONLY=checkpoint sends every input to the checkpoint-file target.
+FASTOPT_FUZZ_ONLY=checkpoint sends every input to the checkpoint-file target,
+FASTOPT_FUZZ_ONLY=sharded to the ShardedOptimizer checkpoint target.
 """
 from __future__ import annotations
 
@@ -721,17 +724,30 @@ def plain(op, kwargs):
     return hp
 
 
-# FASTOPT_FUZZ_ONLY=checkpoint: every input goes to the checkpoint target
-# (for a long campaign against the file reader alone)
-ONLY_CHECKPOINTS = os.environ.get("FASTOPT_FUZZ_ONLY") == "checkpoint"
+# FASTOPT_FUZZ_ONLY=checkpoint (or sharded): every input goes to the
+# checkpoint target (or the sharded one), for a long campaign against one
+# file reader alone
+ONLY = {"checkpoint": 8, "sharded": 9}.get(os.environ.get("FASTOPT_FUZZ_ONLY", ""))
+
+
+def _have_mpi() -> bool:
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return False
+    return HAVE_OPTIM
 
 
 def TestOneInput(data: bytes) -> None:
     src = Source(data)
-    target = 8 if ONLY_CHECKPOINTS else src.int(0, 8)
+    target = ONLY if ONLY is not None else src.int(0, 9)
     if target == 8 and HAVE_OPTIM:         # hostile checkpoint files
         import fuzz_checkpoint
         fuzz_checkpoint.checkpoint_case(src, _tmpdir())
+        return
+    if target == 9 and _have_mpi():        # hostile ShardedOptimizer checkpoints
+        import fuzz_sharded_checkpoint
+        fuzz_sharded_checkpoint.sharded_case(src, _tmpdir())
         return
     if target == 5 and HAVE_AGC:
         agc_case(src)

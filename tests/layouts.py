@@ -119,8 +119,14 @@ def snapshot(objs):
         elif isinstance(o, dict):
             for item in o.values():
                 visit(item)
-        elif hasattr(o, "param_groups") and hasattr(o, "state"):   # an optimizer
+        elif hasattr(o, "detach") and hasattr(o, "numpy"):          # a torch tensor
+            visit(o.detach().numpy())
+        elif hasattr(o, "param_groups") and hasattr(o, "inner"):    # a ShardedOptimizer
             visit(o.params)
+            visit(o.inner)
+        elif hasattr(o, "param_groups") and hasattr(o, "state"):    # an optimizer
+            visit(o.params if hasattr(o, "params")                  # (fastopt.torch's:
+                  else [p for g in o.param_groups for p in g["params"]])  # torch's form)
             visit(o.state)
 
     visit(objs)

@@ -215,3 +215,30 @@ def test_a_bad_array_in_a_later_agc_group_writes_nothing(what, options):
     np.testing.assert_array_equal(a, before[0])
     np.testing.assert_array_equal(opt.state["v"][0], before[1])
     assert opt.steps == before[2]
+
+
+@pytest.mark.parametrize("cls, kw", [("OnnxMomentum", {}), ("Adam", {"amsgrad": True}),
+                                     ("SGD", {"momentum": 0.9}), ("OnnxAdagrad", {})])
+def test_a_state_reshaped_in_place_is_refused_by_the_prepared_step_as_by_the_full_one(
+        cls, kw):
+    xs = [np.ones((4, 6)), np.ones(5)]
+    opt = getattr(fastopt.optim, cls)(xs, lr=0.1, **kw)
+    grads = [np.ones((4, 6)), np.ones(5)]
+    for _ in range(3):                   # the prepared and the remembered step
+        opt.step(grads)
+    for name, arrays in opt.state.items():
+        s = arrays[0]
+        s.shape = (6, 4)
+        before = [a.copy() for a in xs] + [a.copy() for arrs in opt.state.values()
+                                           for a in arrs]
+        steps = opt.steps
+        with pytest.raises(ValueError, match=rf"state '{name}' of params\[0\] has shape "
+                                             rf"\(6, 4\) but params\[0\] has shape \(4, 6\)"):
+            opt.step(grads)
+        after = [a for a in xs] + [a for arrs in opt.state.values() for a in arrs]
+        for a, b in zip(after, before):
+            np.testing.assert_array_equal(a, b)
+        assert opt.steps == steps
+        s.shape = (4, 6)                 # back as it was: the steps run again
+        opt.step(grads)
+        assert opt.steps == steps + 1

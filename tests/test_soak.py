@@ -16,12 +16,21 @@ load, the rest for the replay):
   change nothing;
 - one more thread starts a child process that resumes from its checkpoint
   and saves after every step, kills it (SIGKILL) at a random moment, and
-  starts it again.
+  starts it again;
+- one more sends SIGINT at random moments to a second child that steps an
+  Adam (a schedule, global-norm clipping) and saves every third step; the
+  child answers each KeyboardInterrupt with its step count, a digest of its
+  parameters and states, and the step count and digest of the checkpoint
+  it finds on disk, then steps on.
 
 Then every optimizer must equal a serial replay of the same number of steps
 bit for bit, every checkpoint on disk must load and equal the replay at its
 own step count, and after a clean save no ``*.tmp`` leftover may remain.
-Only the public fastopt.optim / fastopt.schedules API is used.
+After every SIGINT the interrupted child must hold exactly the replay's
+parameters and states at its step count (a step done whole or not at all),
+and its checkpoint must be the last one it saved or the one it was saving
+(never torn), equal to the replay at that count. Only the public
+fastopt.optim / fastopt.schedules API is used.
 """
 from __future__ import annotations
 
@@ -207,6 +216,134 @@ class Killer(threading.Thread):
             self.error = exc
 
 
+# The interrupted child's optimizer, built the same way by the child and by
+# the replay (exec'd in both): Adam over two 2**17-element arrays, a
+# schedule, four fixed gradients.
+SIGINT_SETUP = r"""
+import numpy as np
+from fastopt import optim
+
+N = 1 << 17
+def lr(step):
+    return 0.01 / (1.0 + 0.01 * step)
+def build(n_threads=None):
+    xs = [np.linspace(-1.0, 1.0, N), np.linspace(1.0, -1.0, N).astype(np.float32)]
+    return xs, optim.Adam(xs, schedule=lr, n_threads=n_threads)
+POOL = [[np.random.default_rng([7, j, k]).standard_normal(N).astype(d)
+         for k, d in enumerate((np.float64, np.float32))] for j in range(4)]
+def step(opt):
+    opt.step(POOL[opt.steps % 4], max_grad_norm=50.0)
+def digest(arrays):
+    import hashlib
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(a.tobytes())
+    return h.hexdigest()
+def states(opt):
+    return [a for arrs in opt.state_dict()["state"].values() for a in arrs]
+"""
+
+SIGINT_CHILD = SIGINT_SETUP + r"""
+import json, os, signal, sys, traceback
+path = sys.argv[1]
+xs, opt = build()
+done = 0                         # the step count of the last save that returned
+noted = []                       # a SIGINT that arrived while the last one was answered
+print("ready", flush=True)
+while True:
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if noted:
+            noted.clear()
+            raise KeyboardInterrupt
+        if opt.steps % 3 == 0 and done != opt.steps:    # the save an interrupt stopped
+            opt.save(path)
+            done = opt.steps
+        while True:
+            step(opt)
+            if opt.steps % 3 == 0:
+                opt.save(path)
+                done = opt.steps
+    except KeyboardInterrupt as exc:
+        signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+        where = [f.name for f in traceback.extract_tb(exc.__traceback__)]
+        disk = None
+        if os.path.exists(path):
+            _, fresh = build(n_threads=1)
+            try:
+                fresh.load(path)
+                disk = [fresh.steps, digest(states(fresh))]
+            except optim.CheckpointError as err:     # a torn file
+                disk = str(err)
+        print(json.dumps({"steps": opt.steps, "digest": digest(xs + states(opt)),
+                          "disk": disk, "in_save": "save" in where}), flush=True)
+"""
+
+
+class Interrupter(threading.Thread):
+    """SIGINTs at random moments to a stepping and saving child; one at a
+    time (the next only after the child has answered the last)."""
+
+    def __init__(self, directory, deadline, env):
+        super().__init__(daemon=True)
+        self.path = os.path.join(directory, "interrupted.npz")
+        self.directory, self.deadline, self.env = directory, deadline, env
+        self.reports = []
+        self.error = None
+
+    def run(self):
+        import json
+
+        rnd = random.Random(2)
+        proc = subprocess.Popen([sys.executable, "-c", SIGINT_CHILD, self.path],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=self.directory, env=self.env)
+        try:
+            line = proc.stdout.readline()
+            if not line.startswith("ready"):
+                raise AssertionError(f"the interrupted child did not start: {line}")
+            while time.monotonic() < self.deadline:
+                time.sleep(rnd.uniform(0.0, 0.03))
+                proc.send_signal(signal.SIGINT)
+                line = proc.stdout.readline()
+                if not line.startswith("{"):
+                    proc.kill()
+                    raise AssertionError(f"the interrupted child died: {line}"
+                                         f"{proc.communicate()[1][-3000:]}")
+                self.reports.append(json.loads(line))
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            proc.kill()
+            proc.communicate()
+
+
+def check_interrupted(reports):
+    """Every answer of the interrupted child against a serial replay: its
+    arrays those after exactly its step count, its checkpoint the last save
+    or the one under way, equal to the replay at the count it holds."""
+    ns: dict = {}
+    exec(SIGINT_SETUP, ns)                                  # noqa: S102 (our own code)
+    xs, opt = ns["build"](n_threads=1)
+    want = {0: (ns["digest"](xs + ns["states"](opt)), ns["digest"](ns["states"](opt)))}
+    for n in range(1, max(r["steps"] for r in reports) + 1):
+        ns["step"](opt)
+        want[n] = (ns["digest"](xs + ns["states"](opt)), ns["digest"](ns["states"](opt)))
+    for i, r in enumerate(reports):
+        n = r["steps"]
+        assert r["digest"] == want[n][0], (
+            f"SIGINT {i}: the child's arrays are not those after {n} whole steps")
+        # the child saves at every third step: at such a count the save may
+        # not have begun or may have been stopped (the previous file stays)
+        allowed = {n, n - 3} if n % 3 == 0 else {n - n % 3}
+        assert not isinstance(r["disk"], str), f"SIGINT {i}: the checkpoint: {r['disk']}"
+        k, d = r["disk"] if r["disk"] is not None else (0, None)
+        assert k in allowed, f"SIGINT {i} at step {n}: the checkpoint holds step {k}"
+        if k:
+            assert d == want[k][1], f"SIGINT {i}: the checkpoint at step {k} is torn"
+    return sum(r["in_save"] for r in reports)
+
+
 def test_soak_threads_checkpoints_and_a_killed_child(tmp_path):
     import fastopt
 
@@ -217,9 +354,10 @@ def test_soak_threads_checkpoints_and_a_killed_child(tmp_path):
     deadline = start + 0.8 * BUDGET
     steppers = [Stepper(k, str(tmp_path), deadline) for k in range(N_THREADS)]
     killer = Killer(str(tmp_path), deadline, env)
-    for t in steppers + [killer]:
+    interrupter = Interrupter(str(tmp_path), deadline, env)
+    for t in steppers + [killer, interrupter]:
         t.start()
-    for t in steppers + [killer]:
+    for t in steppers + [killer, interrupter]:
         t.join()
         if t.error is not None:
             raise t.error
@@ -244,6 +382,11 @@ def test_soak_threads_checkpoints_and_a_killed_child(tmp_path):
         disk.load(s.path)
         assert same(snapshot(disk), at_save), f"thread {s.k}: checkpoint differs from replay"
 
+    # every SIGINT left a whole step (or none) and an old or new checkpoint
+    assert len(interrupter.reports) >= 10, len(interrupter.reports)
+    in_save = check_interrupted(interrupter.reports)
+    assert 0 < in_save < len(interrupter.reports), "no SIGINT landed in a save, or all did"
+
     # the child's checkpoint survived every kill, loads, and equals a replay
     assert killer.kills >= 3, killer.kills
     assert killer.resumed_from == sorted(killer.resumed_from)   # never went back
@@ -264,4 +407,5 @@ def test_soak_threads_checkpoints_and_a_killed_child(tmp_path):
           f"{sum(s.steps for s in steppers)} steps, {sum(s.saves for s in steppers)} saves "
           f"and reloads, {sum(s.refusals for s in steppers)} refused loads, "
           f"{killer.kills} kills of a saving child ({killer.mid_save} left a .tmp file), "
-          f"child resumed at step {steps}")
+          f"child resumed at step {steps}; {len(interrupter.reports)} SIGINTs to a stepping "
+          f"and saving child ({in_save} inside a save)")

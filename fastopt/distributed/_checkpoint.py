@@ -301,8 +301,10 @@ def _check_steps(f, steps):
 def _read_meta(f, vdir):
     mpath = os.path.join(vdir, "meta.json")
     with _open(f, mpath) as fh:
-        raw = fh.read(_MAX_META + 1)
-    if len(raw) > _MAX_META:
+        # the size first: a larger file (e.g. sparse) is refused unread
+        big = os.fstat(fh.fileno()).st_size > _MAX_META
+        raw = b"" if big else fh.read(_MAX_META + 1)
+    if big or len(raw) > _MAX_META:
         raise CheckpointError(f"{f}: {mpath!r} is larger than {_MAX_META} bytes")
     meta = json.loads(raw.decode("utf-8"))
     want = {"format", "version", "optimizer", "steps", "world_size", "crc_block", "states",

@@ -9,7 +9,7 @@ import zlib
 
 import numpy as np
 
-from .. import _ext
+from .. import _ext, _interrupt
 from .._groups import split_counts as _split_counts
 from . import _checkpoint
 from ._checks import _first_difference, _parse_groups, _positive
@@ -281,8 +281,17 @@ class ShardedOptimizer:
         """
         f = _F + ".step"
         t0 = time.perf_counter()
-        flat, scale, mgn, lrs, has = self._agree(f, grads, grad_scale, skip_if_nonfinite,
-                                                 max_grad_norm, norm_type)
+        local = self._check_local(f, grads, grad_scale, skip_if_nonfinite, max_grad_norm,
+                                  norm_type)
+        # from its first collective on, the step runs whole on this rank: a
+        # KeyboardInterrupt arriving meanwhile is raised after the last one
+        # (docs/semantics.md, "Interrupted steps")
+        return _interrupt.whole(self._step_agreed, f, local, skip_if_nonfinite, norm_type, t0)
+
+    def _step_agreed(self, f, local, skip_if_nonfinite, norm_type, t0) -> bool:
+        """The step from the agreement on: the collectives, the update and
+        the bookkeeping."""
+        flat, scale, mgn, lrs, has = self._agree(f, local, skip_if_nonfinite, norm_type)
         t1 = time.perf_counter()
         for i, g in enumerate(flat):
             if g is None:
@@ -306,14 +315,11 @@ class ShardedOptimizer:
                             "update": inner, "sync": t4 - t3 - inner, "allgather": t5 - t4}
         return applied
 
-    def _agree(self, f, grads, grad_scale, skip_if_nonfinite, max_grad_norm, norm_type):
-        """Check this rank's arguments, then agree with the others (one
-        Allreduce): raise everywhere if any rank has an error or the scalar
-        arguments differ; return what the step needs, and which parameters
-        have a gradient on some rank."""
-        MPI = mpi()
+    def _check_local(self, f, grads, grad_scale, skip_if_nonfinite, max_grad_norm,
+                     norm_type):
+        """This rank's arguments checked and its schedules called, with no
+        collective: (error or None, gradients, lrs, scale, max_grad_norm)."""
         err, flat, lrs, scale, mgn = None, None, None, None, None
-        n = len(self._views)
         try:
             flat = self._check_grads(f, grads)
             scale = _positive(f, "grad_scale", grad_scale)
@@ -323,8 +329,18 @@ class ShardedOptimizer:
             if norm_type not in (2, 2.0, math.inf):
                 raise ValueError(f"{f}: norm_type must be 2.0 or inf, got {norm_type!r}")
             lrs = self._lrs_and_hypers(f)   # calls the schedules: user code
-        except Exception as exc:  # noqa: BLE001 - raised on every rank below
+        except Exception as exc:  # noqa: BLE001 - raised on every rank by _agree
             err = exc
+        return err, flat, lrs, scale, mgn
+
+    def _agree(self, f, local, skip_if_nonfinite, norm_type):
+        """Agree with the other ranks on this rank's checks (one
+        Allreduce): raise everywhere if any rank has an error or the scalar
+        arguments differ; return what the step needs, and which parameters
+        have a gradient on some rank."""
+        MPI = mpi()
+        err, flat, lrs, scale, mgn = local
+        n = len(self._views)
         vec = np.zeros(11 + n)
         if err is None:
             digest = self._hyper_digest(lrs)

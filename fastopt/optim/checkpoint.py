@@ -257,15 +257,30 @@ def save(opt, path) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if not isinstance(exc, KeyboardInterrupt) and _interrupted(exc):
+            raise KeyboardInterrupt from exc    # not the error of the writer's cleanup
         raise
     finally:
         os.close(fd)
     _npz.fsync_directory(directory)
+
+
+def _interrupted(exc) -> bool:
+    """Was exc raised while a KeyboardInterrupt unwound? (np.savez's zip
+    writer, stopped by Ctrl-C at the end of an entry, raises ValueError from
+    its own cleanup, replacing the interrupt.)"""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__context__
+    return False
 
 
 def load(opt, f, path) -> None:
