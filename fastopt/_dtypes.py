@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import _ext
+
 
 class DType(NamedTuple):
     name: str          # the C row's NAME
@@ -30,6 +32,10 @@ NUMPY = tuple(d.numpy for d in DTYPES)
 CODE = {d.numpy: i for i, d in enumerate(DTYPES)}
 #: a phrase for messages: "float32 or float64"
 NAMES = " or ".join(str(d.numpy) for d in DTYPES)
+
+# the compiled fast paths take exactly these types
+for _code, _d in enumerate(DTYPES):
+    _ext.register_dtype(_d.numpy.num, _code)
 
 
 def torch_dtypes(torch) -> tuple:

@@ -78,13 +78,48 @@ cdef inline bint _array(PyObject *o):
     return fo_exact_array(o) or _is_array(<object>o)
 
 
+# The element types the fast paths take: NumPy type number -> C code, one
+# pair per row of fastopt/_dtypes.py, which registers its rows when it is
+# imported (by `import fastopt`, before any call). A type not registered
+# declines; the slow path names it in its error.
+cdef enum:
+    MAX_DTYPES = 16
+cdef int _dt_num[MAX_DTYPES]
+cdef int _dt_code[MAX_DTYPES]
+cdef int _n_dt = 0
+
+
+def register_dtype(int type_num, int code):
+    """Let the fast paths take arrays of NumPy type number type_num as the C
+    element type code (a row of src_c/tables.h). Called by
+    fastopt/_dtypes.py for each of its rows."""
+    global _n_dt
+    cdef int i
+    if not 0 <= code < FO_N_DTYPES:
+        raise ValueError(f"fastopt._ext.register_dtype: no C element type {code}")
+    for i in range(_n_dt):
+        if _dt_num[i] == type_num:
+            _dt_code[i] = code
+            return
+    if _n_dt == MAX_DTYPES:
+        raise ValueError("fastopt._ext.register_dtype: the type table is full")
+    _dt_num[_n_dt] = type_num
+    _dt_code[_n_dt] = code
+    _n_dt += 1
+
+
+def registered_dtypes():
+    """{NumPy type number: C element type} as the fast paths take them."""
+    return {_dt_num[i]: _dt_code[i] for i in range(_n_dt)}
+
+
 cdef inline int _dtype_code(int type_num) noexcept:
-    """The C element type (FO_F32, FO_F64) of a NumPy type number, or -1:
-    the fast path's one reading of the element-type table."""
-    if type_num == cnp.NPY_FLOAT:
-        return FO_F32
-    if type_num == cnp.NPY_DOUBLE:
-        return FO_F64
+    """The C element type of a NumPy type number, or -1: the fast path's one
+    reading of the element-type table."""
+    cdef int i
+    for i in range(_n_dt):
+        if _dt_num[i] == type_num:
+            return _dt_code[i]
     return -1
 
 

@@ -347,7 +347,7 @@ cdef class StepPlan:
             u = <uintptr_t>o
             if self.pt[i].nbytes == 0:
                 u = <uintptr_t>self.ts[i].x
-            if u == 0 or u % (4 if self.pt[i].type_num == cnp.NPY_FLOAT32 else 8):
+            if u == 0 or u % fo_dtype_size(self.ts[i].dtype):
                 return False
             gp = <void *>u
             if gp != self.ts[i].g:

@@ -89,7 +89,7 @@ typedef struct {
 #define FO_ACC float
 #define FO_ACC_NARROW 1         /* float sums: checked, redone in double if unsafe */
 #define FO_LANES 16
-#define FO_NAME(op) op##_f32
+#define FO_NAME(op) op##_F32
 #define FO_C(c, field) ((c)->field##_f)
 #include "agc.inc"            /* #undefs its parameters at its end */
 
@@ -97,7 +97,7 @@ typedef struct {
 #define FO_ACC double
 #define FO_ACC_NARROW 0
 #define FO_LANES 8
-#define FO_NAME(op) op##_f64
+#define FO_NAME(op) op##_F64
 #define FO_C(c, field) ((c)->field)
 #include "agc.inc"            /* #undefs its parameters at its end */
 
@@ -140,36 +140,36 @@ static void agc_run_item(const agc_plan *p, const agc_item *it)
     int f32 = t->dtype == FO_F32;
     switch (it->kind) {
     case IT_ROWS:
-        if (f32) agc_rows_f32(t, it->a, it->b, p->eps, p->mom);
-        else agc_rows_f64(t, it->a, it->b, p->eps, p->mom);
+        if (f32) agc_rows_F32(t, it->a, it->b, p->eps, p->mom);
+        else agc_rows_F64(t, it->a, it->b, p->eps, p->mom);
         break;
     case IT_PLAIN:
-        if (f32) agc_plain_f32(t, it->a, it->b, p->mom);
-        else agc_plain_f64(t, it->a, it->b, p->mom);
+        if (f32) agc_plain_F32(t, it->a, it->b, p->mom);
+        else agc_plain_F64(t, it->a, it->b, p->mom);
         break;
     case IT_LONG_NORM:
-        if (f32) agc_long_norm_f32(t, w, it->a, it->b);
-        else agc_long_norm_f64(t, w, it->a, it->b);
+        if (f32) agc_long_norm_F32(t, w, it->a, it->b);
+        else agc_long_norm_F64(t, w, it->a, it->b);
         break;
     case IT_COL_NORM: {
         int64_t j0 = it->b * p->col_width, j1 = j0 + p->col_width;
         if (j1 > t->n_units)
             j1 = t->n_units;
-        if (f32) agc_col_norm_f32(t, w, it->a, j0, j1);
-        else agc_col_norm_f64(t, w, it->a, j0, j1);
+        if (f32) agc_col_norm_F32(t, w, it->a, j0, j1);
+        else agc_col_norm_F64(t, w, it->a, j0, j1);
         break;
     }
     case IT_FINISH:
-        if (f32) agc_finish_f32(t, w, p->eps);
-        else agc_finish_f64(t, w, p->eps);
+        if (f32) agc_finish_F32(t, w, p->eps);
+        else agc_finish_F64(t, w, p->eps);
         break;
     case IT_LONG_UPDATE:
-        if (f32) agc_long_update_f32(t, w, it->a, it->b, p->mom);
-        else agc_long_update_f64(t, w, it->a, it->b, p->mom);
+        if (f32) agc_long_update_F32(t, w, it->a, it->b, p->mom);
+        else agc_long_update_F64(t, w, it->a, it->b, p->mom);
         break;
     case IT_COL_UPDATE:
-        if (f32) agc_col_update_f32(t, w, it->a, it->b, p->mom);
-        else agc_col_update_f64(t, w, it->a, it->b, p->mom);
+        if (f32) agc_col_update_F32(t, w, it->a, it->b, p->mom);
+        else agc_col_update_F64(t, w, it->a, it->b, p->mom);
         break;
     default:
         break;
@@ -350,7 +350,7 @@ static int agc_check(const fo_agc_tensor *ts, int64_t nt, double eps,
     for (int64_t k = 0; k < nt; k++) {
         const fo_agc_tensor *t = &ts[k];
         if (t->n_units < 0 || t->unit_len < 0
-                || fo_dtype_size(t->dtype) == 0
+                || (t->dtype != FO_F32 && t->dtype != FO_F64)   /* AGC's types */
                 || (t->kind != FO_AGC_ROWS && t->kind != FO_AGC_COLS)
                 || !(t->clipping >= 0.0) || !isfinite(t->clipping))
             return FO_EINVAL;
@@ -499,8 +499,8 @@ int fo_agc_unit_sumsq(const void *x, int32_t dtype, int64_t n_units,
             || (kind != FO_AGC_ROWS && kind != FO_AGC_COLS))
         return FO_EINVAL;
     if (dtype == FO_F32)
-        return agc_unit_sumsq_f32((const float *)x, n_units, unit_len, kind, out);
+        return agc_unit_sumsq_F32((const float *)x, n_units, unit_len, kind, out);
     if (dtype == FO_F64)
-        return agc_unit_sumsq_f64((const double *)x, n_units, unit_len, kind, out);
+        return agc_unit_sumsq_F64((const double *)x, n_units, unit_len, kind, out);
     return FO_EINVAL;
 }

@@ -10,9 +10,9 @@
 /* Momentum on n contiguous elements, c = {lr, alpha, b, nc} (the
  * coefficients of fo_momentum_coefs, in the array's type), nesterov 0 or 1:
  * the fused AGC driver's update after its clip. */
-void fo_rule_momentum_f32(int64_t n, float *x, const float *g, float *v,
+void fo_rule_momentum_F32(int64_t n, float *x, const float *g, float *v,
                           const float *c, int nesterov);
-void fo_rule_momentum_f64(int64_t n, double *x, const double *g, double *v,
+void fo_rule_momentum_F64(int64_t n, double *x, const double *g, double *v,
                           const double *c, int nesterov);
 
 #endif

@@ -93,44 +93,15 @@ typedef struct {
  * A value's storage type (what is in memory) is apart from its compute type
  * FO_T in step.inc: FO_SX, FO_SG and FO_SS are the parameters', gradients'
  * and states' storage, FO_LDX/G/S widen a stored value to FO_T and
- * FO_STX/G/S round an FO_T to storage. Both instantiations below store what
- * they compute (the macros are the identity); a storage type of its own is
- * an instantiation with its conversions. The tiled path (step_piece_tiled)
- * feeds the rule transformed gradients of type FO_T: it needs FO_SG == FO_T.
+ * FO_STX/G/S round an FO_T to storage. Every element type of the table is
+ * instantiated here (types.inc: float32 and float64 store what they
+ * compute). The tiled path (step_piece_tiled) feeds the rule transformed
+ * gradients of type FO_T: a type stored apart from its compute type needs
+ * the rules instantiated for such a tile too.
  */
-#define FO_SX FO_T
-#define FO_SG FO_T
-#define FO_SS FO_T
-#define FO_LDX(v) (v)
-#define FO_LDG(v) (v)
-#define FO_LDS(v) (v)
-#define FO_STX(v) (v)
-#define FO_STG(v) (v)
-#define FO_STS(v) (v)
-#define FO_T float
-#define FO_NAME(op) op##_f32
-#define FO_SQRT sqrtf
-#define FO_FABS fabsf
-#define FO_CF(c) ((c)->f)
-#define FO_FU(c) (&(c)->fu_f)
-#include "step.inc"
-
-#define FO_SX FO_T
-#define FO_SG FO_T
-#define FO_SS FO_T
-#define FO_LDX(v) (v)
-#define FO_LDG(v) (v)
-#define FO_LDS(v) (v)
-#define FO_STX(v) (v)
-#define FO_STG(v) (v)
-#define FO_STS(v) (v)
-#define FO_T double
-#define FO_NAME(op) op##_f64
-#define FO_SQRT sqrt
-#define FO_FABS fabs
-#define FO_CF(c) ((c)->d)
-#define FO_FU(c) (&(c)->fu_d)
-#include "step.inc"
+#define FO_TEMPLATE "step.inc"
+#include "types.inc"
+#undef FO_TEMPLATE
 
 /* ---- checks and coefficients ---------------------------------------------- */
 
@@ -391,20 +362,26 @@ static void step_piece_cb(const fo_tensor *t, int64_t lo, int64_t hi,
 {
     const step_plan *p = (const step_plan *)ctx;
     const fo_step_tensor *st = &p->ts[t - p->base];
-    if (st->dtype == FO_F32)
-        step_piece_f32(p, st, lo, hi);
-    else
-        step_piece_f64(p, st, lo, hi);
+    switch (st->dtype) {
+#define FO_X_DTYPE(name, ctype, size) \
+    case FO_##name: step_piece_##name(p, st, lo, hi); break;
+    FO_DTYPE_TABLE(FO_X_DTYPE)
+#undef FO_X_DTYPE
+    default: break;
+    }
 }
 
 static void step_clip_cb(const fo_tensor *t, int64_t lo, int64_t hi,
                          const void *ctx)
 {
     const step_plan *p = (const step_plan *)ctx;
-    if (t->dtype == FO_F32)
-        step_clip_piece_f32(p, (float *)t->x + lo, hi - lo);
-    else
-        step_clip_piece_f64(p, (double *)t->x + lo, hi - lo);
+    switch (t->dtype) {
+#define FO_X_DTYPE(name, ctype, size) \
+    case FO_##name: step_clip_piece_##name(p, (ctype *)t->x + lo, hi - lo); break;
+    FO_DTYPE_TABLE(FO_X_DTYPE)
+#undef FO_X_DTYPE
+    default: break;
+    }
 }
 
 /*
@@ -482,10 +459,13 @@ static void step_plain_cb(const fo_tensor *t, int64_t lo, int64_t hi,
                           const void *ctx)
 {
     const step_gcoef *gc = (const step_gcoef *)ctx;
-    if (t->dtype == FO_F32)
-        step_plain_piece_f32(gc, t, lo, hi);
-    else
-        step_plain_piece_f64(gc, t, lo, hi);
+    switch (t->dtype) {
+#define FO_X_DTYPE(name, ctype, size) \
+    case FO_##name: step_plain_piece_##name(gc, t, lo, hi); break;
+    FO_DTYPE_TABLE(FO_X_DTYPE)
+#undef FO_X_DTYPE
+    default: break;
+    }
 }
 
 /* The update pass of a step with one group and no transform, over the

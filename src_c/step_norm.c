@@ -14,31 +14,17 @@
 /* Blocks whose results pass 1 keeps on the stack (9 KiB). */
 #define STEP_STACK_BLOCKS 1024
 
-#define FO_T float
-#define FO_NAME(op) op##_f32
-#define FO_FABS fabsf
-#define FO_MAXV FLT_MAX
-#define FO_UINT uint32_t
-#define FO_ABSMASK 0x7fffffffu
-#define FO_INFBITS 0x7f800000u
-#include "step_norm.inc"
-
-#define FO_T double
-#define FO_NAME(op) op##_f64
-#define FO_FABS fabs
-#define FO_MAXV DBL_MAX
-#define FO_UINT uint64_t
-#define FO_ABSMASK 0x7fffffffffffffffull
-#define FO_INFBITS 0x7ff0000000000000ull
-#include "step_norm.inc"
-
-/* How pass 1 reads one dtype's gradients: u = g (mode 0), g / s (1) or
+/* How pass 1 reads gradients of one compute type: u = g (mode 0), g / s (1) or
  * g * s with s the exact inverse of a power-of-two grad_scale (2: the same
  * bits as dividing). Worked out once per pass, not per block. */
 typedef struct {
     double s;
     int mode;
 } step_unscale;
+
+#define FO_TEMPLATE "step_norm.inc"
+#include "types.inc"
+#undef FO_TEMPLATE
 
 static void step_unscale_init(step_unscale *u, double scale, int f32)
 {
@@ -53,17 +39,13 @@ static inline int step_run_block(const step_grad *gr, int64_t b,
 {
     int64_t o = b * FO_STEP_BLOCK;
     int64_t m = gr->n - o < FO_STEP_BLOCK ? gr->n - o : FO_STEP_BLOCK;
-    if (gr->dtype == FO_F32) {
-        const float *g = (const float *)gr->g + o;
-        float s = (float)us[0].s;
-        return m <= FO_STEP_LANES
-            ? step_block_small_f32(m, g, s, us[0].mode, norm_inf, part)
-            : step_block_f32(m, g, s, us[0].mode, norm_inf, part);
+    switch (gr->dtype) {
+#define FO_X_DTYPE(name, ctype, size) \
+    case FO_##name: return step_run_block_##name(gr, o, m, us, norm_inf, part);
+    FO_DTYPE_TABLE(FO_X_DTYPE)
+#undef FO_X_DTYPE
+    default: return 1;
     }
-    const double *g = (const double *)gr->g + o;
-    return m <= FO_STEP_LANES
-        ? step_block_small_f64(m, g, us[1].s, us[1].mode, norm_inf, part)
-        : step_block_f64(m, g, us[1].s, us[1].mode, norm_inf, part);
 }
 
 /* bad[] of a block: 1 if some u is not finite; STEP_STALE (in its
@@ -81,7 +63,7 @@ typedef struct {
     const int64_t *items;
     double *part;
     unsigned char *bad;
-    step_unscale us[2];     /* float32, float64 */
+    step_unscale us[2];     /* by compute type (FO_WIDE): float, double */
     int norm_inf;
 } step_norm_job;
 

@@ -35,3 +35,25 @@ def test_the_c_core_refuses_a_rule_outside_its_table():
                     False, 1)
     assert out is None
     assert (x == 1).all() and (s == 0).all()
+
+
+def test_the_fast_paths_take_exactly_the_python_rows():
+    assert _ext.registered_dtypes() == {d.numpy.num: code
+                                        for code, d in enumerate(_dtypes.DTYPES)}
+
+
+def test_a_type_outside_the_c_table_cannot_be_registered():
+    import pytest
+    with pytest.raises(ValueError, match="no C element type"):
+        _ext.register_dtype(np.dtype(np.float16).num, len(_dtypes.DTYPES))
+    assert np.dtype(np.float16).num not in _ext.registered_dtypes()
+
+
+def test_an_unregistered_type_declines_the_fast_path():
+    # float16 has no row: the fast path declines with nothing written (the
+    # slow path then raises TypeError naming the dtype)
+    x = np.ones(4, np.float16)
+    v = np.zeros(4, np.float16)
+    assert _ext.momentum((x, np.ones(4, np.float16), v),
+                         (0.1, 1, 0.9, 1.0, 0.0, "standard", 1)) is False
+    assert (x == 1).all() and (v == 0).all()
