@@ -25,7 +25,7 @@ pytest.importorskip("mpi4py")
 MPIEXEC = (shutil.which("mpiexec", path=os.path.dirname(sys.executable))
            or shutil.which("mpiexec"))
 if MPIEXEC is None:  # pragma: no cover - depends on the install
-    pytest.skip("no mpiexec (pip install 'fastopt[mpi]')", allow_module_level=True)
+    pytest.skip("no mpiexec (python -m pip install \".[mpi]\")", allow_module_level=True)
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "distributed_worker.py")
 
