@@ -11,7 +11,8 @@ Why Sphinx + numpydoc + MyST:
   host too, while still using Sphinx directives (autodoc, doctest, toctree).
 
 Every ``>>>`` example, in the pages and in the docstrings autodoc pulls in, runs
-under the doctest builder (``python -m sphinx -b doctest docs ...``) in CI.
+under the doctest builder (``python -m sphinx -b doctest docs ...``) in CI, each
+in a fresh namespace with no globals injected (see the doctest section below).
 The build imports the INSTALLED fastopt (or an in-place build put first on
 PYTHONPATH); nothing here edits sys.path.
 """
@@ -45,24 +46,43 @@ numpydoc_show_class_members = False  # members are listed explicitly in api.md
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
 
-# doctest builder: every page's and docstring's examples start from this.
-# The optional libraries a page compares with are None when not installed, and
-# the examples that need them say `:skipif: torch is None` (CI installs them all).
-doctest_global_setup = """
-import importlib
-import importlib.util
-
-import numpy as np
-import fastopt
-
-def _optional(name):
-    return importlib.import_module(name) if importlib.util.find_spec(name) else None
-
-torch = _optional("torch")
-optax = _optional("optax")
-sklearn = _optional("sklearn")
-mpi4py = _optional("mpi4py")
-"""
-
 html_theme = "alabaster"
 html_title = f"fastopt {release}"
+
+# doctest builder: nothing is injected. Every example carries its own imports
+# and runs in a namespace of its own, as if pasted into a fresh interpreter:
+# each ```{doctest} block of a page, and each docstring's examples, is its own
+# doctest group (Sphinx's default puts a whole page in one group, so a block
+# could lean on an earlier block's imports). A block that needs an optional
+# library says so with `:skipif: torch is None` (likewise optax, sklearn,
+# mpi4py); the condition is decided here, from whether the library is
+# installed, without importing it. CI installs them all.
+OPTIONAL = ("torch", "optax", "sklearn", "mpi4py")
+
+
+def _doctest_nodes(doctree):
+    from docutils import nodes
+
+    def wanted(node):
+        return isinstance(node, nodes.doctest_block) or (
+            isinstance(node, nodes.Element) and node.get("testnodetype") == "doctest")
+    return doctree.findall(wanted)
+
+
+def _one_namespace_per_example(app, doctree):
+    import importlib.util
+
+    installed = {m: (True if importlib.util.find_spec(m) else None) for m in OPTIONAL}
+    for node in _doctest_nodes(doctree):
+        if node.get("groups", ["default"]) == ["default"]:
+            source = node.source or app.env.docname
+            # a docstring's examples (source "...:docstring of <name>") share a
+            # namespace; a page's blocks do not
+            key = source if ":docstring of " in source else f"{source}:{node.line}"
+            node["groups"] = [key]
+        if "skipif" in node:
+            node["skipif"] = repr(bool(eval(node["skipif"], {}, dict(installed))))
+
+
+def setup(app):
+    app.connect("doctree-read", _one_namespace_per_example)

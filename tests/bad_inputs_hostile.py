@@ -162,7 +162,7 @@ CHECKPOINT_CASES = [
     Case("optim.OnnxMomentum.load", "a file larger than any checkpoint of the optimizer",
          ckpt("large.npz", lambda m: [member(n, p) for n, p in m] +
               [member("pad.npy", bytes(8 << 20))]), CheckpointError,
-         UNREADABLE.format("large.npz") + "the file has 8390488 bytes; at most 4309052 are "
+         UNREADABLE.format("large.npz") + "the file has 8390488 bytes; at most 4341880 are "
          "expected"),
     Case("optim.OnnxMomentum.load_state_dict", "a step count of 10**30",
          opt_call("OnnxMomentum", "load_state_dict", _big_steps_state_dict), CheckpointError,

@@ -25,7 +25,7 @@ pytest.importorskip("mpi4py")
 MPIEXEC = (shutil.which("mpiexec", path=os.path.dirname(sys.executable))
            or shutil.which("mpiexec"))
 if MPIEXEC is None:  # pragma: no cover - depends on the install
-    pytest.skip("no mpiexec (pip install 'fastopt[mpi]')", allow_module_level=True)
+    pytest.skip("no mpiexec (python -m pip install \".[mpi]\")", allow_module_level=True)
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "distributed_worker.py")
 
@@ -272,3 +272,29 @@ def test_gradient_shapes_as_in_optim():
     single.step([np.ones((5, 3), np.float32), np.ones(4)])
     for a, b in zip(loose.params, single.params):
         np.testing.assert_array_equal(a, b)
+
+
+def test_plain_checkpoint_with_parameters_is_refused_with_a_reason(tmp_path):
+    """A plain checkpoint saved with params=True names why a ShardedOptimizer
+    (which restores optimizer state only) refuses it, and nothing changes."""
+    from mpi4py import MPI
+
+    import fastopt.optim as fo
+    from fastopt.distributed import ShardedOptimizer
+    rng = np.random.default_rng(3)
+    params = [rng.standard_normal((64, 32)), rng.standard_normal(9).astype(np.float32)]
+    plain = fo.OnnxAdam([p.copy() for p in params], lr=0.1)
+    plain.step(_grads_like(rng, params))
+    plain.save(tmp_path / "c.npz", params=True)
+    opt = ShardedOptimizer(fo.OnnxAdam, params, lr=0.1, comm=MPI.COMM_SELF)
+    opt.step(_grads_like(rng, params))
+    before = [p.copy() for p in opt.params]
+    with pytest.raises(fastopt.optim.CheckpointError,
+                       match=r"holds the parameters too \(saved with params=True\)"):
+        opt.load(tmp_path / "c.npz")
+    assert opt.steps == 1
+    for a, b in zip(opt.params, before):
+        np.testing.assert_array_equal(a, b)
+    plain.save(tmp_path / "c.npz")
+    opt.load(tmp_path / "c.npz")
+    assert opt.steps == 1

@@ -12,7 +12,8 @@
         opt.step(local_grads)        # average, update my shard, gather everything
     opt.save("ckpt/")                # collective; loads at any world size
 
-Needs mpi4py and an MPI library (``pip install "fastopt[mpi]"``). See
+Needs mpi4py and an MPI library (``python -m pip install ".[mpi]"`` in a
+clone: mpi4py and the MPICH wheel). See
 docs/distributed.md for the design, the checkpoint format and the
 communication model.
 """

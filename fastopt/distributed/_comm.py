@@ -50,7 +50,8 @@ def mpi():
         from mpi4py import MPI
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImportError("fastopt.distributed needs mpi4py and an MPI library: "
-                          "pip install 'fastopt[mpi]' (mpi4py + mpich)") from exc
+                          "python -m pip install \".[mpi]\" in a clone of fastopt "
+                          "(mpi4py + mpich)") from exc
     return MPI
 
 

@@ -23,8 +23,9 @@ ENTRY_SLACK = 16 << 10          # bytes of zip and .npy headers per entry, at mo
 
 def _max_bytes(opt) -> int:
     tensors = opt.layout.tensors
-    n_entries = 1 + len(opt._state_names) * len(tensors)
-    data = len(opt._state_names) * sum(t.size * t.dtype.itemsize for t in tensors)
+    # the states and, in a file saved with params=True, the parameters
+    n_entries = 1 + (len(opt._state_names) + 1) * len(tensors)
+    data = (len(opt._state_names) + 1) * sum(t.size * t.dtype.itemsize for t in tensors)
     return data + 4 * META_MAX_CHARS + ENTRY_SLACK * n_entries + (64 << 10)
 
 
@@ -69,6 +70,10 @@ def read_plain(opt, f, path, check_steps, check_groups):
         groups = check_groups(opt, f, meta.get("param_groups"))
         specs = {f"state.{s}.{i}": _npz.Spec(t.shape, t.dtype)
                  for s in opt._state_names for i, t in enumerate(tensors)}
+        if any(k.startswith("params.") for k in r.keys):
+            raise CheckpointError(f"{f}: the file holds the parameters too (saved with "
+                                  f"params=True); a ShardedOptimizer restores the optimizer "
+                                  f"state only: save it without params to load it here")
         _npz.check_names([k for k in r.keys if k != META_KEY], specs)
         for key, spec in specs.items():          # every header, before any data
             r.header(key, spec)

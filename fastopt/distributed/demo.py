@@ -27,7 +27,8 @@ def _data(seed=0):
     try:
         from sklearn.datasets import load_digits
     except ImportError:  # pragma: no cover - depends on the install
-        raise SystemExit("the demo needs scikit-learn: pip install 'fastopt[demo]'") from None
+        raise SystemExit("the demo needs scikit-learn: python -m pip install \".[demo]\" "
+                         "(in a clone of fastopt)") from None
     d = load_digits()
     x = (d.data / 16.0).astype(np.float32)
     y = d.target.astype(np.int64)

@@ -367,7 +367,8 @@ class _Optimizer:
         and every group's hyperparameters (schedules are not included: they
         are called with the step count, so a resumed run gets the same lrs).
 
-        The parameters are not included; save them yourself.
+        The parameters are not included: they are the caller's arrays
+        (``save(path, params=True)`` writes them into the same file).
         """
         return checkpoint.state_dict(self)
 
@@ -384,7 +385,7 @@ class _Optimizer:
         """
         checkpoint.restore(self, self._fname() + ".load_state_dict", state_dict)
 
-    def save(self, path) -> None:
+    def save(self, path, params: bool = False) -> None:
         """Write :meth:`state_dict` to ``path`` as an uncompressed .npz, atomically.
 
         The data goes to a temporary file in the same directory, is flushed
@@ -392,16 +393,26 @@ class _Optimizer:
         previous file or the new one, never a partial checkpoint. ``path`` is
         used exactly as given (no ``.npz`` is appended).
 
+        With ``params=True`` the file holds the parameters too (entries
+        ``params.0``, ``params.1`` ..., in the order of :attr:`params`), so
+        one atomic file resumes a run: :meth:`load` restores them with the
+        state. Without it the parameters are the caller's to save.
+
         A save killed midway (power loss, SIGKILL) leaves its temporary file,
         ``.<name>.<12 hex digits>.tmp``, beside ``path``; each save first
         removes those of the same ``path`` that are older than a second and
         that no running save holds (a save locks its temporary file until
         the rename). Other files are never touched.
         """
-        checkpoint.save(self, path)
+        checkpoint.save(self, path, params)
 
-    def load(self, path) -> None:
+    def load(self, path, params: bool | None = None) -> None:
         """Restore a checkpoint written by :meth:`save`.
+
+        The state, the step count and the groups' hyperparameters are
+        restored; the parameters too when the file holds them (saved with
+        ``params=True``). ``params=True`` requires them in the file,
+        ``params=False`` leaves the parameters as they are.
 
         Raises
         ------
@@ -416,6 +427,9 @@ class _Optimizer:
             treated as hostile: its size, zip directory and every entry's
             header are checked before any state data is read, nothing is
             decompressed beyond the expected sizes, and every number in it
-            is bounded (the step count below 2**63, floats finite).
+            is bounded (the step count below 2**63, floats finite). Saved
+            parameters are checked like the states (shape and dtype against
+            :attr:`params`, every parameter writeable) and written only
+            after every check has passed, together with the state.
         """
-        checkpoint.load(self, self._fname() + ".load", path)
+        checkpoint.load(self, self._fname() + ".load", path, params)

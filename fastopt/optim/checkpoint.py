@@ -25,7 +25,7 @@ import zlib
 import numpy as np
 
 from .. import _npz
-from ._checks import native
+from ._checks import as_bool, native
 
 try:
     import fcntl
@@ -46,6 +46,7 @@ _READ_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZ
 _FORMAT = "fastopt.optim"
 _VERSION = 1
 _META_KEY = "meta"
+_PARAM_PREFIX = "params."     # params.<i>: the parameters, when saved with them
 _STEPS_LIMIT = 2**63            # the update count T is an int64 (ONNX)
 _META_MAX_CHARS = 1 << 20       # the JSON header (~200 characters per group)
 _ENTRY_SLACK = 16 << 10         # bytes of zip and .npy headers per entry, at most
@@ -181,10 +182,15 @@ def checked_state_dict(opt, f, sd):
     return groups, steps, sd["state"]
 
 
-def restore(opt, f, sd) -> None:
-    """Check a state dict completely, then copy it into the optimizer."""
+def restore(opt, f, sd, params=None) -> None:
+    """Check a state dict completely, then copy it into the optimizer, and
+    ``params`` (checked arrays, one per parameter, or None) into the
+    parameters."""
     groups, steps, state = checked_state_dict(opt, f, sd)
     # everything checked: commit
+    if params is not None:
+        for dst, src in zip(opt.params, params):
+            np.copyto(dst, src)
     for sname in opt._STATES:
         for dst, src in zip(opt.state[sname], state[sname]):
             np.copyto(dst, src)
@@ -232,15 +238,20 @@ def _remove_stale(directory, base) -> None:
             os.close(fd)
 
 
-def save(opt, path) -> None:
-    """Write opt's state dict to path as an uncompressed .npz, atomically;
+def save(opt, path, params=False) -> None:
+    """Write opt's state dict (and, with ``params``, the parameters, as
+    ``params.<i>`` entries) to path as an uncompressed .npz, atomically;
     first remove what killed saves of the same path left behind."""
+    params = as_bool(f"{opt._fname()}.save", "params", params)
     sd = state_dict(opt)
     meta = {k: sd[k] for k in ("format", "version", "optimizer", "steps", "param_groups")}
     arrays = {_META_KEY: np.array(json.dumps(meta))}
     for sname, arrs in sd["state"].items():
         for i, a in enumerate(arrs):
             arrays[f"state.{sname}.{i}"] = a
+    if params:
+        for i, p in enumerate(opt.params):
+            arrays[f"{_PARAM_PREFIX}{i}"] = p
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     _remove_stale(directory, os.path.basename(path))
@@ -283,8 +294,12 @@ def _interrupted(exc) -> bool:
     return False
 
 
-def load(opt, f, path) -> None:
-    """Restore a checkpoint file written by :func:`save` into opt."""
+def load(opt, f, path, params=None) -> None:
+    """Restore a checkpoint file written by :func:`save` into opt; its
+    parameters too if the file holds them and ``params`` is not False
+    (``params=True``: the file must hold them)."""
+    if params is not None:
+        params = as_bool(f, "params", params)
     path = os.fspath(path)
     try:
         fh = _npz.open_regular(path)    # a FIFO would block the open forever
@@ -292,7 +307,7 @@ def load(opt, f, path) -> None:
         raise CheckpointError(f"{f}: {exc}; a checkpoint is an .npz file") from None
     with fh:
         try:
-            sd = read_npz(opt, f, fh)
+            sd, saved_params = read_npz(opt, f, fh, params)
         except CheckpointError as exc:
             raise CheckpointError(f"{exc} (file {path!r})") from None
         except (_npz.NpzError, *_READ_ERRORS) as exc:
@@ -301,15 +316,16 @@ def load(opt, f, path) -> None:
                 f"{f}: {path!r} is not a readable fastopt checkpoint (truncated, "
                 f"corrupt or not an .npz file): {what}{exc}") from None
     try:
-        restore(opt, f, sd)
+        restore(opt, f, sd, saved_params)
     except CheckpointError as exc:
         raise CheckpointError(f"{exc} (file {path!r})") from None
 
 
 def _max_file_bytes(opt) -> int:
-    """The largest file :func:`save` can write for opt (a generous bound)."""
-    n_entries = 1 + len(opt._STATES) * len(opt.params)
-    data = len(opt._STATES) * sum(p.nbytes for p in opt.params)
+    """The largest file :func:`save` can write for opt, parameters included
+    (a generous bound)."""
+    n_entries = 1 + (len(opt._STATES) + 1) * len(opt.params)
+    data = (len(opt._STATES) + 1) * sum(p.nbytes for p in opt.params)
     return data + 4 * _META_MAX_CHARS + _ENTRY_SLACK * n_entries + (64 << 10)
 
 
@@ -321,9 +337,10 @@ def _meta_spec(f):
     return check
 
 
-def _state_spec(f, sname, i, p):
-    """The header check of state ``sname`` of parameter ``i`` (before its data)."""
-    what = f"state {sname!r} of params[{i}]"
+def _state_spec(f, sname, i, p, what=None):
+    """The header check of state ``sname`` of parameter ``i`` (before its data);
+    ``what`` names the entry otherwise (the saved parameter itself)."""
+    what = what or f"state {sname!r} of params[{i}]"
 
     def check(h):
         if h.shape != p.shape:
@@ -354,10 +371,36 @@ def _read_meta(opt, f, r) -> dict:
     return meta
 
 
-def read_npz(opt, f, fh) -> dict:
-    """The state dict held by an open .npz checkpoint file. Every entry's
-    header is checked against opt before any state data is read; raises
-    CheckpointError or fastopt._npz.NpzError."""
+def _param_specs(opt, f, names, want) -> dict:
+    """The header checks of the file's saved parameters, by entry name:
+    every parameter or none (``want=True``: every one); empty when the
+    file holds none or ``want`` is False."""
+    keys = [f"{_PARAM_PREFIX}{i}" for i in range(len(opt.params))]
+    present = [k for k in keys if k in names]
+    if want and not present:
+        raise CheckpointError(f"{f}: the file holds no parameters (it was saved without "
+                              f"params=True)")
+    if present and len(present) != len(keys):
+        absent = next(k for k in keys if k not in names)
+        raise CheckpointError(f"{f}: the file has no {absent!r} entry ({len(present)} of "
+                              f"the {len(keys)} parameters saved)")
+    if not present or want is False:
+        return {}
+    for i, p in enumerate(opt.params):        # restoring must not stop halfway
+        if not p.flags.writeable:
+            raise CheckpointError(f"{f}: params[{i}] is read-only; the checkpoint's "
+                                  f"parameters cannot be restored into it (load with "
+                                  f"params=False to restore the optimizer state only)")
+    return {k: _state_spec(f, None, i, p, what=f"saved params[{i}]")
+            for i, (k, p) in enumerate(zip(keys, opt.params))}
+
+
+def read_npz(opt, f, fh, params=None) -> tuple:
+    """(the state dict, the saved parameters or None) held by an open .npz
+    checkpoint file. Every entry's header is checked against opt before any
+    data is read; raises CheckpointError or fastopt._npz.NpzError. The
+    parameters are read if the file holds them, unless ``params`` is False
+    (True: the file must hold them)."""
     with _npz.NpzReader(fh, max_bytes=_max_file_bytes(opt)) as r:
         meta = _read_meta(opt, f, r)
         names = set(r.keys)
@@ -372,15 +415,19 @@ def read_npz(opt, f, fh) -> dict:
                     f"{n} {sname!r} arrays missing)")
             for i, (key, p) in enumerate(zip(keys, opt.params)):
                 specs[key] = _state_spec(f, sname, i, p)
-        extra = names - set(specs) - {_META_KEY}
+        pspecs = _param_specs(opt, f, names, params)
+        skipped = {k for k in names if k.startswith(_PARAM_PREFIX)} if params is False \
+            else set()
+        extra = names - set(specs) - set(pspecs) - skipped - {_META_KEY}
         if extra:
             raise CheckpointError(f"{f}: the file has unexpected entries "
                                   f"{sorted(extra)[:5]}; it was written for other "
                                   f"parameters or by another program")
-        for key, spec in specs.items():       # every header, before any data
+        for key, spec in {**specs, **pspecs}.items():     # every header, before any data
             r.header(key, spec)
         state = {sname: [r.read(f"state.{sname}.{i}", specs[f"state.{sname}.{i}"])
                          for i in range(n)] for sname in opt._STATES}
+        saved = [r.read(k, spec) for k, spec in pspecs.items()] or None
     sd = dict(meta)
     sd["state"] = state
-    return sd
+    return sd, saved
