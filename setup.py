@@ -92,13 +92,13 @@ class BuildExt(build_ext):
 
 debug = os.environ.get("FASTOPT_DEBUG") == "1"
 
-# The C library, every file once: the update drivers and kernels, AGC, and
-# the bandwidth ceiling probe that `fastopt bench` compares with. They are
-# compiled once, with the flags above, into the one extension fastopt._ext
+# The C library, every file once: the update drivers and kernels, AGC, the
+# thread pool. They are compiled once, with the flags above, into the core
+# extension fastopt._ext
 # (fastopt/_ext.pyx folds the fast paths of every op; fastopt/_cfastopt.pxd
 # declares src_c/fastopt.h).
 C_SOURCES = ["src_c/fastopt.c", "src_c/pool.c", "src_c/machine_load.c", "src_c/agc.c",
-             "src_c/step.c", "src_c/step_norm.c", "src_c/ceiling.c"]
+             "src_c/step.c", "src_c/step_norm.c"]
 C_DEPENDS = ["src_c/fastopt.h", "src_c/tables.h", "src_c/rules.h", "src_c/pool.h",
              "src_c/agc.inc", "src_c/types.inc", "src_c/instance.inc",
              "src_c/step_rules.inc",
@@ -123,6 +123,10 @@ extensions = [
     Extension("fastopt.optim._compiled", sources=["fastopt/optim/_compiled.pyx"],
               define_macros=NPY_MACROS),
     Extension("fastopt.torch._compiled", sources=["fastopt/torch/_compiled.pyx"],
+              include_dirs=[np.get_include()], define_macros=NPY_MACROS),
+    # A tool: the bandwidth ceiling `fastopt bench` compares with, apart from
+    # the library (import fastopt does not load it).
+    Extension("fastopt._cli._probe", sources=["fastopt/_cli/_probe.pyx", "src_c/ceiling.c"],
               include_dirs=[np.get_include()], define_macros=NPY_MACROS),
 ]
 

@@ -42,6 +42,7 @@ import numpy as np
 
 import fastopt
 import fastopt.optim as fo_optim
+from fastopt._cli import _probe
 from fastopt._cli.workloads import resnet50_shapes
 
 SCALE = 1024.0
@@ -157,7 +158,7 @@ def ceiling_step(rule, xs):
     n = sum(x.size for x in xs)
     bufs = [np.ones(n, np.float32) for _ in range(3 if rule == "sgd" else 4)]
     nth = fastopt.get_num_threads()
-    return (lambda: fastopt._ext.probe(bufs, nth)), (24 / 20 if rule == "sgd" else 32 / 28)
+    return (lambda: _probe.probe(bufs, nth)), (24 / 20 if rule == "sgd" else 32 / 28)
 
 
 # ---- the run -------------------------------------------------------------------------

@@ -85,16 +85,6 @@ cdef extern from "fastopt.h" nogil:
     int64_t fo_serial_bytes()
     int64_t fo_chunk_bytes()
 
-    # Memory-bandwidth ceiling probe (src_c/ceiling.c).
-    void fo_probe_3r2w_f32(int64_t n, float *x, const float *g, float *v,
-                           int n_threads)
-    void fo_probe_3r2w_f64(int64_t n, double *x, const double *g, double *v,
-                           int n_threads)
-    void fo_probe_4r3w_f32(int64_t n, float *x, const float *g, float *v, float *h,
-                           int n_threads)
-    void fo_probe_4r3w_f64(int64_t n, double *x, const double *g, double *v,
-                           double *h, int n_threads)
-
     # Facts about the parallel driver (pool.c), for tests and `fastopt bench`.
     ctypedef struct fo_thread_stats:
         int64_t serial_calls

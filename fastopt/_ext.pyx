@@ -18,7 +18,7 @@ fastopt/_validation.py (the one place that raises for user input),
 normalises it and calls back. These functions never raise for bad input.
 
 Included: _accept.pxi (the acceptors), _threadfacts.pxi (OpenMP facts),
-_buildfacts.pxi (compiler and flags), _bandwidth_probe.pxi (the ceiling),
+_buildfacts.pxi (compiler and flags),
 _gather.pxi (the one gather and _run), _entry.pxi (the C entry of the public
 ops: their arguments parsed in C, the fast paths called without a tuple),
 _step.pxi (the whole step), _plan.pxi (the prepared step, StepPlan).
@@ -53,8 +53,7 @@ from fastopt._cfastopt cimport (
     fo_find_overlap, fo_get_thread_stats, fo_have_openmp, fo_isa_active,
     fo_isa_paths, fo_pool_size, fo_pool_spin_ns, fo_thread_stats,
     fo_max_threads, fo_momentum, fo_momentum_args, fo_num_procs,
-    fo_probe_3r2w_f32, fo_probe_3r2w_f64, fo_probe_4r3w_f32,
-    fo_probe_4r3w_f64, fo_serial_bytes, fo_tensor,
+    fo_serial_bytes, fo_tensor,
     FO_EINVAL, FO_ESTALE, FO_MEASURE_ALWAYS, FO_MEASURE_GIVEN, FO_MEASURE_NEEDED,
     fo_clip_grads, fo_global_norm, fo_step, fo_step_guard, fo_step_group, fo_step_opts,
     fo_step_result, fo_step_tensor, FO_N_RULES, FO_N_DTYPES, FO_STEP_FLAGS, fo_rule_info,
@@ -67,7 +66,6 @@ cnp.import_array()
 include "_threadfacts.pxi"
 include "_accept.pxi"
 include "_buildfacts.pxi"
-include "_bandwidth_probe.pxi"
 
 
 # ------------------------------------------------------------ the op table

@@ -12,9 +12,10 @@
  *
  * The benchmarks (bench/conftest.py) compile this file on their own with
  * -O3 -fopenmp (and -march=native: the ceiling may use every ISA the machine
- * has); the package also builds it into fastopt._ext with its portable
- * flags so `fastopt bench` can report the same ratio. Prototypes in fastopt.h
- * (not included here, so the benchmarks can build this file alone).
+ * has); the package also builds it, with its portable flags, into the tool
+ * extension fastopt._cli._probe (which declares these prototypes) so
+ * `fastopt bench` can report the same ratio. It is not part of the library:
+ * fastopt.h does not declare it.
  */
 #include <stdint.h>
 

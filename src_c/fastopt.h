@@ -137,20 +137,6 @@ int64_t fo_serial_bytes(void);
 int64_t fo_chunk_bytes(void);
 
 /*
- * Memory-bandwidth ceiling probe (src_c/ceiling.c): the least work that moves
- * the bytes of an update over ONE buffer of n elements. 3r2w reads x, g, v
- * and writes x, v (Momentum, Adagrad); 4r3w reads four and writes three (Adam).
- */
-void fo_probe_3r2w_f32(int64_t n, float *x, const float *g, float *v,
-                       int n_threads);
-void fo_probe_3r2w_f64(int64_t n, double *x, const double *g, double *v,
-                       int n_threads);
-void fo_probe_4r3w_f32(int64_t n, float *x, const float *g, float *v, float *h,
-                       int n_threads);
-void fo_probe_4r3w_f64(int64_t n, double *x, const double *g, double *v,
-                       double *h, int n_threads);
-
-/*
  * Facts about the parallel driver (pool.c), for tests and `fastopt bench`.
  * Counters are process-wide, summed over every calling thread; the "last"
  * fields describe the latest driver call of any thread.

@@ -16,8 +16,9 @@ import re
 import fastopt
 
 ROOT = os.path.dirname(os.path.abspath(fastopt.__file__))
-# the compiled modules (no .py file): the core, and two front ends' own
-EXTENSIONS = ("fastopt._ext", "fastopt.optim._compiled", "fastopt.torch._compiled")
+# the compiled modules (no .py file): the core, two front ends' own and a tool
+EXTENSIONS = ("fastopt._ext", "fastopt.optim._compiled", "fastopt.torch._compiled",
+              "fastopt._cli._probe")
 # the modules that may use the package's public names (fastopt.onnx_momentum ...)
 TOOLS = ("fastopt._cli",)
 
@@ -152,3 +153,16 @@ def test_the_core_reads_no_front_end_object():
 def test_the_core_scan_sees_code():
     # the scan above must read the extension's code, not an empty list
     assert sum(1 for _ in _core_code()) > 1000
+
+
+def test_the_tools_stay_outside_the_import_of_the_library():
+    # the demo, the bench workloads and the bandwidth probe are tools:
+    # `import fastopt` (and its optimizers) loads none of them
+    import subprocess
+    import sys
+    code = ("import sys, fastopt, fastopt.optim, fastopt.schedules, fastopt.onnx; "
+            "print(sorted(m for m in sys.modules if m.startswith('fastopt._cli')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=dict(os.environ, PYTHONPATH=os.path.dirname(ROOT)))
+    assert out.stdout.strip() == "[]"
+    assert not hasattr(fastopt._ext, "probe")

@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 from .. import _ext, _reference, get_num_threads, onnx_adagrad, onnx_adam, onnx_momentum
+from . import _probe
 from .workloads import TRAFFIC, WORKLOADS
 
 _FAST = {"momentum": onnx_momentum, "adagrad": onnx_adagrad, "adam": onnx_adam}  # ONNX
@@ -138,9 +139,9 @@ def _calls(op: str, dtype, shapes, numpy: bool) -> dict:
         fns["numpy"] = lambda: ref(xs, gs, *states, **kw)
     bufs = [np.ones(n, dtype) for _ in range(TRAFFIC[op][0])]
     threads = get_num_threads()
-    fns["probe"] = lambda: _ext.probe(bufs, threads)
+    fns["probe"] = lambda: _probe.probe(bufs, threads)
     if threads > 1:     # its static split waits for a descheduled thread; one does not
-        fns["probe 1 thread"] = lambda: _ext.probe(bufs, 1)
+        fns["probe 1 thread"] = lambda: _probe.probe(bufs, 1)
     return fns
 
 

@@ -1,5 +1,36 @@
-# The memory-bandwidth ceiling probe (src_c/ceiling.c), included by
-# _ext.pyx: `fastopt bench` compares every update with it.
+# cython: language_level=3, embedsignature=True
+"""The memory-bandwidth ceiling probe (src_c/ceiling.c) that ``fastopt bench``
+and bench/bench_step.py compare every update with: a tool, so its own small
+extension, outside the library's import path (``import fastopt`` does not
+load it)."""
+
+from libc.stdint cimport int64_t
+
+cimport numpy as cnp
+
+cnp.import_array()
+
+
+cdef extern from *:
+    """
+    /* src_c/ceiling.c, linked into this module alone */
+    void fo_probe_3r2w_f32(int64_t n, float *x, const float *g, float *v,
+                           int n_threads);
+    void fo_probe_3r2w_f64(int64_t n, double *x, const double *g, double *v,
+                           int n_threads);
+    void fo_probe_4r3w_f32(int64_t n, float *x, const float *g, float *v,
+                           float *h, int n_threads);
+    void fo_probe_4r3w_f64(int64_t n, double *x, const double *g, double *v,
+                           double *h, int n_threads);
+    """
+    void fo_probe_3r2w_f32(int64_t n, float *x, const float *g, float *v,
+                           int n_threads) nogil
+    void fo_probe_3r2w_f64(int64_t n, double *x, const double *g, double *v,
+                           int n_threads) nogil
+    void fo_probe_4r3w_f32(int64_t n, float *x, const float *g, float *v, float *h,
+                           int n_threads) nogil
+    void fo_probe_4r3w_f64(int64_t n, double *x, const double *g, double *v,
+                           double *h, int n_threads) nogil
 
 
 def probe(arrays, int n_threads):
