@@ -35,6 +35,7 @@ RULES = (
     Rule("adamw_torch", ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), 1),
     Rule("rmsprop_torch", ("square_avg", "momentum_buffer", "grad_avg"), 1),
     Rule("adamax_torch", ("exp_avg", "exp_inf"), 1),
+    Rule("adadelta_torch", ("square_avg", "acc_delta"), 1),
 )
 
 #: name -> C id
@@ -150,8 +151,36 @@ v = maximum(v * beta2, |u_r| + eps)           # NaN if either is NaN
 x = x + (-lr / (1 - beta1**step) * m) / v""",
     keyword_from="maximize", counted=True)
 
+
+def _adadelta_fields(h) -> dict:
+    return {"rule": ID["adadelta_torch"], "lr": h["lr"], "alpha": h["rho"],
+            "eps": h["eps"], "decay": h["weight_decay"],
+            "flags": MAXIMIZE if h["maximize"] else 0}
+
+
+ADADELTA = TorchRule(
+    name="adadelta", cls="Adadelta", row="adadelta_torch",
+    args=(Arg("lr", 1.0, "lr", "Scale of the update (>= 0)."),
+          Arg("rho", 0.9, {"low": 0.0, "high": 1.0},
+              "Decay rate of both running averages, in [0, 1]."),
+          Arg("eps", 1e-6, _NONNEG, "Added under both square roots (>= 0)."),
+          Arg("weight_decay", 0.0, _NONNEG, "L2 penalty added to the gradient (>= 0)."),
+          Arg("foreach", None, None),
+          Arg("capturable", False, None),
+          Arg("maximize", False, "bool", "Maximise the objective."),
+          Arg("differentiable", False, None)),
+    states=("square_avg", "acc_delta"), needs={},
+    slots=lambda h: ("square_avg", "acc_delta"), fields=_adadelta_fields,
+    summary="Adadelta as torch.optim.Adadelta computes it",
+    formula="""u_r = u + weight_decay * x                    # weight_decay != 0
+sq = sq * rho + ((1 - rho) * u_r) * u_r
+d = (sqrt(acc + eps) / sqrt(sq + eps)) * u_r
+acc = acc * rho + ((1 - rho) * d) * d
+x = x + (-lr) * d""",
+    keyword_from="capturable")
+
 #: every rule built by the generic front ends, in the order they are listed
-TORCH_RULES = (RMSPROP, ADAMAX)
+TORCH_RULES = (RMSPROP, ADAMAX, ADADELTA)
 
 
 def define(name: str, params: list, call: str, namespace: dict, module: str):

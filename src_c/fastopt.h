@@ -294,6 +294,7 @@ extern "C" {
  *   ADAM(W)_TORCH  beta1      beta2       eps   weight_decay  -           -             step (>= 1)
  *   RMSPROP_TORCH  alpha      momentum    eps   weight_decay  -           -             step (>= 1)
  *   ADAMAX_TORCH   beta1      beta2       eps   weight_decay  -           -             step (>= 1)
+ *   ADADELTA_TORCH rho        -           eps   weight_decay  -           -             step (>= 1)
  * SGD_TORCH with momentum 0 keeps no state (s1 may be NULL). The torch
  * rules follow torch.optim's single-tensor code operation by operation.
  */

@@ -37,7 +37,10 @@ enum { STEP_RMS_A, STEP_RMS_OMA, STEP_RMS_EPS, STEP_RMS_WD, STEP_RMS_MOM,
 enum { STEP_AMX_W, STEP_AMX_OMW, STEP_AMX_B2, STEP_AMX_EPS, STEP_AMX_WD,
        STEP_AMX_NCLR, STEP_AMX_N };
 
-_Static_assert(STEP_RMS_N <= 9 && STEP_AMX_N <= 9,
+/* Torch Adadelta coefficients (c[]), as step_adadelta_coefs derives them. */
+enum { STEP_ADL_RHO, STEP_ADL_OMR, STEP_ADL_EPS, STEP_ADL_WD, STEP_ADL_NLR, STEP_ADL_N };
+
+_Static_assert(STEP_RMS_N <= 9 && STEP_AMX_N <= 9 && STEP_ADL_N <= 9,
                "the coefficient arrays hold STEP_AD_N (9)");
 
 /* Torch Adam coefficients (fo_adam_torch's c[]) and flags. */
@@ -150,6 +153,43 @@ static int step_adamax_coefs(const fo_step_group *g, step_gcoef *c)
     return FO_OK;
 }
 
+/* torch.optim.Adadelta's: rho, 1 - rho (torch's addcmul value, a double
+ * rounded to the tensor's type), eps, weight decay, -lr. */
+static int step_adadelta_coefs(const fo_step_group *g, step_gcoef *c)
+{
+    c->d[STEP_ADL_RHO] = g->alpha;
+    c->d[STEP_ADL_OMR] = 1.0 - g->alpha;
+    c->d[STEP_ADL_EPS] = g->eps;
+    c->d[STEP_ADL_WD] = g->decay;
+    c->d[STEP_ADL_NLR] = -g->lr;
+    step_round(c, STEP_ADL_N);
+    c->adflags = g->decay != 0.0 ? STEP_ADF_L2 : 0;
+    return FO_OK;
+}
+
+/* torch.optim.Adam's and AdamW's (the decoupled decay as a multiplier of x). */
+static int step_adam_torch_coefs(const fo_step_group *g, step_gcoef *c)
+{
+    double t = (double)g->t, w = 1.0 - g->alpha;
+    /* AdamW's decay multiplies x (Adam's: 1, and x * 1 is x) */
+    c->d[STEP_AD_DMUL] = g->rule == FO_RULE_ADAMW_TORCH ? 1.0 - g->lr * g->decay : 1.0;
+    c->d[STEP_AD_WD] = g->decay;
+    c->d[STEP_AD_W] = w;
+    c->d[STEP_AD_OMW] = 1.0 - w;
+    c->d[STEP_AD_B2] = g->beta;
+    c->d[STEP_AD_OMB2] = 1.0 - g->beta;
+    c->d[STEP_AD_BC2S] = pow(1.0 - pow(g->beta, t), 0.5);
+    c->d[STEP_AD_EPS] = g->eps;
+    c->d[STEP_AD_NSS] = -(g->lr / (1.0 - pow(g->alpha, t)));
+    step_round(c, STEP_AD_N);
+    c->f[STEP_AD_OMW] = 1.0f - (float)w;    /* torch: 1 - weight in float */
+    int has_wd = g->decay != 0.0;
+    c->adflags = (g->rule == FO_RULE_ADAM_TORCH && has_wd ? STEP_ADF_L2 : 0)
+                 | (g->flags & FO_STEP_AMSGRAD ? STEP_ADF_AMSGRAD : 0)
+                 | (fabs(w) < 0.5 ? STEP_ADF_SMALLW : 0);
+    return FO_OK;
+}
+
 /* Check one group and derive its coefficients. */
 static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
 {
@@ -209,26 +249,10 @@ static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
         return step_rmsprop_coefs(g, c);
     case FO_RULE_ADAMAX_TORCH:
         return step_adamax_coefs(g, c);
-    default: {                      /* torch Adam / AdamW */
-        double w = 1.0 - g->alpha;
-        /* AdamW's decay multiplies x (Adam's: 1, and x * 1 is x) */
-        c->d[STEP_AD_DMUL] = g->rule == FO_RULE_ADAMW_TORCH ? 1.0 - g->lr * g->decay : 1.0;
-        c->d[STEP_AD_WD] = g->decay;
-        c->d[STEP_AD_W] = w;
-        c->d[STEP_AD_OMW] = 1.0 - w;
-        c->d[STEP_AD_B2] = g->beta;
-        c->d[STEP_AD_OMB2] = 1.0 - g->beta;
-        c->d[STEP_AD_BC2S] = pow(1.0 - pow(g->beta, t), 0.5);
-        c->d[STEP_AD_EPS] = g->eps;
-        c->d[STEP_AD_NSS] = -(g->lr / (1.0 - pow(g->alpha, t)));
-        step_round(c, STEP_AD_N);
-        c->f[STEP_AD_OMW] = 1.0f - (float)w;    /* torch: 1 - weight in float */
-        int has_wd = g->decay != 0.0;
-        c->adflags = (g->rule == FO_RULE_ADAM_TORCH && has_wd ? STEP_ADF_L2 : 0)
-                     | (g->flags & FO_STEP_AMSGRAD ? STEP_ADF_AMSGRAD : 0)
-                     | (fabs(w) < 0.5 ? STEP_ADF_SMALLW : 0);
-        return FO_OK;
-    }
+    case FO_RULE_ADADELTA_TORCH:
+        return step_adadelta_coefs(g, c);
+    default:                        /* torch Adam / AdamW */
+        return step_adam_torch_coefs(g, c);
     }
 }
 
@@ -242,6 +266,7 @@ static int step_has_states(const fo_step_tensor *t, const fo_step_group *g)
     switch (g->rule) {
     case FO_RULE_ADAM:
     case FO_RULE_ADAMAX_TORCH:
+    case FO_RULE_ADADELTA_TORCH:
         return t->s1 != NULL && t->s2 != NULL;
     case FO_RULE_SGD_TORCH:
         return g->alpha == 0.0 || t->s1 != NULL;

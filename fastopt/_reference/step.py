@@ -259,6 +259,24 @@ def adamax_torch(x, g, m, u, *, lr, step, beta1=0.9, beta2=0.999, eps=1e-8,
     return x + (c(-clr) * m) / u, m, u
 
 
+@_quiet
+def adadelta_torch(x, g, sq, acc, *, lr, rho=0.9, eps=1e-6, weight_decay=0.0):
+    """torch.optim.Adadelta, one step (g already negated if maximize), in
+    torch's order, each operation rounded to x's dtype. Returns (x_new,
+    sq_new, acc_new)."""
+    x = np.array(x)
+    c = _c(x)
+    g = np.asarray(g, dtype=x.dtype)
+    if weight_decay != 0.0:
+        g = g + c(weight_decay) * x
+    sq = np.asarray(sq, dtype=x.dtype) * c(rho) + (c(1.0 - rho) * g) * g
+    std = np.sqrt(sq + c(eps))
+    acc = np.asarray(acc, dtype=x.dtype)
+    d = (np.sqrt(acc + c(eps)) / std) * g
+    acc = acc * c(rho) + (c(1.0 - rho) * d) * d
+    return x + c(-lr) * d, sq, acc
+
+
 # ---- the whole step ----------------------------------------------------------
 
 @_quiet
@@ -305,6 +323,10 @@ def rule_update(rule, x, u, states, hp):
                                   amsgrad=bool(hp.get("amsgrad")),
                                   decoupled=rule == "adamw_torch")
         return xn, (m, v, vm if vm is not None else s3)
+    if rule == "adadelta_torch":
+        xn, sq, acc = adadelta_torch(x, u, s1, s2, lr=hp["lr"], rho=hp["alpha"],
+                                     eps=hp["eps"], weight_decay=hp["decay"])
+        return xn, (sq, acc, s3)
     if rule == "adamax_torch":
         xn, m, u2 = adamax_torch(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
                                  beta2=hp["beta"], eps=hp["eps"], weight_decay=hp["decay"])
