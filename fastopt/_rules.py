@@ -36,6 +36,7 @@ RULES = (
     Rule("rmsprop_torch", ("square_avg", "momentum_buffer", "grad_avg"), 1),
     Rule("adamax_torch", ("exp_avg", "exp_inf"), 1),
     Rule("adadelta_torch", ("square_avg", "acc_delta"), 1),
+    Rule("radam_torch", ("exp_avg", "exp_avg_sq"), 1),
 )
 
 #: name -> C id
@@ -179,8 +180,44 @@ acc = acc * rho + ((1 - rho) * d) * d
 x = x + (-lr) * d""",
     keyword_from="capturable")
 
+
+def _radam_fields(h) -> dict:
+    b1, b2 = h["betas"]
+    wd, dec = h["weight_decay"], h["decoupled_weight_decay"]
+    return {"rule": ID["radam_torch"], "lr": h["lr"], "alpha": b1, "beta": b2,
+            "eps": h["eps"], "decay": 0.0 if dec else wd, "decay_post": wd if dec else 0.0,
+            "flags": MAXIMIZE if h["maximize"] else 0}
+
+
+RADAM = TorchRule(
+    name="radam", cls="RAdam", row="radam_torch",
+    args=(Arg("lr", 1e-3, "lr", "Learning rate (>= 0)."),
+          Arg("betas", (0.9, 0.999), "betas",
+              "Decay rates of the first and second moments, each in [0, 1)."),
+          Arg("eps", 1e-8, _NONNEG, "Added to the root of the second moment (>= 0)."),
+          Arg("weight_decay", 0.0, _NONNEG, "Weight decay (>= 0)."),
+          Arg("decoupled_weight_decay", False, "bool",
+              "Decay the parameters (x * (1 - lr * weight_decay)) instead of adding "
+              "weight_decay * x to the gradient."),
+          Arg("foreach", None, None),
+          Arg("maximize", False, "bool", "Maximise the objective."),
+          Arg("capturable", False, None), Arg("differentiable", False, None)),
+    states=("exp_avg", "exp_avg_sq"), needs={},
+    slots=lambda h: ("exp_avg", "exp_avg_sq"), fields=_radam_fields,
+    summary="RAdam as torch.optim.RAdam computes it",
+    formula="""x = x * (1 - lr * weight_decay)                # decoupled_weight_decay
+u_r = u + weight_decay * x                    # weight_decay != 0, not decoupled
+m = m + (1 - beta1) * (u_r - m)               # torch's lerp_
+v = v * beta2 + ((1 - beta2) * u_r) * u_r
+rho_inf = 2 / (1 - beta2) - 1;  rho_t = rho_inf - 2 step beta2**step / (1 - beta2**step)
+mh = m / (1 - beta1**step)
+x = x - ((mh * lr) * ((1 - beta2**step)**0.5 / (sqrt(v) + eps))) * r   # rho_t > 5
+x = x - mh * lr                                                         # else
+  (r = sqrt((rho_t-4)(rho_t-2) rho_inf / ((rho_inf-4)(rho_inf-2) rho_t)))""",
+    keyword_from="foreach", counted=True)
+
 #: every rule built by the generic front ends, in the order they are listed
-TORCH_RULES = (RMSPROP, ADAMAX, ADADELTA)
+TORCH_RULES = (RMSPROP, ADAMAX, ADADELTA, RADAM)
 
 
 def define(name: str, params: list, call: str, namespace: dict, module: str):

@@ -295,6 +295,8 @@ extern "C" {
  *   RMSPROP_TORCH  alpha      momentum    eps   weight_decay  -           -             step (>= 1)
  *   ADAMAX_TORCH   beta1      beta2       eps   weight_decay  -           -             step (>= 1)
  *   ADADELTA_TORCH rho        -           eps   weight_decay  -           -             step (>= 1)
+ *   RADAM_TORCH    beta1      beta2       eps   weight_decay  decoupled   -             step (>= 1)
+ *                  (decay: the L2 decay; decay_post: decoupled_weight_decay's)
  * SGD_TORCH with momentum 0 keeps no state (s1 may be NULL). The torch
  * rules follow torch.optim's single-tensor code operation by operation.
  */

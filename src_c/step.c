@@ -40,8 +40,14 @@ enum { STEP_AMX_W, STEP_AMX_OMW, STEP_AMX_B2, STEP_AMX_EPS, STEP_AMX_WD,
 /* Torch Adadelta coefficients (c[]), as step_adadelta_coefs derives them. */
 enum { STEP_ADL_RHO, STEP_ADL_OMR, STEP_ADL_EPS, STEP_ADL_WD, STEP_ADL_NLR, STEP_ADL_N };
 
-_Static_assert(STEP_RMS_N <= 9 && STEP_AMX_N <= 9 && STEP_ADL_N <= 9,
-               "the coefficient arrays hold STEP_AD_N (9)");
+/* Torch RAdam coefficients (c[]), as step_radam_coefs derives them. */
+enum { STEP_RAD_W, STEP_RAD_OMW, STEP_RAD_B2, STEP_RAD_OMB2, STEP_RAD_EPS, STEP_RAD_WD,
+       STEP_RAD_DMUL, STEP_RAD_BC1, STEP_RAD_LR, STEP_RAD_SBC2, STEP_RAD_RECT,
+       STEP_RAD_N };
+
+#define STEP_COEFS 12          /* the most coefficients of a rule (step_gcoef) */
+_Static_assert(STEP_RMS_N <= STEP_COEFS && STEP_AMX_N <= STEP_COEFS && STEP_ADL_N
+               <= STEP_COEFS && STEP_RAD_N <= STEP_COEFS, "coefficients fit STEP_COEFS");
 
 /* Torch Adam coefficients (fo_adam_torch's c[]) and flags. */
 enum { STEP_AD_DMUL, STEP_AD_WD, STEP_AD_W, STEP_AD_OMW, STEP_AD_B2,
@@ -51,6 +57,7 @@ enum { STEP_AD_DMUL, STEP_AD_WD, STEP_AD_W, STEP_AD_OMW, STEP_AD_B2,
 #define STEP_ADF_SMALLW 8
 #define STEP_ADF_MOM 16          /* RMSprop: momentum > 0 */
 #define STEP_ADF_CENTERED 32     /* RMSprop: centered */
+#define STEP_ADF_RECT 64         /* RAdam: the variance is rectified (rho_t > 5) */
 /* torch SGD's flags: which paths torch takes, decided by the double
  * coefficients (1e-300 is 0 in float32, yet torch keeps its buffer). */
 #define STEP_SGDF_WD 1
@@ -70,8 +77,8 @@ typedef struct {
 /* A group's derived coefficients, in double and rounded to float. */
 typedef struct {
     int rule, tf, nesterov, first, adflags;
-    double d[STEP_AD_N];
-    float f[STEP_AD_N];
+    double d[STEP_COEFS];
+    float f[STEP_COEFS];
     step_gfused fu_f, fu_d;
 } step_gcoef;
 
@@ -167,6 +174,34 @@ static int step_adadelta_coefs(const fo_step_group *g, step_gcoef *c)
     return FO_OK;
 }
 
+/* torch.optim.RAdam's (decay_post: the decoupled decay, a multiplier of x);
+ * the rectification in double from the step, as torch, rectified if rho_t > 5. */
+static int step_radam_coefs(const fo_step_group *g, step_gcoef *c)
+{
+    double t = (double)g->t, w = 1.0 - g->alpha, b2t = pow(g->beta, t);
+    double bc2 = 1.0 - b2t, rho_inf = 2.0 / (1.0 - g->beta) - 1.0;
+    double rho_t = rho_inf - 2.0 * t * b2t / bc2;
+    int rect = rho_t > 5.0;
+    c->d[STEP_RAD_W] = w;
+    c->d[STEP_RAD_OMW] = 1.0 - w;
+    c->d[STEP_RAD_B2] = g->beta;
+    c->d[STEP_RAD_OMB2] = 1.0 - g->beta;
+    c->d[STEP_RAD_EPS] = g->eps;
+    c->d[STEP_RAD_WD] = g->decay;
+    c->d[STEP_RAD_DMUL] = g->decay_post != 0.0 ? 1.0 - g->lr * g->decay_post : 1.0;
+    c->d[STEP_RAD_BC1] = 1.0 - pow(g->alpha, t);
+    c->d[STEP_RAD_LR] = g->lr;
+    c->d[STEP_RAD_SBC2] = pow(bc2, 0.5);
+    c->d[STEP_RAD_RECT] = rect ? pow((rho_t - 4.0) * (rho_t - 2.0) * rho_inf
+                                     / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t), 0.5)
+                               : 0.0;
+    step_round(c, STEP_RAD_N);
+    c->f[STEP_RAD_OMW] = 1.0f - (float)w;
+    c->adflags = (g->decay != 0.0 ? STEP_ADF_L2 : 0) | (fabs(w) < 0.5 ? STEP_ADF_SMALLW : 0)
+                 | (rect ? STEP_ADF_RECT : 0);
+    return FO_OK;
+}
+
 /* torch.optim.Adam's and AdamW's (the decoupled decay as a multiplier of x). */
 static int step_adam_torch_coefs(const fo_step_group *g, step_gcoef *c)
 {
@@ -251,6 +286,8 @@ static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
         return step_adamax_coefs(g, c);
     case FO_RULE_ADADELTA_TORCH:
         return step_adadelta_coefs(g, c);
+    case FO_RULE_RADAM_TORCH:
+        return step_radam_coefs(g, c);
     default:                        /* torch Adam / AdamW */
         return step_adam_torch_coefs(g, c);
     }
@@ -267,6 +304,7 @@ static int step_has_states(const fo_step_tensor *t, const fo_step_group *g)
     case FO_RULE_ADAM:
     case FO_RULE_ADAMAX_TORCH:
     case FO_RULE_ADADELTA_TORCH:
+    case FO_RULE_RADAM_TORCH:
         return t->s1 != NULL && t->s2 != NULL;
     case FO_RULE_SGD_TORCH:
         return g->alpha == 0.0 || t->s1 != NULL;

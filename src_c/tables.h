@@ -28,7 +28,8 @@
     X(RMSPROP_TORCH, 3, 1)  /* torch RMSprop      s1 = square_avg, then momentum_buffer \
                                (momentum > 0), then grad_avg (centered) */ \
     X(ADAMAX_TORCH, 2, 1)   /* torch Adamax       s1 = exp_avg, s2 = exp_inf */ \
-    X(ADADELTA_TORCH, 2, 1) /* torch Adadelta     s1 = square_avg, s2 = acc_delta */
+    X(ADADELTA_TORCH, 2, 1) /* torch Adadelta     s1 = square_avg, s2 = acc_delta */ \
+    X(RADAM_TORCH, 2, 1)    /* torch RAdam        s1 = exp_avg, s2 = exp_avg_sq */
 
 /*
  * Element types, in id order: X(NAME, CTYPE, SIZE). NAME makes FO_NAME;

@@ -277,6 +277,35 @@ def adadelta_torch(x, g, sq, acc, *, lr, rho=0.9, eps=1e-6, weight_decay=0.0):
     return x + c(-lr) * d, sq, acc
 
 
+@_quiet
+def radam_torch(x, g, m, v, *, lr, step, beta1=0.9, beta2=0.999, eps=1e-8,
+                weight_decay=0.0, decoupled=False):
+    """torch.optim.RAdam, one step (g already negated if maximize), in
+    torch's order, each operation rounded to x's dtype; the rectification
+    in double from ``step`` (torch's count after its increment), as torch.
+    Returns (x_new, m_new, v_new)."""
+    x = np.array(x)
+    c = _c(x)
+    g = np.asarray(g, dtype=x.dtype)
+    if weight_decay != 0.0:
+        if decoupled:
+            x = x * c(1.0 - lr * weight_decay)
+        else:
+            g = g + c(weight_decay) * x
+    m = _lerp(c, np.asarray(m, dtype=x.dtype), g, 1.0 - beta1)
+    v = np.asarray(v, dtype=x.dtype) * c(beta2) + (c(1.0 - beta2) * g) * g
+    bc1, bc2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step
+    mh = m / c(bc1)
+    rho_inf = 2.0 / (1.0 - beta2) - 1.0
+    rho_t = rho_inf - 2.0 * step * (beta2 ** step) / bc2
+    if rho_t > 5.0:
+        rect = ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf
+                / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)) ** 0.5
+        adaptive = c(bc2 ** 0.5) / (np.sqrt(v) + c(eps))
+        return x - ((mh * c(lr)) * adaptive) * c(rect), m, v
+    return x - mh * c(lr), m, v
+
+
 # ---- the whole step ----------------------------------------------------------
 
 @_quiet
@@ -323,6 +352,12 @@ def rule_update(rule, x, u, states, hp):
                                   amsgrad=bool(hp.get("amsgrad")),
                                   decoupled=rule == "adamw_torch")
         return xn, (m, v, vm if vm is not None else s3)
+    if rule == "radam_torch":
+        xn, m, v2 = radam_torch(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
+                                beta2=hp["beta"], eps=hp["eps"],
+                                weight_decay=hp["decay"] or hp.get("decay_post", 0.0),
+                                decoupled=hp.get("decay_post", 0.0) != 0.0)
+        return xn, (m, v2, s3)
     if rule == "adadelta_torch":
         xn, sq, acc = adadelta_torch(x, u, s1, s2, lr=hp["lr"], rho=hp["alpha"],
                                      eps=hp["eps"], weight_decay=hp["decay"])
