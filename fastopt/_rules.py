@@ -37,6 +37,7 @@ RULES = (
     Rule("adamax_torch", ("exp_avg", "exp_inf"), 1),
     Rule("adadelta_torch", ("square_avg", "acc_delta"), 1),
     Rule("radam_torch", ("exp_avg", "exp_avg_sq"), 1),
+    Rule("lion", ("exp_avg",), 1),
 )
 
 #: name -> C id
@@ -216,8 +217,33 @@ x = x - mh * lr                                                         # else
   (r = sqrt((rho_t-4)(rho_t-2) rho_inf / ((rho_inf-4)(rho_inf-2) rho_t)))""",
     keyword_from="foreach", counted=True)
 
+
+def _lion_fields(h) -> dict:
+    b1, b2 = h["betas"]
+    return {"rule": ID["lion"], "lr": h["lr"], "alpha": b1, "beta": b2,
+            "decay": h["weight_decay"], "flags": MAXIMIZE if h["maximize"] else 0}
+
+
+LION = TorchRule(
+    name="lion", cls="Lion", row="lion",
+    args=(Arg("lr", 1e-4, "lr", "Learning rate (>= 0)."),
+          Arg("betas", (0.9, 0.99), "betas",
+              "The interpolation weight of the update's sign (beta1) and the decay "
+              "rate of the moment (beta2), each in [0, 1)."),
+          Arg("weight_decay", 0.0, _NONNEG,
+              "Decoupled weight decay: x * (1 - lr * weight_decay) first (>= 0)."),
+          Arg("maximize", False, "bool", "Maximise the objective.")),
+    states=("exp_avg",), needs={},
+    slots=lambda h: ("exp_avg",), fields=_lion_fields,
+    summary="Lion (optax's lion, bitsandbytes' Lion; not in torch.optim)",
+    formula="""x = x * (1 - lr * weight_decay)
+d = m * beta1 + (1 - beta1) * u
+x = x + sign(d) * (-lr)                       # sign(+-0) = +-0, sign(NaN) = NaN
+m = m * beta2 + (1 - beta2) * u""",
+    keyword_from="maximize")
+
 #: every rule built by the generic front ends, in the order they are listed
-TORCH_RULES = (RMSPROP, ADAMAX, ADADELTA, RADAM)
+TORCH_RULES = (RMSPROP, ADAMAX, ADADELTA, RADAM, LION)
 
 
 def define(name: str, params: list, call: str, namespace: dict, module: str):

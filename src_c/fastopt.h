@@ -297,6 +297,8 @@ extern "C" {
  *   ADADELTA_TORCH rho        -           eps   weight_decay  -           -             step (>= 1)
  *   RADAM_TORCH    beta1      beta2       eps   weight_decay  decoupled   -             step (>= 1)
  *                  (decay: the L2 decay; decay_post: decoupled_weight_decay's)
+ *   LION           beta1      beta2       -     weight_decay  -           -             (>= 1)
+ *                  (decay: decoupled, x * (1 - lr*decay) before the update)
  * SGD_TORCH with momentum 0 keeps no state (s1 may be NULL). The torch
  * rules follow torch.optim's single-tensor code operation by operation.
  */

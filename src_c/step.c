@@ -2,8 +2,8 @@
  * The whole optimizer step in one call: unscale, non-finite
  * check, global norm, clip by the global norm (torch or optax convention),
  * clip by value, maximize and the update rule of every tensor, each tensor
- * with its own group's hyperparameters. See the issue-13 section of
- * fastopt.h for the API and step.inc for the kernels.
+ * with its own group's hyperparameters. See fastopt.h for the API,
+ * step_coefs.h for each rule's coefficients and step.inc for the kernels.
  *
  * Plan of fo_step:
  *   0. check every tensor, group and option and derive every coefficient
@@ -28,59 +28,7 @@
 #define STEP_TF_CLAMP 8
 #define STEP_TF_NEG 16
 
-/* Torch RMSprop coefficients (c[]): alpha, 1 - alpha, eps, weight decay,
- * momentum, -lr, the lerp weight w = 1 - alpha and 1 - w. */
-enum { STEP_RMS_A, STEP_RMS_OMA, STEP_RMS_EPS, STEP_RMS_WD, STEP_RMS_MOM,
-       STEP_RMS_NLR, STEP_RMS_W, STEP_RMS_OMW, STEP_RMS_N };
-
-/* Torch Adamax coefficients (c[]), as step_adamax_coefs derives them. */
-enum { STEP_AMX_W, STEP_AMX_OMW, STEP_AMX_B2, STEP_AMX_EPS, STEP_AMX_WD,
-       STEP_AMX_NCLR, STEP_AMX_N };
-
-/* Torch Adadelta coefficients (c[]), as step_adadelta_coefs derives them. */
-enum { STEP_ADL_RHO, STEP_ADL_OMR, STEP_ADL_EPS, STEP_ADL_WD, STEP_ADL_NLR, STEP_ADL_N };
-
-/* Torch RAdam coefficients (c[]), as step_radam_coefs derives them. */
-enum { STEP_RAD_W, STEP_RAD_OMW, STEP_RAD_B2, STEP_RAD_OMB2, STEP_RAD_EPS, STEP_RAD_WD,
-       STEP_RAD_DMUL, STEP_RAD_BC1, STEP_RAD_LR, STEP_RAD_SBC2, STEP_RAD_RECT,
-       STEP_RAD_N };
-
-#define STEP_COEFS 12          /* the most coefficients of a rule (step_gcoef) */
-_Static_assert(STEP_RMS_N <= STEP_COEFS && STEP_AMX_N <= STEP_COEFS && STEP_ADL_N
-               <= STEP_COEFS && STEP_RAD_N <= STEP_COEFS, "coefficients fit STEP_COEFS");
-
-/* Torch Adam coefficients (fo_adam_torch's c[]) and flags. */
-enum { STEP_AD_DMUL, STEP_AD_WD, STEP_AD_W, STEP_AD_OMW, STEP_AD_B2,
-       STEP_AD_OMB2, STEP_AD_BC2S, STEP_AD_EPS, STEP_AD_NSS, STEP_AD_N };
-#define STEP_ADF_L2 2
-#define STEP_ADF_AMSGRAD 4
-#define STEP_ADF_SMALLW 8
-#define STEP_ADF_MOM 16          /* RMSprop: momentum > 0 */
-#define STEP_ADF_CENTERED 32     /* RMSprop: centered */
-#define STEP_ADF_RECT 64         /* RAdam: the variance is rectified (rho_t > 5) */
-/* torch SGD's flags: which paths torch takes, decided by the double
- * coefficients (1e-300 is 0 in float32, yet torch keeps its buffer). */
-#define STEP_SGDF_WD 1
-#define STEP_SGDF_MOM 2
-/* Adagrad's: add nc*x (ONNX always; torch only when weight_decay != 0, so an
- * infinite x does not make 0*x a NaN). */
-#define STEP_AGF_NC 1
-
-/* How a group's tensors of one type get their gradient in pass 2:
- * gm 0, 1, 2: fused, u = g, g*a, (g*a)*b (a, b already rounded to the
- * type); gm -1: through step_transform and a tile. */
-typedef struct {
-    int gm;
-    double a, b;
-} step_gfused;
-
-/* A group's derived coefficients, in double and rounded to float. */
-typedef struct {
-    int rule, tf, nesterov, first, adflags;
-    double d[STEP_COEFS];
-    float f[STEP_COEFS];
-    step_gfused fu_f, fu_d;
-} step_gcoef;
+#include "step_coefs.h"
 
 /* Step-wide transform scalars: grad_scale, torch coef, norm, max_norm, cv,
  * and the exact inverse of grad_scale in that type (0 if it has none). */
@@ -114,116 +62,6 @@ typedef struct {
 #undef FO_TEMPLATE
 
 /* ---- checks and coefficients ---------------------------------------------- */
-
-static void step_round(step_gcoef *c, int n)
-{
-    for (int i = 0; i < n; i++)
-        c->f[i] = (float)c->d[i];
-}
-
-/* torch.optim.RMSprop's coefficients; scalars reach torch's float kernels
- * rounded once from double, 1 - w (lerp's) computed in the tensor's type. */
-static int step_rmsprop_coefs(const fo_step_group *g, step_gcoef *c)
-{
-    double w = 1.0 - g->alpha;
-    c->d[STEP_RMS_A] = g->alpha;
-    c->d[STEP_RMS_OMA] = 1.0 - g->alpha;
-    c->d[STEP_RMS_EPS] = g->eps;
-    c->d[STEP_RMS_WD] = g->decay;
-    c->d[STEP_RMS_MOM] = g->beta;
-    c->d[STEP_RMS_NLR] = -g->lr;
-    c->d[STEP_RMS_W] = w;
-    c->d[STEP_RMS_OMW] = 1.0 - w;
-    step_round(c, STEP_RMS_N);
-    c->f[STEP_RMS_OMW] = 1.0f - (float)w;
-    c->adflags = (g->decay != 0.0 ? STEP_ADF_L2 : 0)
-                 | (fabs(w) < 0.5 ? STEP_ADF_SMALLW : 0)
-                 | (g->beta != 0.0 ? STEP_ADF_MOM : 0)
-                 | (g->flags & FO_STEP_CENTERED ? STEP_ADF_CENTERED : 0);
-    return FO_OK;
-}
-
-/* torch.optim.Adamax's: the lerp weight w = 1 - beta1 and 1 - w (in the
- * tensor's type), beta2, eps, weight decay, -lr / (1 - beta1**step). */
-static int step_adamax_coefs(const fo_step_group *g, step_gcoef *c)
-{
-    double w = 1.0 - g->alpha;
-    c->d[STEP_AMX_W] = w;
-    c->d[STEP_AMX_OMW] = 1.0 - w;
-    c->d[STEP_AMX_B2] = g->beta;
-    c->d[STEP_AMX_EPS] = g->eps;
-    c->d[STEP_AMX_WD] = g->decay;
-    c->d[STEP_AMX_NCLR] = -(g->lr / (1.0 - pow(g->alpha, (double)g->t)));
-    step_round(c, STEP_AMX_N);
-    c->f[STEP_AMX_OMW] = 1.0f - (float)w;
-    c->adflags = (g->decay != 0.0 ? STEP_ADF_L2 : 0) | (fabs(w) < 0.5 ? STEP_ADF_SMALLW : 0);
-    return FO_OK;
-}
-
-/* torch.optim.Adadelta's: rho, 1 - rho (torch's addcmul value, a double
- * rounded to the tensor's type), eps, weight decay, -lr. */
-static int step_adadelta_coefs(const fo_step_group *g, step_gcoef *c)
-{
-    c->d[STEP_ADL_RHO] = g->alpha;
-    c->d[STEP_ADL_OMR] = 1.0 - g->alpha;
-    c->d[STEP_ADL_EPS] = g->eps;
-    c->d[STEP_ADL_WD] = g->decay;
-    c->d[STEP_ADL_NLR] = -g->lr;
-    step_round(c, STEP_ADL_N);
-    c->adflags = g->decay != 0.0 ? STEP_ADF_L2 : 0;
-    return FO_OK;
-}
-
-/* torch.optim.RAdam's (decay_post: the decoupled decay, a multiplier of x);
- * the rectification in double from the step, as torch, rectified if rho_t > 5. */
-static int step_radam_coefs(const fo_step_group *g, step_gcoef *c)
-{
-    double t = (double)g->t, w = 1.0 - g->alpha, b2t = pow(g->beta, t);
-    double bc2 = 1.0 - b2t, rho_inf = 2.0 / (1.0 - g->beta) - 1.0;
-    double rho_t = rho_inf - 2.0 * t * b2t / bc2;
-    int rect = rho_t > 5.0;
-    c->d[STEP_RAD_W] = w;
-    c->d[STEP_RAD_OMW] = 1.0 - w;
-    c->d[STEP_RAD_B2] = g->beta;
-    c->d[STEP_RAD_OMB2] = 1.0 - g->beta;
-    c->d[STEP_RAD_EPS] = g->eps;
-    c->d[STEP_RAD_WD] = g->decay;
-    c->d[STEP_RAD_DMUL] = g->decay_post != 0.0 ? 1.0 - g->lr * g->decay_post : 1.0;
-    c->d[STEP_RAD_BC1] = 1.0 - pow(g->alpha, t);
-    c->d[STEP_RAD_LR] = g->lr;
-    c->d[STEP_RAD_SBC2] = pow(bc2, 0.5);
-    c->d[STEP_RAD_RECT] = rect ? pow((rho_t - 4.0) * (rho_t - 2.0) * rho_inf
-                                     / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t), 0.5)
-                               : 0.0;
-    step_round(c, STEP_RAD_N);
-    c->f[STEP_RAD_OMW] = 1.0f - (float)w;
-    c->adflags = (g->decay != 0.0 ? STEP_ADF_L2 : 0) | (fabs(w) < 0.5 ? STEP_ADF_SMALLW : 0)
-                 | (rect ? STEP_ADF_RECT : 0);
-    return FO_OK;
-}
-
-/* torch.optim.Adam's and AdamW's (the decoupled decay as a multiplier of x). */
-static int step_adam_torch_coefs(const fo_step_group *g, step_gcoef *c)
-{
-    double t = (double)g->t, w = 1.0 - g->alpha;
-    /* AdamW's decay multiplies x (Adam's: 1, and x * 1 is x) */
-    c->d[STEP_AD_DMUL] = g->rule == FO_RULE_ADAMW_TORCH ? 1.0 - g->lr * g->decay : 1.0;
-    c->d[STEP_AD_WD] = g->decay;
-    c->d[STEP_AD_W] = w;
-    c->d[STEP_AD_OMW] = 1.0 - w;
-    c->d[STEP_AD_B2] = g->beta;
-    c->d[STEP_AD_OMB2] = 1.0 - g->beta;
-    c->d[STEP_AD_BC2S] = pow(1.0 - pow(g->beta, t), 0.5);
-    c->d[STEP_AD_EPS] = g->eps;
-    c->d[STEP_AD_NSS] = -(g->lr / (1.0 - pow(g->alpha, t)));
-    step_round(c, STEP_AD_N);
-    c->f[STEP_AD_OMW] = 1.0f - (float)w;    /* torch: 1 - weight in float */
-    int has_wd = g->decay != 0.0;
-    c->adflags = (g->rule == FO_RULE_ADAM_TORCH && has_wd ? STEP_ADF_L2 : 0)
-                 | (g->flags & FO_STEP_AMSGRAD ? STEP_ADF_AMSGRAD : 0)
-                 | (fabs(w) < 0.5 ? STEP_ADF_SMALLW : 0);
-    return FO_OK;
-}
 
 /* Check one group and derive its coefficients. */
 static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
@@ -288,6 +126,8 @@ static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
         return step_adadelta_coefs(g, c);
     case FO_RULE_RADAM_TORCH:
         return step_radam_coefs(g, c);
+    case FO_RULE_LION:
+        return step_lion_coefs(g, c);
     default:                        /* torch Adam / AdamW */
         return step_adam_torch_coefs(g, c);
     }
@@ -301,11 +141,6 @@ static int step_has_states(const fo_step_tensor *t, const fo_step_group *g)
     if (t->x == NULL || t->g == NULL)
         return 0;
     switch (g->rule) {
-    case FO_RULE_ADAM:
-    case FO_RULE_ADAMAX_TORCH:
-    case FO_RULE_ADADELTA_TORCH:
-    case FO_RULE_RADAM_TORCH:
-        return t->s1 != NULL && t->s2 != NULL;
     case FO_RULE_SGD_TORCH:
         return g->alpha == 0.0 || t->s1 != NULL;
     case FO_RULE_ADAM_TORCH:
@@ -316,8 +151,11 @@ static int step_has_states(const fo_step_tensor *t, const fo_step_group *g)
         int k = 1 + (g->beta != 0.0) + ((g->flags & FO_STEP_CENTERED) != 0);
         return t->s1 != NULL && (k < 2 || t->s2 != NULL) && (k < 3 || t->s3 != NULL);
     }
-    default:
-        return t->s1 != NULL;
+    default: {                      /* every state of its row (tables.h) */
+        int k = fo_rule_info(g->rule).states;
+        return (k < 1 || t->s1 != NULL) && (k < 2 || t->s2 != NULL)
+               && (k < 3 || t->s3 != NULL);
+    }
     }
 }
 

@@ -306,6 +306,22 @@ def radam_torch(x, g, m, v, *, lr, step, beta1=0.9, beta2=0.999, eps=1e-8,
     return x - mh * c(lr), m, v
 
 
+@_quiet
+def lion(x, g, m, *, lr, beta1=0.9, beta2=0.99, weight_decay=0.0):
+    """Lion, one step (g already negated if maximize), each operation
+    rounded to x's dtype: the decoupled decay first, the sign of the
+    interpolation (jnp.sign's: a zero keeps its sign, NaN stays NaN), the
+    moment last. Returns (x_new, m_new)."""
+    x = np.array(x)
+    c = _c(x)
+    g = np.asarray(g, dtype=x.dtype)
+    m = np.asarray(m, dtype=x.dtype)
+    x = x * c(1.0 - lr * weight_decay)
+    d = m * c(beta1) + c(1.0 - beta1) * g
+    s = np.where(d > 0, c(1.0), np.where(d < 0, c(-1.0), d))
+    return x + s * c(-lr), m * c(beta2) + c(1.0 - beta2) * g
+
+
 # ---- the whole step ----------------------------------------------------------
 
 @_quiet
@@ -352,6 +368,10 @@ def rule_update(rule, x, u, states, hp):
                                   amsgrad=bool(hp.get("amsgrad")),
                                   decoupled=rule == "adamw_torch")
         return xn, (m, v, vm if vm is not None else s3)
+    if rule == "lion":
+        xn, m = lion(x, u, s1, lr=hp["lr"], beta1=hp["alpha"], beta2=hp["beta"],
+                     weight_decay=hp["decay"])
+        return xn, (m, s2, s3)
     if rule == "radam_torch":
         xn, m, v2 = radam_torch(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
                                 beta2=hp["beta"], eps=hp["eps"],
