@@ -2,7 +2,7 @@
 table row: ``fastopt.adadelta``, ``fastopt.optim.Adadelta`` and
 ``fastopt.torch.Adadelta`` against the NumPy reference (bit for bit),
 against each other, against torch.optim.Adadelta (300 steps), with bad
-inputs, the step options and checkpoints."""
+inputs and the step options (checkpoints: tests/test_table_rules.py)."""
 import copy
 import inspect
 import math
@@ -146,22 +146,3 @@ def test_a_missing_state_is_named_nothing_written():
     with pytest.raises((TypeError, ValueError), match="fastopt.adadelta"):
         fastopt.adadelta(x, g, s, None)
     assert (x == 1).all() and (s == 0).all()
-
-
-def test_checkpoint_round_trip(tmp_path):
-    rng = np.random.default_rng(10)
-    xs = [rng.standard_normal(20), rng.standard_normal(3)]
-    opt = fo.Adadelta(xs, lr=0.5, weight_decay=0.01)
-    grads = [[rng.standard_normal(x.shape) for x in xs] for _ in range(6)]
-    for g in grads[:3]:
-        opt.step(g)
-    opt.save(tmp_path / "ck.npz")
-    ys = [x.copy() for x in xs]
-    for g in grads[3:]:
-        opt.step(g)
-    opt2 = fo.Adadelta(ys, lr=0.5, weight_decay=0.01)
-    opt2.load(tmp_path / "ck.npz")
-    for g in grads[3:]:
-        opt2.step(g)
-    for x, y in zip(xs, ys):
-        np.testing.assert_array_equal(x, y)

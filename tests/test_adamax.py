@@ -1,7 +1,8 @@
 """Adamax (torch.optim.Adamax's math and names), a rule built from its table
 row: ``fastopt.adamax``, ``fastopt.optim.Adamax`` and ``fastopt.torch.Adamax``
 against the NumPy reference (bit for bit), against each other, against
-torch.optim.Adamax (300 steps), with bad inputs and checkpoints."""
+torch.optim.Adamax (300 steps), with bad inputs (checkpoints:
+tests/test_table_rules.py)."""
 import inspect
 import math
 
@@ -101,22 +102,3 @@ def test_the_step_count_is_checked():
     with pytest.raises(TypeError, match="fastopt.adamax: step must be an integer"):
         fastopt.adamax(x, g, m, u, step=1.5)
     assert (x == 1).all()
-
-
-def test_checkpoint_round_trip(tmp_path):
-    rng = np.random.default_rng(10)
-    xs = [rng.standard_normal(20), rng.standard_normal(3)]
-    opt = fo.Adamax(xs, lr=0.01, weight_decay=0.01)
-    grads = [[rng.standard_normal(x.shape) for x in xs] for _ in range(6)]
-    for g in grads[:3]:
-        opt.step(g)
-    opt.save(tmp_path / "ck.npz")
-    ys = [x.copy() for x in xs]
-    for g in grads[3:]:
-        opt.step(g)
-    opt2 = fo.Adamax(ys, lr=0.01, weight_decay=0.01)
-    opt2.load(tmp_path / "ck.npz")
-    for g in grads[3:]:
-        opt2.step(g)
-    for x, y in zip(xs, ys):
-        np.testing.assert_array_equal(x, y)

@@ -162,7 +162,10 @@ def test_the_tools_stay_outside_the_import_of_the_library():
     import sys
     code = ("import sys, fastopt, fastopt.optim, fastopt.schedules, fastopt.onnx; "
             "print(sorted(m for m in sys.modules if m.startswith('fastopt._cli')))")
+    # from the package's parent: a source checkout as the working directory
+    # would put its uncompiled tree first
+    top = os.path.dirname(ROOT)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=dict(os.environ, PYTHONPATH=os.path.dirname(ROOT)))
+                         check=True, cwd=top, env=dict(os.environ, PYTHONPATH=top))
     assert out.stdout.strip() == "[]"
     assert not hasattr(fastopt._ext, "probe")

@@ -2,7 +2,7 @@
 row: ``fastopt.radam``, ``fastopt.optim.RAdam`` and ``fastopt.torch.RAdam``
 against the NumPy reference (bit for bit, on both sides of the
 rectification threshold), against each other, against torch.optim.RAdam
-(300 steps), with bad inputs and checkpoints."""
+(300 steps), with bad inputs (checkpoints: tests/test_table_rules.py)."""
 import copy
 import inspect
 import math
@@ -135,22 +135,3 @@ def test_the_step_count_is_checked():
     with pytest.raises(ValueError, match="fastopt.radam: step must be >= 1"):
         fastopt.radam(x, g, m, v, step=0)
     assert (x == 1).all()
-
-
-def test_checkpoint_round_trip(tmp_path):
-    rng = np.random.default_rng(10)
-    xs = [rng.standard_normal(20), rng.standard_normal(3)]
-    opt = fo.RAdam(xs, lr=0.01, weight_decay=0.01, decoupled_weight_decay=True)
-    grads = [[rng.standard_normal(x.shape) for x in xs] for _ in range(12)]
-    for g in grads[:6]:
-        opt.step(g)
-    opt.save(tmp_path / "ck.npz")
-    ys = [x.copy() for x in xs]
-    for g in grads[6:]:
-        opt.step(g)
-    opt2 = fo.RAdam(ys, lr=0.01, weight_decay=0.01, decoupled_weight_decay=True)
-    opt2.load(tmp_path / "ck.npz")
-    for g in grads[6:]:
-        opt2.step(g)
-    for x, y in zip(xs, ys):
-        np.testing.assert_array_equal(x, y)

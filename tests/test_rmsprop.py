@@ -2,7 +2,8 @@
 ``fastopt.rmsprop``, ``fastopt.optim.RMSprop`` and ``fastopt.torch.RMSprop``
 against the NumPy reference (bit for bit, every flag, dtype, layout and
 thread count), against each other (the same bits), against torch.optim
-(300-step trajectories), with bad inputs, checkpoints and a training loop."""
+(300-step trajectories), with bad inputs and a training loop (checkpoints:
+tests/test_table_rules.py)."""
 import itertools
 import math
 
@@ -250,24 +251,6 @@ def test_groups_with_their_own_states():
     np.testing.assert_array_equal(a, ra)
     np.testing.assert_array_equal(b, rb)
 
-
-def test_checkpoint_round_trip(tmp_path):
-    rng = np.random.default_rng(10)
-    xs = [rng.standard_normal(20), rng.standard_normal(3)]
-    opt = fo.RMSprop(xs, lr=0.01, momentum=0.9, centered=True)
-    grads = [[rng.standard_normal(x.shape) for x in xs] for _ in range(6)]
-    for g in grads[:3]:
-        opt.step(g)
-    opt.save(tmp_path / "ck.npz")
-    ys = [x.copy() for x in xs]
-    for g in grads[3:]:
-        opt.step(g)
-    opt2 = fo.RMSprop(ys, lr=0.01, momentum=0.9, centered=True)
-    opt2.load(tmp_path / "ck.npz")
-    for g in grads[3:]:
-        opt2.step(g)
-    for x, y in zip(xs, ys):
-        np.testing.assert_array_equal(x, y)
 
 
 def test_torch_state_dict_moves_both_ways():

@@ -186,14 +186,10 @@ def adagrad_torch(x, g, h, *, lr, step, lr_decay=0.0, weight_decay=0.0,
     return x + (c(-clr) * g) / std, h
 
 
-@_quiet
-def adam_torch(x, g, m, v, vmax=None, *, lr, step, beta1=0.9, beta2=0.999,
-               eps=1e-8, weight_decay=0.0, amsgrad=False, decoupled=False):
-    """torch.optim.Adam (decoupled=False) or AdamW (decoupled=True), one step.
-
-    ``step`` is torch's 1-based count after its increment. Returns
-    (x_new, m_new, v_new, vmax_new); vmax_new is None without amsgrad.
-    """
+def _adam_moments(x, g, m, v, lr, beta1, beta2, weight_decay, decoupled):
+    """The part torch's Adam, AdamW and RAdam share: the weight decay
+    (decoupled: x scaled first; else added to g), m by torch's lerp_ and v
+    by mul_ and addcmul_. Returns (x, the rounding function, m, v)."""
     x = np.array(x)
     c = _c(x)
     g = np.asarray(g, dtype=x.dtype)
@@ -204,6 +200,18 @@ def adam_torch(x, g, m, v, vmax=None, *, lr, step, beta1=0.9, beta2=0.999,
             g = g + c(weight_decay) * x
     m = _lerp(c, np.asarray(m, dtype=x.dtype), g, 1.0 - beta1)
     v = np.asarray(v, dtype=x.dtype) * c(beta2) + (c(1.0 - beta2) * g) * g
+    return x, c, m, v
+
+
+@_quiet
+def adam_torch(x, g, m, v, vmax=None, *, lr, step, beta1=0.9, beta2=0.999,
+               eps=1e-8, weight_decay=0.0, amsgrad=False, decoupled=False):
+    """torch.optim.Adam (decoupled=False) or AdamW (decoupled=True), one step.
+
+    ``step`` is torch's 1-based count after its increment. Returns
+    (x_new, m_new, v_new, vmax_new); vmax_new is None without amsgrad.
+    """
+    x, c, m, v = _adam_moments(x, g, m, v, lr, beta1, beta2, weight_decay, decoupled)
     if amsgrad:
         vmax = np.asarray(vmax, dtype=x.dtype)
         vmax = np.where(vmax > v, vmax, v)
@@ -284,16 +292,7 @@ def radam_torch(x, g, m, v, *, lr, step, beta1=0.9, beta2=0.999, eps=1e-8,
     torch's order, each operation rounded to x's dtype; the rectification
     in double from ``step`` (torch's count after its increment), as torch.
     Returns (x_new, m_new, v_new)."""
-    x = np.array(x)
-    c = _c(x)
-    g = np.asarray(g, dtype=x.dtype)
-    if weight_decay != 0.0:
-        if decoupled:
-            x = x * c(1.0 - lr * weight_decay)
-        else:
-            g = g + c(weight_decay) * x
-    m = _lerp(c, np.asarray(m, dtype=x.dtype), g, 1.0 - beta1)
-    v = np.asarray(v, dtype=x.dtype) * c(beta2) + (c(1.0 - beta2) * g) * g
+    x, c, m, v = _adam_moments(x, g, m, v, lr, beta1, beta2, weight_decay, decoupled)
     bc1, bc2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step
     mh = m / c(bc1)
     rho_inf = 2.0 / (1.0 - beta2) - 1.0

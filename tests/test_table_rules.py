@@ -1,0 +1,70 @@
+"""What every rule built from a TorchRule row (fastopt/_rules.py) must do,
+checked once for all of them: a checkpoint of its fastopt.optim class
+resumes bit for bit, and its three front ends (the public function, the
+fastopt.optim class, the fastopt.torch drop-in) give the same bits. Each
+rule's own file checks its math (tests/test_<rule>.py)."""
+import numpy as np
+import pytest
+
+import fastopt
+import fastopt.optim as fo
+from fastopt import _rules
+
+# hyperparameters away from the defaults where a rule has them, so the
+# paths they switch on are the ones resumed and compared
+NON_DEFAULT = {"weight_decay": 0.01, "momentum": 0.9, "centered": True,
+               "decoupled_weight_decay": True}
+RULES = {r.name: r for r in _rules.TORCH_RULES}
+
+
+def _kw(rule):
+    names = {a.name for a in rule.args if a.check is not None}
+    return {k: v for k, v in NON_DEFAULT.items() if k in names}
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_checkpoint_round_trip(name, tmp_path):
+    rule, rng = RULES[name], np.random.default_rng(10)
+    cls = getattr(fo, rule.cls)
+    xs = [rng.standard_normal(20), rng.standard_normal(3)]
+    opt = cls(xs, lr=0.01, **_kw(rule))
+    grads = [[rng.standard_normal(x.shape) for x in xs] for _ in range(12)]
+    for g in grads[:6]:
+        opt.step(g)
+    opt.save(tmp_path / "ck.npz")
+    ys = [x.copy() for x in xs]
+    for g in grads[6:]:
+        opt.step(g)
+    opt2 = cls(ys, lr=0.01, **_kw(rule))
+    opt2.load(tmp_path / "ck.npz")
+    for g in grads[6:]:
+        opt2.step(g)
+    for x, y in zip(xs, ys):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_the_three_front_ends_give_the_same_bits(name, dtype):
+    torch = pytest.importorskip("torch")
+    import fastopt.torch as ft
+
+    rule, rng = RULES[name], np.random.default_rng(2)
+    kw = dict(_kw(rule), lr=0.003)
+    x0 = rng.standard_normal(301).astype(dtype)
+    ox = x0.copy()
+    opt = getattr(fo, rule.cls)([ox], **kw)
+    p = torch.nn.Parameter(torch.tensor(x0.copy()))
+    topt = getattr(ft, rule.cls)([p], **kw)
+    fx = x0.copy()
+    # the function names each state list after torch's state, plural
+    states = {f"{s}s": np.zeros_like(x0)
+              for s in rule.slots(dict(_rules.defaults(rule), **kw))}
+    fn = getattr(fastopt, rule.name)
+    for step in range(1, 21):
+        g = rng.standard_normal(301).astype(dtype)
+        fn(fx, g, **states, **kw, **({"step": step} if rule.counted else {}))
+        opt.step([g])
+        p.grad = torch.tensor(g.copy())
+        topt.step()
+    np.testing.assert_array_equal(ox, fx)
+    np.testing.assert_array_equal(p.detach().numpy(), fx)
