@@ -18,8 +18,8 @@ Per op, two figures, each measured in a fresh child process:
   mean over ``--offsets`` environment sizes 16 bytes apart, the same sizes
   for every tree.
 - timeit p50 and p99 in ns: ``--repeat`` samples of ``--number`` calls each,
-  the per-call mean of each sample; wall-clock, so only meaningful on an
-  idle machine.
+  the per-call mean of each sample, pooled over the same environment sizes;
+  wall-clock, so only meaningful on an idle machine.
 
 Nothing here is asserted; speed lives in bench/RESULTS.md.
 """
@@ -102,11 +102,15 @@ def instructions(tree, op: str, n: int, offsets: int) -> int:
     return round(sum(per) / len(per))
 
 
-def timings(tree, op: str, repeat: int, number: int):
-    """(p50, p99) ns per call."""
-    out = subprocess.run(_child_cmd(op, -repeat, number), env=_env(tree),
-                         capture_output=True, text=True, check=True).stdout
-    ts = sorted(float(s) for s in out.split())
+def timings(tree, op: str, repeat: int, number: int, offsets: int):
+    """(p50, p99) ns per call, over the samples of children run at
+    `offsets` environment sizes (the stack's alignment moves the time too)."""
+    ts = []
+    for j in range(offsets):
+        out = subprocess.run(_child_cmd(op, -repeat, number), env=_env(tree, 16 * j),
+                             capture_output=True, text=True, check=True).stdout
+        ts += [float(s) for s in out.split()]
+    ts.sort()
     return ts[len(ts) // 2], ts[min(len(ts) - 1, int(0.99 * len(ts)))]
 
 
@@ -143,7 +147,7 @@ def main(argv=None) -> None:
             if grind:
                 row.append(f"{instructions(tree, op, a.calls, a.offsets):,}")
             if not a.no_timeit:
-                p50, p99 = timings(tree, op, a.repeat, a.number)
+                p50, p99 = timings(tree, op, a.repeat, a.number, a.offsets)
                 row += [f"{p50:,.0f}", f"{p99:,.0f}"]
         print("| " + " | ".join(row) + " |", flush=True)
     if not grind:
