@@ -1,9 +1,13 @@
 # cython: language_level=3, embedsignature=True, cdivision=True
-"""fastopt's one extension module: the fast paths over the C core (src_c/).
+"""fastopt's core extension: the fast paths over the C core (src_c/). It
+knows arrays, pointers and numbers; the front ends' own compiled checks
+(fastopt/optim/_compiled.pyx, fastopt/torch/_compiled.pyx) and the tools'
+bandwidth probe (fastopt/_cli/_probe.pyx) are extensions of their own.
 
-Each entry point (momentum, adagrad, adam, agc, agc_momentum) is a *fast
-path*: it accepts a call only when every argument is already in the exact
-form the C code needs (ndarrays of native float32/float64, C- or
+Each entry point (momentum, adagrad, adam, agc, agc_momentum, the step,
+the norm, the clip) is a *fast path*: it accepts a call only when every
+argument is already in the exact form the C code needs (ndarrays of an
+element type fastopt/_dtypes.py registered, in native order, C- or
 F-contiguous in the same order within a tensor, aligned, written arrays
 writeable, each array of its parameter's shape, no written array
 overlapping another array, plain Python float/int scalars in range). Such a
@@ -14,7 +18,7 @@ the GIL released (_run); the function returns True.
 
 Anything else makes it return False *before anything is written*, and
 fastopt/_dispatch.py takes over: it checks the call in full through
-fastopt/_validation.py (the one place that raises for user input),
+fastopt/_validation.py (which raises for the arrays and shared scalars),
 normalises it and calls back. These functions never raise for bad input.
 
 Included: _accept.pxi (the acceptors), _threadfacts.pxi (OpenMP facts),
