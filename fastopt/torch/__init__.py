@@ -119,14 +119,14 @@ class SGD(_FastoptOptimizer):
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
                  nesterov=False, *, maximize=False, foreach=None, differentiable=False,
-                 fused=None, n_threads=None):
+                 fused=None, n_threads=None, flat=False):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("fastopt.torch.SGD: nesterov needs a momentum > 0 and "
                              "dampening 0")
         d = {"lr": lr, "momentum": momentum, "dampening": dampening,
              "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize,
              "foreach": foreach, "differentiable": differentiable, "fused": fused}
-        super().__init__(params, d, n_threads)
+        super().__init__(params, d, n_threads, flat)
 
     def _group(self, h):
         mom = h["momentum"]
@@ -177,11 +177,11 @@ class Adagrad(_FastoptOptimizer):
 
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
                  initial_accumulator_value=0, eps=1e-10, foreach=None, *, maximize=False,
-                 differentiable=False, fused=None, n_threads=None):
+                 differentiable=False, fused=None, n_threads=None, flat=False):
         d = {"lr": lr, "lr_decay": lr_decay, "eps": eps, "weight_decay": weight_decay,
              "initial_accumulator_value": initial_accumulator_value, "foreach": foreach,
              "maximize": maximize, "differentiable": differentiable, "fused": fused}
-        super().__init__(params, d, n_threads)
+        super().__init__(params, d, n_threads, flat)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.is_floating_point():   # the others are refused by step()
@@ -246,13 +246,13 @@ class Adam(_FastoptOptimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  amsgrad=False, *, foreach=None, maximize=False, capturable=False,
                  differentiable=False, fused=None, decoupled_weight_decay=False,
-                 n_threads=None):
+                 n_threads=None, flat=False):
         d = {"lr": lr, "betas": tuple(betas) if isinstance(betas, list) else betas,
              "eps": eps, "weight_decay": weight_decay, "amsgrad": amsgrad,
              "maximize": maximize, "foreach": foreach, "capturable": capturable,
              "differentiable": differentiable,
              "fused": fused, "decoupled_weight_decay": decoupled_weight_decay}
-        super().__init__(params, d, n_threads)
+        super().__init__(params, d, n_threads, flat)
 
     def _group(self, h):
         b1, b2 = h["betas"]
@@ -287,11 +287,11 @@ class AdamW(Adam):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  amsgrad=False, *, maximize=False, foreach=None, capturable=False,
-                 differentiable=False, fused=None, n_threads=None):
+                 differentiable=False, fused=None, n_threads=None, flat=False):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
                          maximize=maximize, capturable=capturable,
                          differentiable=differentiable, fused=fused,
-                         decoupled_weight_decay=True, n_threads=n_threads)
+                         decoupled_weight_decay=True, n_threads=n_threads, flat=flat)
 
     def __setstate__(self, state):
         super().__setstate__(state)
