@@ -18,7 +18,7 @@ import numpy as np
 
 cnp.import_array()
 
-from cpython.dict cimport PyDict_GetItem, PyDict_Next
+from cpython.dict cimport PyDict_Next, PyDict_Size
 from cpython.long cimport PyLong_AsVoidPtr
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from libc.math cimport floor
@@ -217,15 +217,15 @@ cdef class FlatCheck:
     cdef PyObject **shapes
     cdef PyObject **dtypes
     cdef PyObject **dicts       # the state dict (NULL: no states)
-    cdef Py_ssize_t *st0        # its first entry in names/views (st0[i]..st0[i+1])
-    cdef PyObject **names
+    cdef Py_ssize_t *st0        # its values are views[st0[i]:st0[i + 1]], in order
     cdef PyObject **views
 
     def __cinit__(self, tuple groups):
         """groups: per group (params list, params tuple, records); a record
         is None for a parameter outside the layout (it must have no
         gradient), else (gradient view, parameter address, gradient
-        address, shape, dtype, state dict, ((name, view), ...))."""
+        address, shape, dtype, state dict or None, the dict's values in
+        order)."""
         cdef Py_ssize_t gi, i, j, k = 0, m = 0
         cdef tuple grp, rec, sts
         self.keep = groups
@@ -242,11 +242,10 @@ cdef class FlatCheck:
         self.dtypes = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
         self.dicts = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
         self.st0 = <Py_ssize_t *>PyMem_Calloc(self.n + 1, sizeof(Py_ssize_t))
-        self.names = <PyObject **>PyMem_Calloc(self.nst + 1, sizeof(PyObject *))
         self.views = <PyObject **>PyMem_Calloc(self.nst + 1, sizeof(PyObject *))
         if (not self.sizes or not self.params or not self.gviews or not self.pptr
                 or not self.gptr or not self.shapes or not self.dtypes or not self.dicts
-                or not self.st0 or not self.names or not self.views):
+                or not self.st0 or not self.views):
             raise MemoryError()
         for gi in range(self.ng):
             grp = <tuple>groups[gi]
@@ -265,8 +264,7 @@ cdef class FlatCheck:
                         self.dicts[k] = <PyObject *>rec[5]
                     sts = <tuple>rec[6]
                     for j in range(len(sts)):
-                        self.names[m] = <PyObject *>sts[j][0]
-                        self.views[m] = <PyObject *>sts[j][1]
+                        self.views[m] = <PyObject *>sts[j]
                         m += 1
                 k += 1
         self.st0[k] = m
@@ -281,7 +279,6 @@ cdef class FlatCheck:
         PyMem_Free(self.dtypes)
         PyMem_Free(self.dicts)
         PyMem_Free(self.st0)
-        PyMem_Free(self.names)
         PyMem_Free(self.views)
 
     def check(self):
@@ -289,11 +286,13 @@ cdef class FlatCheck:
         declines, the record stays); 2: something else moved (build anew).
         A gradient is the layout's own view object at its address (its
         dtype and shape change only if it is re-viewed in place); a
-        parameter keeps its address, dtype and shape; a state entry is the
-        layout's view."""
-        cdef Py_ssize_t gi, i, j, k = 0, n
+        parameter keeps its address, dtype and shape; its state dict holds
+        the same objects in the same order (walked, not hashed: the layout's
+        views, as the record was built)."""
+        cdef Py_ssize_t gi, i, j, k = 0, n, pos
         cdef tuple params
-        cdef PyObject *o
+        cdef PyObject *key
+        cdef PyObject *value
         for gi in range(self.ng):
             plist = <object>PyTuple_GET_ITEM(self.plists, gi)
             n = self.sizes[gi]
@@ -317,10 +316,14 @@ cdef class FlatCheck:
                 if (_address(p) != self.pptr[k] or p.dtype is not <object>self.dtypes[k]
                         or p.shape != <object>self.shapes[k]):
                     return 2
-                for j in range(self.st0[k], self.st0[k + 1]):
-                    o = PyDict_GetItem(<object>self.dicts[k], <object>self.names[j])
-                    if o != self.views[j]:
+                if self.dicts[k] != NULL:
+                    j, pos = self.st0[k], 0
+                    if PyDict_Size(<object>self.dicts[k]) != self.st0[k + 1] - j:
                         return 2
+                    while PyDict_Next(<object>self.dicts[k], &pos, &key, &value):
+                        if value != self.views[j]:
+                            return 2
+                        j += 1
                 k += 1
         return 0
 

@@ -254,11 +254,8 @@ class FlatLayout:
                 if st is not None and (type(st) is not dict or not seg.adopt(
                         i, st, names, opt._COUNTS, seen)):
                     return None
-                sts = tuple((n, st[n]) for n in names)
-                if opt._COUNTS:
-                    sts += (("step", st["step"]),)
                 recs.append((seg.gviews[i], seg.pptrs[i], seg.gptrs[i], seg.shapes[i],
-                             seg.dtype, st, sts))
+                             seg.dtype, st, () if st is None else tuple(st.values())))
             groups.append((plist, params, tuple(recs)))
             names_of.append(names)
         return Record(tuple(groups), tuple(names_of), tuple(opt.state.items()),
