@@ -38,8 +38,9 @@ def _doc(rule) -> str:
     lines += [", ".join(unsupported), "    torch's; only their defaults are supported.",
               "n_threads : int, optional",
               "flat : bool, default False",
-              "    Parameters, gradients and states in fastopt's flat buffers",
-              "    (:mod:`fastopt.torch`, \"The flat layout\").", "", "Notes", "-----",
+              "    Parameters, gradients and states in fastopt's flat buffers: a step",
+              "    is one C call after a short check (see the module, \"The flat",
+              "    layout\").", "", "Notes", "-----",
               f"State, as torch's: ``'step'`` (a float scalar tensor) and "
               f"{', '.join(f'``{s!r}``' for s in rule.states)} as the group's",
               "hyperparameters ask for them, created from zeros on a parameter's",
