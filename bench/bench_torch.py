@@ -7,6 +7,10 @@ copy of the tensors:
 
     fastopt.torch   the drop-in as users call it (the prepared step after
                     the first call)
+    flat            the drop-in with flat=True: parameters, gradients and
+                    states in fastopt's buffers, one C call a step
+    flat 4k         the same with its buffers on 4 KiB pages (no huge-page
+                    advice): what the pages give
     full route      the same optimizer with the prepared step switched off:
                     every step checked in full (what it was before)
     torch fused     torch.optim.SGD/AdamW(fused=True)
@@ -15,8 +19,9 @@ copy of the tensors:
                     least Python in front of it
 
 Printed: p50 and p99 ms of each, the median of the per-round quotients
-against torch fused (paired samples, so load common to both cancels), and
-fastopt.torch's cost per parameter over fastopt.optim's. With ``--load
+against torch fused (paired samples, so load common to both cancels),
+fastopt.torch's cost per parameter over fastopt.optim's, and flat's
+per-round quotient over fastopt.optim (the target: at most 1.5). With ``--load
 busy`` a spinning process shares the machine (a training machine is never
 idle). Nothing is asserted; speed lives in bench/RESULTS.md.
 
@@ -64,12 +69,20 @@ def calls(shapes, rule):
 
     import fastopt.optim as fo
     import fastopt.torch as ft
+    import fastopt.torch._flat as tf
     import fastopt.torch._prep as tp
     out = {}
-    a, b, c, d, e = (_params(torch, shapes, s) for s in range(5))
+    a, b, c, d, e, f = (_params(torch, shapes, s) for s in range(6))
     cls, kw = (ft.SGD, SGD) if rule == "sgd" else (ft.AdamW, ADAMW)
     out["fastopt.torch"] = cls(a, **kw).step
-    out["flat"] = cls(e, **kw, flat=True).step
+    out["flat"] = cls(e, **kw, flat=True).step   # .grad moves in
+    tf.HUGE_PAGES = False
+    try:
+        out["flat 4k"] = cls(f, **kw, flat=True).step
+        out["flat 4k"]()        # the states' buffers made here too
+        out["flat 4k"]()
+    finally:
+        tf.HUGE_PAGES = True
     out["full route"] = _full_route(cls(b, **kw), tp)
     out["torch fused"] = getattr(torch.optim, cls.__name__)(c, **kw, fused=True).step
     if rule == "sgd":

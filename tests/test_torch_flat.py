@@ -421,3 +421,35 @@ def test_refused_parameters_leave_everything_where_it_was():
     with pytest.raises(TypeError, match=r"add_param_group: param_groups\[1\]\['params'\]\[0\]"):
         opt.add_param_group({"params": [torch.nn.Parameter(torch.ones(2).half())]})
     assert len(opt.param_groups) == 1 and len(opt._flat.segments) == 1
+
+
+class _CountingParameter(torch.nn.Parameter):
+    """A parameter type whose data_ptr is its own (Python) method."""
+
+    reads = 0
+
+    def data_ptr(self):
+        type(self).reads += 1
+        return super().data_ptr()
+
+
+def test_a_parameter_type_that_overrides_what_the_check_reads(flat_steps):
+    """The check calls torch's getters directly only where no type
+    overrides them; here it reads through the override."""
+    ps = [_CountingParameter(torch.randn(5, dtype=torch.float64)) for _ in range(3)]
+    qs = [p.detach().clone().requires_grad_() for p in ps]
+    a = ft.AdamW(ps, lr=0.1, flat=True)
+    b = ft.AdamW(qs, lr=0.1)
+    for k in range(4):
+        gs = grads(k, ps)
+        for xs, opt in ((ps, a), (qs, b)):
+            give(xs, gs)
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+        for p, q in zip(ps, qs):
+            assert torch.equal(p, q)
+    assert flat_steps[0] == 3
+    assert tf.DIRECT and not a._flat.rec.direct
+    _CountingParameter.reads = 0
+    a.step()
+    assert _CountingParameter.reads >= len(ps)

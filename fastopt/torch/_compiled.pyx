@@ -194,8 +194,73 @@ def torch_advance(list counts):
 
 # ---- the flat layout (fastopt/torch/_flat.py) ---------------------------------------
 
-cdef inline void *_address(object t) except? NULL:
-    return PyLong_AsVoidPtr(t.data_ptr())
+cdef extern from "Python.h":
+    # descrobject.h / methodobject.h: a getset descriptor's C getter and a
+    # method descriptor's C function (stable since Python 2; not the
+    # limited API)
+    ctypedef object (*_getter "getter")(object, void *)
+    ctypedef struct PyGetSetDef:
+        _getter get
+        void *closure
+    ctypedef struct PyGetSetDescrObject:
+        PyGetSetDef *d_getset
+    ctypedef object (*_cfunc "PyCFunction")(object, PyObject *)
+    ctypedef struct PyMethodDef:
+        _cfunc ml_meth
+        int ml_flags
+    ctypedef struct PyMethodDescrObject:
+        PyMethodDef *d_method
+    int METH_NOARGS
+
+
+# torch's own getters of .grad, .dtype, .shape and its data_ptr(), called
+# directly (flat_accessors): an attribute read through the type costs a
+# lookup and a descriptor call more, ~15 ns each, four of them a parameter
+cdef _getter _get_grad = NULL
+cdef _getter _get_dtype = NULL
+cdef _getter _get_shape = NULL
+cdef void *_cl_grad = NULL
+cdef void *_cl_dtype = NULL
+cdef void *_cl_shape = NULL
+cdef _cfunc _data_ptr = NULL
+
+
+def flat_accessors(grad, dtype, shape, data_ptr):
+    """Install torch's getset descriptors of grad, dtype and shape and its
+    method descriptor of data_ptr (from torch._C.TensorBase) for
+    FlatCheck's direct calls; False (and nothing installed) when they are
+    not of those kinds, METH_NOARGS for data_ptr."""
+    global _get_grad, _get_dtype, _get_shape, _cl_grad, _cl_dtype, _cl_shape, _data_ptr
+    getset = type(type.__dict__["__name__"])
+    method = type(str.__dict__["upper"])
+    if (type(grad) is not getset or type(dtype) is not getset or type(shape) is not getset
+            or type(data_ptr) is not method
+            or (<PyMethodDescrObject *>data_ptr).d_method.ml_flags != METH_NOARGS):
+        return False
+    _get_grad = (<PyGetSetDescrObject *>grad).d_getset.get
+    _cl_grad = (<PyGetSetDescrObject *>grad).d_getset.closure
+    _get_dtype = (<PyGetSetDescrObject *>dtype).d_getset.get
+    _cl_dtype = (<PyGetSetDescrObject *>dtype).d_getset.closure
+    _get_shape = (<PyGetSetDescrObject *>shape).d_getset.get
+    _cl_shape = (<PyGetSetDescrObject *>shape).d_getset.closure
+    _data_ptr = (<PyMethodDescrObject *>data_ptr).d_method.ml_meth
+    return True
+
+
+cdef inline object _grad(object t, bint direct):
+    return _get_grad(t, _cl_grad) if direct else t.grad
+
+
+cdef inline object _dtype(object t, bint direct):
+    return _get_dtype(t, _cl_dtype) if direct else t.dtype
+
+
+cdef inline object _shape(object t, bint direct):
+    return _get_shape(t, _cl_shape) if direct else t.shape
+
+
+cdef inline void *_address(object t, bint direct) except? NULL:
+    return PyLong_AsVoidPtr(_data_ptr(t, NULL) if direct else t.data_ptr())
 
 
 cdef class FlatCheck:
@@ -209,6 +274,7 @@ cdef class FlatCheck:
     cdef tuple keep             # every object the arrays point at, held
     cdef tuple plists           # per group: its params list
     cdef Py_ssize_t ng, n, nst
+    cdef bint direct            # torch's getters called directly (flat_accessors)
     cdef Py_ssize_t *sizes      # per group: its number of parameters
     cdef PyObject **params      # per parameter (all groups, in order)
     cdef PyObject **gviews      # the gradient view; NULL outside the layout
@@ -220,8 +286,11 @@ cdef class FlatCheck:
     cdef Py_ssize_t *st0        # its values are views[st0[i]:st0[i + 1]], in order
     cdef PyObject **views
 
-    def __cinit__(self, tuple groups):
-        """groups: per group (params list, params tuple, records); a record
+    def __cinit__(self, tuple groups, bint direct):
+        """direct: every parameter and gradient view reads grad, dtype,
+        shape and data_ptr through the accessors flat_accessors installed
+        (their types override none of them). groups: per group (params
+        list, params tuple, records); a record
         is None for a parameter outside the layout (it must have no
         gradient), else (gradient view, parameter address, gradient
         address, shape, dtype, state dict or None, the dict's values in
@@ -229,6 +298,7 @@ cdef class FlatCheck:
         cdef Py_ssize_t gi, i, j, k = 0, m = 0
         cdef tuple grp, rec, sts
         self.keep = groups
+        self.direct = direct and _get_grad != NULL
         self.plists = tuple(grp[0] for grp in groups)
         self.ng = len(groups)
         self.n = sum(len(grp[1]) for grp in groups)
@@ -293,6 +363,7 @@ cdef class FlatCheck:
         cdef tuple params
         cdef PyObject *key
         cdef PyObject *value
+        cdef bint d = self.direct
         for gi in range(self.ng):
             plist = <object>PyTuple_GET_ITEM(self.plists, gi)
             n = self.sizes[gi]
@@ -305,16 +376,17 @@ cdef class FlatCheck:
                 p = <object>PyTuple_GET_ITEM(params, i)
                 if <PyObject *>p != self.params[k]:
                     return 2
-                g = p.grad
+                g = _grad(p, d)
                 if self.gviews[k] == NULL:
                     if g is not None:
                         return 1
                     k += 1
                     continue
-                if <PyObject *>g != self.gviews[k] or _address(g) != self.gptr[k]:
+                if <PyObject *>g != self.gviews[k] or _address(g, d) != self.gptr[k]:
                     return 1
-                if (_address(p) != self.pptr[k] or p.dtype is not <object>self.dtypes[k]
-                        or p.shape != <object>self.shapes[k]):
+                if (_address(p, d) != self.pptr[k]
+                        or _dtype(p, d) is not <object>self.dtypes[k]
+                        or _shape(p, d) != <object>self.shapes[k]):
                     return 2
                 if self.dicts[k] != NULL:
                     j, pos = self.st0[k], 0

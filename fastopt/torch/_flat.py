@@ -40,12 +40,20 @@ from . import _compiled
 
 _HUGE = 2 << 20         # a transparent huge page
 _ALIGN = 64
+# advise huge pages for large buffers (bench/bench_torch.py turns it off for
+# one optimizer, to measure what the pages give)
+HUGE_PAGES = True
 _NP = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+# torch's getters of what the check reads, called directly where a tensor's
+# type overrides none of them (FlatCheck)
+_READS = ("grad", "dtype", "shape", "data_ptr")
+_TB = torch._C.TensorBase
+DIRECT = _compiled.flat_accessors(*(_TB.__dict__.get(n) for n in _READS))
 
 
 def _raw(nbytes):
     """nbytes of zeroed, aligned memory as a NumPy uint8 array (see the module)."""
-    if nbytes >= _HUGE and hasattr(mmap, "MADV_HUGEPAGE"):
+    if HUGE_PAGES and nbytes >= _HUGE and hasattr(mmap, "MADV_HUGEPAGE"):
         size = -(-nbytes // _HUGE) * _HUGE + _HUGE     # room to align to 2 MiB
         try:
             mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -172,12 +180,16 @@ class Segment:
 class Record:
     """What a flat step checks and runs with (built by FlatLayout.arm)."""
 
-    __slots__ = ("groups", "check", "names", "snap", "segments", "xs", "gs", "ss", "counts",
-                 "gnorm")
+    __slots__ = ("groups", "check", "direct", "names", "snap", "segments", "xs", "gs", "ss",
+                 "counts", "gnorm")
 
     def __init__(self, groups, names, snap, segments):
         self.groups = groups        # per group: (params list, params tuple, records)
-        self.check = _compiled.FlatCheck(groups)
+        types = {type(t) for _, params, recs in groups for p, rec in zip(params, recs)
+                 if rec is not None for t in (p, rec[0])}
+        self.direct = DIRECT and all(getattr(c, n, None) is _TB.__dict__[n]
+                                     for c in types for n in _READS)
+        self.check = _compiled.FlatCheck(groups, self.direct)
         self.names = names          # per group: the state names it needs
         self.snap = snap            # opt.state's (parameter, state dict) pairs
         self.segments = segments
