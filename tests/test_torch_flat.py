@@ -239,7 +239,8 @@ def test_parameters_skipped_by_a_step_keep_their_counts(flat_steps):
 
 # flat steps after each edit: the step right after it, then three more
 EDITS = {"new grad": 3, "grad re-pointed": 3, "param moved": 0, "state replaced": 3,
-         "state dict replaced": 3, "amsgrad": 3, "lr": 4, "grad None": 2}
+         "state re-pointed": 3, "count re-pointed": 3, "state dict replaced": 3,
+         "amsgrad": 3, "lr": 4, "grad None": 2}
 
 
 @pytest.mark.parametrize("edit", list(EDITS))
@@ -260,6 +261,10 @@ def test_edits_between_steps(edit, flat_steps):
             ps[3].data = ps[3].data.clone()
         elif edit == "state replaced":
             opt.state[ps[7]]["exp_avg"] = opt.state[ps[7]]["exp_avg"] * 2
+        elif edit == "state re-pointed":
+            opt.state[ps[7]]["exp_avg_sq"].data = opt.state[ps[7]]["exp_avg_sq"] * 3
+        elif edit == "count re-pointed":
+            opt.state[ps[6]]["step"].data = opt.state[ps[6]]["step"].clone()
         elif edit == "state dict replaced":
             opt.state[ps[7]] = {k: v.clone() for k, v in opt.state[ps[7]].items()}
         elif edit == "amsgrad":
@@ -453,3 +458,14 @@ def test_a_parameter_type_that_overrides_what_the_check_reads(flat_steps):
     _CountingParameter.reads = 0
     a.step()
     assert _CountingParameter.reads >= len(ps)
+
+
+def test_share_memory_moves_the_states_off_the_flat_route(flat_steps):
+    pair = Pair("Adagrad")
+    train(pair, 3)
+    n = flat_steps[0]
+    pair.a.share_memory()
+    pair.b.share_memory()
+    train(pair, 3)
+    assert flat_steps[0] == n
+    assert all(pair.a.state[p]["sum"].is_shared() for p in pair.pa)

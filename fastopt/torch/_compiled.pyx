@@ -285,6 +285,8 @@ cdef class FlatCheck:
     cdef PyObject **dicts       # the state dict (NULL: no states)
     cdef Py_ssize_t *st0        # its values are views[st0[i]:st0[i + 1]], in order
     cdef PyObject **views
+    cdef void **vptr            # a layout view's address (NULL: another value)
+    cdef char *vmine            # 1: the value is a layout view (its address compared)
 
     def __cinit__(self, tuple groups, bint direct):
         """direct: every parameter and gradient view reads grad, dtype,
@@ -294,7 +296,8 @@ cdef class FlatCheck:
         is None for a parameter outside the layout (it must have no
         gradient), else (gradient view, parameter address, gradient
         address, shape, dtype, state dict or None, the dict's values in
-        order)."""
+        order, each as (value, its address if it is a layout view else
+        None))."""
         cdef Py_ssize_t gi, i, j, k = 0, m = 0
         cdef tuple grp, rec, sts
         self.keep = groups
@@ -313,9 +316,11 @@ cdef class FlatCheck:
         self.dicts = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
         self.st0 = <Py_ssize_t *>PyMem_Calloc(self.n + 1, sizeof(Py_ssize_t))
         self.views = <PyObject **>PyMem_Calloc(self.nst + 1, sizeof(PyObject *))
+        self.vptr = <void **>PyMem_Calloc(self.nst + 1, sizeof(void *))
+        self.vmine = <char *>PyMem_Calloc(self.nst + 1, sizeof(char))
         if (not self.sizes or not self.params or not self.gviews or not self.pptr
                 or not self.gptr or not self.shapes or not self.dtypes or not self.dicts
-                or not self.st0 or not self.views):
+                or not self.st0 or not self.views or not self.vptr or not self.vmine):
             raise MemoryError()
         for gi in range(self.ng):
             grp = <tuple>groups[gi]
@@ -334,7 +339,10 @@ cdef class FlatCheck:
                         self.dicts[k] = <PyObject *>rec[5]
                     sts = <tuple>rec[6]
                     for j in range(len(sts)):
-                        self.views[m] = <PyObject *>sts[j]
+                        self.views[m] = <PyObject *>sts[j][0]
+                        if sts[j][1] is not None:
+                            self.vmine[m] = 1
+                            self.vptr[m] = PyLong_AsVoidPtr(sts[j][1])
                         m += 1
                 k += 1
         self.st0[k] = m
@@ -350,6 +358,8 @@ cdef class FlatCheck:
         PyMem_Free(self.dicts)
         PyMem_Free(self.st0)
         PyMem_Free(self.views)
+        PyMem_Free(self.vptr)
+        PyMem_Free(self.vmine)
 
     def check(self):
         """0: the layout holds; 1: a gradient is not the layout's (this step
@@ -357,8 +367,9 @@ cdef class FlatCheck:
         A gradient is the layout's own view object at its address (its
         dtype and shape change only if it is re-viewed in place); a
         parameter keeps its address, dtype and shape; its state dict holds
-        the same objects in the same order (walked, not hashed: the layout's
-        views, as the record was built)."""
+        the same objects in the same order (walked, not hashed), each
+        layout view at its address (``share_memory_()`` or ``.data =``
+        moves it)."""
         cdef Py_ssize_t gi, i, j, k = 0, n, pos
         cdef tuple params
         cdef PyObject *key
@@ -393,7 +404,8 @@ cdef class FlatCheck:
                     if PyDict_Size(<object>self.dicts[k]) != self.st0[k + 1] - j:
                         return 2
                     while PyDict_Next(<object>self.dicts[k], &pos, &key, &value):
-                        if value != self.views[j]:
+                        if value != self.views[j] or (
+                                self.vmine[j] and _address(<object>value, d) != self.vptr[j]):
                             return 2
                         j += 1
                 k += 1

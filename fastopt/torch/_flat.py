@@ -91,6 +91,11 @@ def _movable_count(c):
             and not c.requires_grad and _whole(c.item()))
 
 
+def _placed(v, at):
+    """Is the view v where at is (not re-pointed through .data or set_)?"""
+    return v.data_ptr() == at.data_ptr() and v.shape == at.shape and v.dtype is at.dtype
+
+
 def _whole(v):
     return math.isfinite(v) and v == int(v) and 0 <= v < 2**53
 
@@ -134,6 +139,16 @@ class Segment:
                 p.grad = self.gviews[i]
         self.pptrs = tuple(p.data_ptr() for p in self.params)
 
+    def buffers(self):
+        """Every buffer: (flat tensor, NumPy array)."""
+        bufs = [(self.x, self.xn), (self.g, self.gn), *(e[:2] for e in self.states.values())]
+        return bufs + ([self.counts[:2]] if self.counts is not None else [])
+
+    def in_place(self):
+        """Does every buffer still hold the memory its NumPy array sees
+        (``share_memory_()`` moves a storage)?"""
+        return all(not a.size or t.data_ptr() == a.ctypes.data for t, a in self.buffers())
+
     def state(self, name):
         """The buffer of state ``name``, made on first use."""
         e = self.states.get(name)
@@ -149,19 +164,20 @@ class Segment:
         p = self.params[i]
         for name in names:
             s = st.get(name)
-            views = self.state(name)[2]
-            if s is views[i]:
+            flat, _, views = self.state(name)
+            if s is views[i] and _placed(s, self.view(flat, i)):
                 continue
             if not _movable(s, p) or id(s) in seen:
                 return False
             seen.add(id(s))
-            v = views[i] = self.view(self.state(name)[0], i)
+            v = views[i] = self.view(flat, i)
             v.copy_(s)
             st[name] = v
         if not counted:
             return True
         c = st.get("step")
-        if self.counts is not None and c is self.counts[2][i]:
+        if self.counts is not None and c is self.counts[2][i] and _placed(
+                c, self.counts[0][i]):
             return True
         if not _movable_count(c) or id(c) in seen:
             return False
@@ -186,7 +202,8 @@ class Record:
     def __init__(self, groups, names, snap, segments):
         self.groups = groups        # per group: (params list, params tuple, records)
         types = {type(t) for _, params, recs in groups for p, rec in zip(params, recs)
-                 if rec is not None for t in (p, rec[0])}
+                 if rec is not None
+                 for t in (p, rec[0], *(v for v, a in rec[6] if a is not None))}
         self.direct = DIRECT and all(getattr(c, n, None) is _TB.__dict__[n]
                                      for c in types for n in _READS)
         self.check = _compiled.FlatCheck(groups, self.direct)
@@ -239,7 +256,7 @@ class FlatLayout:
         """Move the states into the buffers and build the Record; None
         while the layout does not hold (a state missing, a parameter moved)."""
         pgs = opt.param_groups
-        if len(pgs) != len(self.groups):
+        if len(pgs) != len(self.groups) or not all(s.in_place() for s in self.segments):
             return None
         by_id = {id(k): v for k, v in opt.state.items()}    # no tensor hashed
         groups, names_of, seen = [], [], set()
@@ -267,7 +284,7 @@ class FlatLayout:
                         i, st, names, opt._COUNTS, seen)):
                     return None
                 recs.append((seg.gviews[i], seg.pptrs[i], seg.gptrs[i], seg.shapes[i],
-                             seg.dtype, st, () if st is None else tuple(st.values())))
+                             seg.dtype, st, _values(st, names, opt._COUNTS)))
             groups.append((plist, params, tuple(recs)))
             names_of.append(names)
         return Record(tuple(groups), tuple(names_of), tuple(opt.state.items()),
@@ -363,6 +380,16 @@ class FlatLayout:
                     _zero(p)
         if moved:
             self.changed()
+
+
+def _values(st, names, counted):
+    """A state dict's values in order, for FlatCheck: (value, its address)
+    for the layout's views (the entries of names, and 'step' if counted),
+    (value, None) for anything else in it."""
+    if st is None:
+        return ()
+    mine = set(names) | ({"step"} if counted else set())
+    return tuple((v, v.data_ptr() if k in mine else None) for k, v in st.items())
 
 
 def _runs(rec, ts, fields, add):
