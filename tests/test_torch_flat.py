@@ -469,3 +469,25 @@ def test_share_memory_moves_the_states_off_the_flat_route(flat_steps):
     train(pair, 3)
     assert flat_steps[0] == n
     assert all(pair.a.state[p]["sum"].is_shared() for p in pair.pa)
+
+
+def test_states_swapped_between_parameters(flat_steps):
+    """States exchanged between parameters move into the buffers without
+    one overwriting the other."""
+    pair = Pair("AdamW", shapes=[(7,), (7,), (3,), (3,)])
+    train(pair, 3)
+    for ps, opt in ((pair.pa, pair.a), (pair.pb, pair.b)):
+        u, v = opt.state[ps[0]], opt.state[ps[1]]
+        u["exp_avg_sq"], v["exp_avg_sq"] = v["exp_avg_sq"], u["exp_avg_sq"]
+        w, x = opt.state[ps[2]], opt.state[ps[3]]
+        w["step"], x["step"] = x["step"], w["step"]
+        w["step"] += 1
+    n = flat_steps[0]
+    train(pair, 3)
+    assert flat_steps[0] == n + 2
+
+
+def test_a_segment_of_empty_parameters(flat_steps):
+    pair = Pair("Adam", shapes=[(0,), (0, 3), (2,), (0,)])
+    train(pair, 4)
+    assert flat_steps[0] == 3

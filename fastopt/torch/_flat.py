@@ -17,8 +17,9 @@ While the layout holds, a step is one C call (``_ext.step``) with one
 tensor per segment. Per parameter it checks only that the layout holds
 (``FlatCheck`` in fastopt/torch/_compiled.pyx): the parameter is where the
 layout put it (data address, shape, dtype), its gradient is the layout's
-view (the same object, at its address, of its shape and dtype), its state
-entries are the layout's views; and once per step that ``opt.state`` holds
+view (the same object, at its address: its shape and dtype change only if
+it is re-viewed in place), its state dict holds the same objects, the
+layout's views at their addresses; and once per step that ``opt.state`` holds
 the same state dicts, that every group's hyperparameters pass their checks
 and need the same states, that a parameter outside the layout has no
 gradient, and that the counts of a segment agree. Otherwise the step takes
@@ -157,22 +158,23 @@ class Segment:
             e = self.states[name] = (t, a, [self.view(t, i) for i in range(len(self.params))])
         return e
 
-    def adopt(self, i, st, names, counted, seen):
-        """Move parameter i's states (the dict st) into the buffers: every
-        entry of names (and 'step' when counted) becomes the layout's view,
-        values copied. False if one cannot (the checked route decides)."""
+    def adopt(self, i, st, names, counted, seen, moves):
+        """Plan moving parameter i's states (the dict st) into the buffers:
+        every entry of names (and 'step' when counted) is to become the
+        layout's view, its values copied: (st, key, views, i, view, source)
+        appended to moves (FlatLayout.arm copies them all at once). False if
+        one cannot move (the checked route decides)."""
         p = self.params[i]
         for name in names:
             s = st.get(name)
             flat, _, views = self.state(name)
-            if s is views[i] and _placed(s, self.view(flat, i)):
+            v = self.view(flat, i)
+            if s is views[i] and _placed(s, v):
                 continue
             if not _movable(s, p) or id(s) in seen:
                 return False
             seen.add(id(s))
-            v = views[i] = self.view(flat, i)
-            v.copy_(s)
-            st[name] = v
+            moves.append((st, name, views, i, v, s))
         if not counted:
             return True
         c = st.get("step")
@@ -187,10 +189,20 @@ class Segment:
         elif self.counts[0].dtype is not c.dtype:
             return False
         seen.add(id(c))
-        v = self.counts[2][i] = self.counts[0][i]
-        v.copy_(c)
-        st["step"] = v
+        moves.append((st, "step", self.counts[2], i, self.counts[0][i], c))
         return True
+
+
+def _move(moves, segments):
+    """Copy the planned states into their places, reading every source
+    first when it lives in the layout's own memory (states swapped between
+    parameters must not overwrite each other), and make the entries views."""
+    mine = {t.untyped_storage().data_ptr() for s in segments for t, _ in s.buffers()}
+    srcs = [s.clone() if s.untyped_storage().data_ptr() in mine else s
+            for *_, s in moves]
+    for (st, key, views, i, v, _), s in zip(moves, srcs):
+        v.copy_(s)
+        views[i] = st[key] = v
 
 
 class Record:
@@ -259,7 +271,7 @@ class FlatLayout:
         if len(pgs) != len(self.groups) or not all(s.in_place() for s in self.segments):
             return None
         by_id = {id(k): v for k, v in opt.state.items()}    # no tensor hashed
-        groups, names_of, seen = [], [], set()
+        groups, names_of, seen, moves = [], [], set(), []
         for gi, (group, (plist, params, where)) in enumerate(zip(pgs, self.groups)):
             if group.get("params") is not plist or len(plist) != len(params) or any(
                     a is not b for a, b in zip(plist, params)):
@@ -281,12 +293,18 @@ class FlatLayout:
                 if st is None and (names or opt._COUNTS):
                     return None
                 if st is not None and (type(st) is not dict or not seg.adopt(
-                        i, st, names, opt._COUNTS, seen)):
+                        i, st, names, opt._COUNTS, seen, moves)):
                     return None
-                recs.append((seg.gviews[i], seg.pptrs[i], seg.gptrs[i], seg.shapes[i],
-                             seg.dtype, st, _values(st, names, opt._COUNTS)))
-            groups.append((plist, params, tuple(recs)))
+                recs.append((seg, i, st))
+            groups.append((plist, params, recs))
             names_of.append(names)
+        _move(moves, self.segments)
+        for k, (plist, params, recs) in enumerate(groups):
+            groups[k] = (plist, params, tuple(
+                None if r is None else (r[0].gviews[r[1]], r[0].pptrs[r[1]],
+                                        r[0].gptrs[r[1]], r[0].shapes[r[1]], r[0].dtype,
+                                        r[2], _values(r[2], names_of[k], opt._COUNTS))
+                for r in recs))
         return Record(tuple(groups), tuple(names_of), tuple(opt.state.items()),
                       tuple(self.segments))
 
