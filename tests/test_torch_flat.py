@@ -491,3 +491,14 @@ def test_a_segment_of_empty_parameters(flat_steps):
     pair = Pair("Adam", shapes=[(0,), (0, 3), (2,), (0,)])
     train(pair, 4)
     assert flat_steps[0] == 3
+
+
+def test_memory_shared_with_a_parameter_that_stays():
+    base = torch.zeros(4, 6)
+    a = torch.nn.Parameter(base[:, ::2])                       # strided: spans the rows
+    frozen = torch.nn.Parameter(base[2, 4:], requires_grad=False)  # shares base[2, 4]
+    with pytest.raises(ValueError, match=r"param_groups\[0\]\['params'\]\[0\] shares memory"):
+        ft.SGD([a, frozen], lr=0.1, flat=True)
+    b = torch.nn.Parameter(torch.zeros(2, 2), requires_grad=False)
+    c = torch.nn.Parameter(b.detach()[0], requires_grad=False)    # neither moves
+    ft.SGD([torch.nn.Parameter(torch.ones(3)), b, c], lr=0.1, flat=True)

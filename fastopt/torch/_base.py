@@ -446,25 +446,37 @@ class _FastoptOptimizer(torch.optim.Optimizer):
 
 def _check_flat(f, plists, others=()):
     """The parameters (lists plists) that flat=True lays out, checked
-    before any moves: what the step accepts, and no two sharing memory
-    (each gets its own place in the buffers, so sharing would end)."""
+    before any moves: what the step accepts, and none sharing memory with
+    another parameter (each that moves gets its own place in the buffers,
+    so the sharing would end). others: the lists already laid out."""
     spans = []
     for k, plist in enumerate(plists):
         for i, p in enumerate(plist):
-            if not isinstance(p, torch.Tensor) or not p.requires_grad:
-                continue            # left where it is (torch checks the type)
+            if not isinstance(p, torch.Tensor):
+                continue                # torch says what is wrong with it
             w = f"param_groups[{len(others) + k}]['params'][{i}]"
-            _check_param(f, w, p)
-            if p.numel():
-                spans.append((p.data_ptr(), p.data_ptr() + p.numel() * p.element_size(), w))
-    for plist in others:
-        spans += [(p.data_ptr(), p.data_ptr() + p.numel() * p.element_size(), "a parameter "
-                   "of another group") for p in plist if p.numel()]
-    spans.sort(key=lambda s: s[:2])
-    for a, b in zip(spans, spans[1:]):
-        if b[0] < a[1]:
-            raise ValueError(f"{f}: with flat=True, {b[2]} shares memory with {a[2]}; "
-                             f"the flat buffers would give each its own copy")
+            if p.requires_grad:
+                _check_param(f, w, p)
+            spans.append(_span(p, w, p.requires_grad))
+    spans += [_span(p, "a parameter of another group", False)
+              for plist in others for p in plist if isinstance(p, torch.Tensor)]
+    spans = sorted(s for s in spans if s[1] > s[0])
+    for j, (_, hi, w, moves) in enumerate(spans):
+        for lo2, _, w2, moves2 in spans[j + 1:]:
+            if lo2 >= hi:
+                break
+            if moves or moves2:
+                raise ValueError(f"{f}: with flat=True, {w2 if moves2 else w} shares memory "
+                                 f"with {w if moves2 else w2}; the flat buffers would give "
+                                 f"each its own copy")
+
+
+def _span(p, where, moves):
+    """The bytes tensor p covers (its strides may leave gaps), and its labels."""
+    n = p.numel() and 1 + sum((d - 1) * abs(s) for d, s in zip(p.shape, p.stride()))
+    lo = p.data_ptr() - p.element_size() * sum(
+        (d - 1) * -s for d, s in zip(p.shape, p.stride()) if s < 0)
+    return (lo, lo + n * p.element_size(), where, moves)
 
 
 def _zeros(p):
