@@ -502,3 +502,17 @@ def test_memory_shared_with_a_parameter_that_stays():
     b = torch.nn.Parameter(torch.zeros(2, 2), requires_grad=False)
     c = torch.nn.Parameter(b.detach()[0], requires_grad=False)    # neither moves
     ft.SGD([torch.nn.Parameter(torch.ones(3)), b, c], lr=0.1, flat=True)
+
+
+def test_zero_grad_after_the_params_list_was_edited(flat_steps):
+    ps = make_params([(3,), (4,)])
+    opt = ft.SGD(ps, lr=0.1, flat=True)
+    extra = torch.nn.Parameter(torch.ones(2, dtype=torch.float64))
+    opt.param_groups[0]["params"].append(extra)
+    give(ps + [extra], grads(0, ps + [extra]))
+    opt.step()
+    opt.zero_grad()
+    assert all(torch.equal(p.grad, torch.zeros_like(p)) for p in ps + [extra])
+    give(ps + [extra], grads(1, ps + [extra]))
+    opt.step()
+    assert flat_steps[0] == 0           # the list is not the one laid out

@@ -391,10 +391,18 @@ class FlatLayout:
                     _zero(p)
                 moved = True
             seg.gn.fill(0)
-        laid = {id(p) for seg in self.segments for p in seg.params}
-        for group in opt.param_groups:
-            for p in group["params"]:
-                if id(p) not in laid and p.grad is not None:
+        laid = None
+        for gi, group in enumerate(opt.param_groups):
+            plist = group["params"]
+            if gi < len(self.groups) and plist is self.groups[gi][0] and len(plist) == len(
+                    self.groups[gi][1]) and all(a is b for a, b in zip(plist, self.groups[gi][1])):
+                rest = [p for p, w in zip(plist, self.groups[gi][2]) if w is None]
+            else:                       # the list was edited: every parameter not laid out
+                if laid is None:
+                    laid = {id(p) for seg in self.segments for p in seg.params}
+                rest = [p for p in plist if id(p) not in laid]
+            for p in rest:
+                if p.grad is not None:
                     _zero(p)
         if moved:
             self.changed()
