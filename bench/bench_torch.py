@@ -17,6 +17,8 @@ copy of the tensors:
     fastopt.optim   fastopt.optim.OnnxMomentum/AdamW over NumPy views of the
                     same shapes (its own prepared step): the C step with the
                     least Python in front of it
+    DeepSpeedCPUAdam  AdamW only, when deepspeed is importable (its own
+                    environment: it is no dependency of fastopt's)
 
 Printed: p50 and p99 ms of each, the median of the per-round quotients
 against torch fused (paired samples, so load common to both cancels),
@@ -31,6 +33,7 @@ idle). Nothing is asserted; speed lives in bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import subprocess
 import sys
 import time
@@ -92,6 +95,10 @@ def calls(shapes, rule):
         opt = fo.AdamW([p.detach().numpy() for p in d], **ADAMW)
     gs = [p.grad.numpy() for p in d]
     out["fastopt.optim"] = lambda: opt.step(gs)
+    if rule == "adamw" and importlib.util.find_spec("deepspeed") is not None:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+        out["DeepSpeedCPUAdam"] = DeepSpeedCPUAdam(_params(torch, shapes, 6), adamw_mode=True,
+                                                   **ADAMW).step
     for f in out.values():      # first steps: states made, plans prepared
         f()
         f()
@@ -118,7 +125,7 @@ def report(label, n, times, out=sys.stdout):
     print(f"{label} ({len(ref)} rounds)", file=out)
     for k, v in times.items():
         v = np.array(v)
-        print(f"  {k:14s} p50 {np.median(v) * 1e3:8.3f} ms  p99 "
+        print(f"  {k:16s} p50 {np.median(v) * 1e3:8.3f} ms  p99 "
               f"{np.percentile(v, 99) * 1e3:8.3f} ms   / torch fused "
               f"{np.median(v / ref):5.2f} x", file=out)
     opt = np.array(times["fastopt.optim"])
