@@ -7,16 +7,23 @@ copy of the tensors:
 
     fastopt.torch   the drop-in as users call it (the prepared step after
                     the first call)
+    flat            the drop-in with flat=True: parameters, gradients and
+                    states in fastopt's buffers, one C call a step
+    flat 4k         the same with its buffers on 4 KiB pages (no huge-page
+                    advice): what the pages give
     full route      the same optimizer with the prepared step switched off:
                     every step checked in full (what it was before)
     torch fused     torch.optim.SGD/AdamW(fused=True)
     fastopt.optim   fastopt.optim.OnnxMomentum/AdamW over NumPy views of the
                     same shapes (its own prepared step): the C step with the
                     least Python in front of it
+    DeepSpeedCPUAdam  AdamW only, when deepspeed is importable (its own
+                    environment: it is no dependency of fastopt's)
 
 Printed: p50 and p99 ms of each, the median of the per-round quotients
-against torch fused (paired samples, so load common to both cancels), and
-fastopt.torch's cost per parameter over fastopt.optim's. With ``--load
+against torch fused (paired samples, so load common to both cancels),
+fastopt.torch's cost per parameter over fastopt.optim's, and flat's
+per-round quotient over fastopt.optim (the target: at most 1.5). With ``--load
 busy`` a spinning process shares the machine (a training machine is never
 idle). Nothing is asserted; speed lives in bench/RESULTS.md.
 
@@ -26,6 +33,7 @@ idle). Nothing is asserted; speed lives in bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import subprocess
 import sys
 import time
@@ -64,22 +72,33 @@ def calls(shapes, rule):
 
     import fastopt.optim as fo
     import fastopt.torch as ft
+    import fastopt.torch._flat as tf
     import fastopt.torch._prep as tp
     out = {}
-    a, b, c, d = (_params(torch, shapes, s) for s in range(4))
+    a, b, c, d, e, f = (_params(torch, shapes, s) for s in range(6))
+    cls, kw = (ft.SGD, SGD) if rule == "sgd" else (ft.AdamW, ADAMW)
+    out["fastopt.torch"] = cls(a, **kw).step
+    out["flat"] = cls(e, **kw, flat=True).step   # .grad moves in
+    tf.HUGE_PAGES = False
+    try:
+        out["flat 4k"] = cls(f, **kw, flat=True).step
+        out["flat 4k"]()        # the states' buffers made here too
+        out["flat 4k"]()
+    finally:
+        tf.HUGE_PAGES = True
+    out["full route"] = _full_route(cls(b, **kw), tp)
+    out["torch fused"] = getattr(torch.optim, cls.__name__)(c, **kw, fused=True).step
     if rule == "sgd":
-        out["fastopt.torch"] = ft.SGD(a, **SGD).step
-        out["full route"] = _full_route(ft.SGD(b, **SGD), tp)
-        out["torch fused"] = torch.optim.SGD(c, **SGD, fused=True).step
         opt = fo.OnnxMomentum([p.detach().numpy() for p in d], lr=SGD["lr"], alpha=0.9,
-                          norm_coefficient=SGD["weight_decay"])
+                              norm_coefficient=SGD["weight_decay"])
     else:
-        out["fastopt.torch"] = ft.AdamW(a, **ADAMW).step
-        out["full route"] = _full_route(ft.AdamW(b, **ADAMW), tp)
-        out["torch fused"] = torch.optim.AdamW(c, **ADAMW, fused=True).step
         opt = fo.AdamW([p.detach().numpy() for p in d], **ADAMW)
     gs = [p.grad.numpy() for p in d]
     out["fastopt.optim"] = lambda: opt.step(gs)
+    if rule == "adamw" and importlib.util.find_spec("deepspeed") is not None:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+        out["DeepSpeedCPUAdam"] = DeepSpeedCPUAdam(_params(torch, shapes, 6), adamw_mode=True,
+                                                   **ADAMW).step
     for f in out.values():      # first steps: states made, plans prepared
         f()
         f()
@@ -106,12 +125,13 @@ def report(label, n, times, out=sys.stdout):
     print(f"{label} ({len(ref)} rounds)", file=out)
     for k, v in times.items():
         v = np.array(v)
-        print(f"  {k:14s} p50 {np.median(v) * 1e3:8.3f} ms  p99 "
+        print(f"  {k:16s} p50 {np.median(v) * 1e3:8.3f} ms  p99 "
               f"{np.percentile(v, 99) * 1e3:8.3f} ms   / torch fused "
               f"{np.median(v / ref):5.2f} x", file=out)
-    extra = np.median(np.array(times["fastopt.torch"]) - np.array(times["fastopt.optim"]))
-    print(f"  fastopt.torch over fastopt.optim: {extra / n * 1e6:.2f} us per parameter",
-          file=out)
+    opt = np.array(times["fastopt.optim"])
+    extra = np.median(np.array(times["fastopt.torch"]) - opt)
+    print(f"  fastopt.torch over fastopt.optim: {extra / n * 1e6:.2f} us per parameter; "
+          f"flat / fastopt.optim {np.median(np.array(times['flat']) / opt):.2f} x", file=out)
 
 
 def _resnet50():

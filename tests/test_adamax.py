@@ -79,7 +79,7 @@ def test_signatures_are_torchs():
     want = inspect.signature(torch.optim.Adamax.__init__).parameters
     got = inspect.signature(ft.Adamax.__init__).parameters
     assert [(p.name, p.kind, p.default) for p in want.values()] == [
-        (p.name, p.kind, p.default) for p in got.values() if p.name != "n_threads"]
+        (p.name, p.kind, p.default) for p in got.values() if p.name not in ("n_threads", "flat")]
 
 
 @pytest.mark.parametrize("name,value,exc", [

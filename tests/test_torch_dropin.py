@@ -49,10 +49,14 @@ def train(opt, ps, steps, start=0):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_signature_is_torchs(name):
-    """Every torch argument, same kind, same default; fastopt adds n_threads."""
+    """Every torch argument, same kind, same default; fastopt adds n_threads
+    and flat (keyword-only, after torch's)."""
     theirs = inspect.signature(getattr(torch.optim, name).__init__).parameters
     ours = dict(inspect.signature(getattr(ft, name).__init__).parameters)
+    assert list(ours)[-2:] == ["n_threads", "flat"]
     assert ours.pop("n_threads").kind is inspect.Parameter.KEYWORD_ONLY
+    flat = ours.pop("flat")
+    assert flat.kind is inspect.Parameter.KEYWORD_ONLY and flat.default is False
     assert list(ours) == list(theirs)
     for k, p in theirs.items():
         assert ours[k].kind == p.kind, k

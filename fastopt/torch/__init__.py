@@ -50,6 +50,56 @@ above. Until a step notices a change, the optimizer holds the memory of
 the parameters and states it last updated (after ``p.data = new``, the old
 memory is released by the next step).
 
+The flat layout
+---------------
+With ``flat=True`` (the drop-ins: SGD, Adagrad, Adam, AdamW, RMSprop,
+Adamax, Adadelta, RAdam, Lion) the optimizer moves, when it is built, every parameter that
+requires grad into memory that fastopt allocates: per parameter group and
+dtype, one contiguous buffer of the parameters and one of their gradients
+(large buffers 2 MiB-aligned and advised to sit on huge pages where the OS
+offers them). Each parameter's ``.data`` becomes a view of its buffer (its
+values and shape unchanged, now contiguous), a ``.grad`` it has becomes a
+view of the gradient buffer, and the states the steps create move into
+buffers of their own, ``opt.state`` holding views of them (``'step'``
+too). autograd accumulates into an existing ``.grad`` in place, so after
+:meth:`zero_grad` the backward pass writes straight into the buffers.
+
+A step then checks, per parameter, only that the layout still holds (the
+parameter's data address, dtype and shape; its ``.grad`` the layout's view
+at its address; its state entries the layout's) and runs ONE C call over
+the buffers, one tensor per group and dtype. If anything moved (``.grad``
+set to None or replaced, ``p.data = ...``, a state replaced,
+``load_state_dict``, hyperparameters that need other states) the step takes
+the checked route above over the same memory, with the same numbers, and
+the flat step resumes once the layout holds again (states found outside the
+buffers are copied into them; :meth:`zero_grad` puts the gradient views
+back). A parameter added by ``add_param_group`` gets buffers of its own.
+
+What changes for the user:
+
+- ``zero_grad()`` (and ``zero_grad(set_to_none=False)``) zeroes the
+  gradient buffers and keeps the views; a ``.grad`` that is there but is
+  not its view (a backward's first gradient) becomes it, zeroed; a ``None``
+  stays ``None``, as with torch's ``set_to_none=False``. So a parameter
+  that took no part in a backward steps with a zero gradient, as in
+  torch.optim after ``zero_grad(set_to_none=False)``, where torch's default
+  would skip it. ``zero_grad(set_to_none=True)``, given explicitly, sets
+  every ``.grad`` to None as torch does; the steps then take the checked
+  route until a ``zero_grad()`` after the next backward puts the views back.
+- Every parameter of the buffers needs its gradient there for the flat
+  step: one that never gets a gradient (left out of the forward pass, or
+  set to None each step) keeps the optimizer on the checked route. A
+  parameter that does not require grad when the optimizer is built stays
+  where it is; it must have no gradient for the flat step.
+- The parameters are views of one storage: ``torch.save`` of one
+  parameter (not of a ``state_dict``) writes the whole buffer, and memory
+  shared between parameters before (which ``flat=True`` refuses, as it
+  would end) or views taken of a parameter before the optimizer was built
+  no longer follow it.
+- ``state_dict()`` holds the state views (as torch's holds its state
+  tensors, not copies); checkpoints move between flat, non-flat and
+  torch.optim optimizers both ways.
+
 This module imports torch; ``import fastopt`` alone never does.
 """
 from typing import ClassVar as _ClassVar
@@ -106,6 +156,10 @@ class SGD(_FastoptOptimizer):
         torch's; only their defaults (None/False) are supported.
     n_threads : int, optional
         Threads for the C step (None: fastopt's current default).
+    flat : bool, default False
+        Parameters, gradients and states in fastopt's flat buffers: a step
+        is one C call after a short check (see the module, "The flat
+        layout").
 
     Notes
     -----
@@ -119,14 +173,14 @@ class SGD(_FastoptOptimizer):
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
                  nesterov=False, *, maximize=False, foreach=None, differentiable=False,
-                 fused=None, n_threads=None):
+                 fused=None, n_threads=None, flat=False):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("fastopt.torch.SGD: nesterov needs a momentum > 0 and "
                              "dampening 0")
         d = {"lr": lr, "momentum": momentum, "dampening": dampening,
              "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize,
              "foreach": foreach, "differentiable": differentiable, "fused": fused}
-        super().__init__(params, d, n_threads)
+        super().__init__(params, d, n_threads, flat)
 
     def _group(self, h):
         mom = h["momentum"]
@@ -160,6 +214,10 @@ class Adagrad(_FastoptOptimizer):
     differentiable, fused
         torch's; only their defaults are supported.
     n_threads : int, optional
+    flat : bool, default False
+        Parameters, gradients and states in fastopt's flat buffers: a step
+        is one C call after a short check (see the module, "The flat
+        layout").
 
     Notes
     -----
@@ -177,11 +235,11 @@ class Adagrad(_FastoptOptimizer):
 
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
                  initial_accumulator_value=0, eps=1e-10, foreach=None, *, maximize=False,
-                 differentiable=False, fused=None, n_threads=None):
+                 differentiable=False, fused=None, n_threads=None, flat=False):
         d = {"lr": lr, "lr_decay": lr_decay, "eps": eps, "weight_decay": weight_decay,
              "initial_accumulator_value": initial_accumulator_value, "foreach": foreach,
              "maximize": maximize, "differentiable": differentiable, "fused": fused}
-        super().__init__(params, d, n_threads)
+        super().__init__(params, d, n_threads, flat)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.is_floating_point():   # the others are refused by step()
@@ -231,6 +289,10 @@ class Adam(_FastoptOptimizer):
     foreach, capturable, differentiable, fused
         torch's; only their defaults are supported.
     n_threads : int, optional
+    flat : bool, default False
+        Parameters, gradients and states in fastopt's flat buffers: a step
+        is one C call after a short check (see the module, "The flat
+        layout").
 
     Notes
     -----
@@ -246,13 +308,13 @@ class Adam(_FastoptOptimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  amsgrad=False, *, foreach=None, maximize=False, capturable=False,
                  differentiable=False, fused=None, decoupled_weight_decay=False,
-                 n_threads=None):
+                 n_threads=None, flat=False):
         d = {"lr": lr, "betas": tuple(betas) if isinstance(betas, list) else betas,
              "eps": eps, "weight_decay": weight_decay, "amsgrad": amsgrad,
              "maximize": maximize, "foreach": foreach, "capturable": capturable,
              "differentiable": differentiable,
              "fused": fused, "decoupled_weight_decay": decoupled_weight_decay}
-        super().__init__(params, d, n_threads)
+        super().__init__(params, d, n_threads, flat)
 
     def _group(self, h):
         b1, b2 = h["betas"]
@@ -278,7 +340,7 @@ class AdamW(Adam):
 
     Parameters
     ----------
-    params, lr, betas, eps, amsgrad, maximize, n_threads
+    params, lr, betas, eps, amsgrad, maximize, n_threads, flat
         As :class:`Adam`.
     weight_decay : float, default 1e-2
     foreach, capturable, differentiable, fused
@@ -287,11 +349,11 @@ class AdamW(Adam):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  amsgrad=False, *, maximize=False, foreach=None, capturable=False,
-                 differentiable=False, fused=None, n_threads=None):
+                 differentiable=False, fused=None, n_threads=None, flat=False):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
                          maximize=maximize, capturable=capturable,
                          differentiable=differentiable, fused=fused,
-                         decoupled_weight_decay=True, n_threads=n_threads)
+                         decoupled_weight_decay=True, n_threads=n_threads, flat=flat)
 
     def __setstate__(self, state):
         super().__setstate__(state)

@@ -19,7 +19,7 @@ import torch
 
 from .. import _dtypes, _interrupt, _step
 from .. import _validation as _v
-from . import _prep
+from . import _flat, _prep
 
 _DTYPES = _dtypes.torch_dtypes(torch)
 _UNSUPPORTED = ("foreach", "fused", "capturable", "differentiable")
@@ -162,16 +162,61 @@ class _FastoptOptimizer(torch.optim.Optimizer):
     _COUNTS = True
     _T_ADD = 1
 
-    def __init__(self, params, defaults, n_threads):
+    def __init__(self, params, defaults, n_threads, flat=False):
         name = f"fastopt.torch.{type(self).__name__}"
         self.n_threads = _v.check_n_threads(name, n_threads)
+        if not isinstance(flat, bool):
+            raise TypeError(f"{name}: flat must be True or False, got {type(flat).__name__}")
         self.last_step = None
         # id(tensor) -> (tensor, data_ptr, shape, strides, NumPy view), of the
         # last step (_views) and, while a step plans, of the one before (_old)
         self._views = self._old = {}
         self._prep = None       # the prepared step (_prep.Prepared)
+        self._flat = None       # the flat layout (_flat.FlatLayout), with flat=True
         self._checked(name, defaults, None)
         super().__init__(params, defaults)
+        if flat:
+            _check_flat(name, [g["params"] for g in self.param_groups])
+            self._flat = _flat.FlatLayout()
+            for gi, group in enumerate(self.param_groups):
+                self._flat.add_group(gi, group["params"])
+
+    @property
+    def flat(self) -> bool:
+        """Whether the parameters, gradients and states live in fastopt's
+        flat buffers (the ``flat=True`` layout)."""
+        return self._flat is not None
+
+    def add_param_group(self, param_group: dict) -> None:
+        """torch's add_param_group; on a flat optimizer the group's
+        parameters that require grad move into new buffers of their own."""
+        lay = getattr(self, "_flat", None)
+        if lay is None:
+            return super().add_param_group(param_group)
+        ps = param_group.get("params") if isinstance(param_group, dict) else None
+        if ps is not None and not isinstance(ps, set):     # (torch refuses a set)
+            if isinstance(ps, torch.Tensor):
+                ps = [ps]
+            else:
+                param_group["params"] = ps = list(ps)     # as torch would; read once
+            _check_flat(f"fastopt.torch.{type(self).__name__}.add_param_group", [ps],
+                        [g["params"] for g in self.param_groups])
+        super().add_param_group(param_group)
+        lay.add_group(len(self.param_groups) - 1, self.param_groups[-1]["params"])
+        return None
+
+    def zero_grad(self, set_to_none: bool | None = None) -> None:
+        """torch's zero_grad. On a flat optimizer the default (and
+        ``set_to_none=False``) zeroes the gradient buffers and keeps every
+        ``.grad`` a view of them (a gradient that is there but is not its
+        view becomes it; a ``None`` stays ``None``); ``set_to_none=True``
+        sets every ``.grad`` to None as torch does, and the steps take the
+        checked route until the next zero_grad puts the views back after a
+        backward. Without flat, None means torch's default (True)."""
+        if self._flat is None or set_to_none:
+            return super().zero_grad(set_to_none is not False)
+        self._flat.zero_grad(self)
+        return None
 
     def __getstate__(self):
         return {**super().__getstate__(), "n_threads": self.n_threads}
@@ -182,6 +227,8 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         self.last_step = None
         self._views = self._old = {}
         self._prep = None
+        if self.__dict__.setdefault("_flat", None) is not None:
+            self._flat.changed()        # load_state_dict: new groups and states
         for group in self.param_groups:
             for k, v in self.defaults.items():
                 group.setdefault(k, v)
@@ -348,6 +395,11 @@ class _FastoptOptimizer(torch.optim.Optimizer):
     def _update(self, f, opts) -> None:
         """The update of step(), run whole (a KeyboardInterrupt meanwhile
         is raised after it: fastopt._interrupt)."""
+        if self._flat is not None:
+            info = self._flat.run(self, f, opts)
+            if info is not None:
+                self.last_step = info
+                return
         prep = self._prep
         if prep is not None:
             info = prep.run(self, f, opts)
@@ -375,6 +427,8 @@ class _FastoptOptimizer(torch.optim.Optimizer):
             return
         for p, new in fresh:
             self.state[p].update(new)
+        if fresh and self._flat is not None:
+            self._flat.changed()        # new states to move into the buffers
         if self._COUNTS:
             for p in counted:
                 st = self.state[p]
@@ -388,6 +442,41 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                     st["step"] += 1
         if self._prep is None:
             self._prep = _prep.build(self, args, names_of, counted)
+
+
+def _check_flat(f, plists, others=()):
+    """The parameters (lists plists) that flat=True lays out, checked
+    before any moves: what the step accepts, and none sharing memory with
+    another parameter (each that moves gets its own place in the buffers,
+    so the sharing would end). others: the lists already laid out."""
+    spans = []
+    for k, plist in enumerate(plists):
+        for i, p in enumerate(plist):
+            if not isinstance(p, torch.Tensor):
+                continue                # torch says what is wrong with it
+            w = f"param_groups[{len(others) + k}]['params'][{i}]"
+            if p.requires_grad:
+                _check_param(f, w, p)
+            spans.append(_span(p, w, p.requires_grad))
+    spans += [_span(p, "a parameter of another group", False)
+              for plist in others for p in plist if isinstance(p, torch.Tensor)]
+    spans = sorted(s for s in spans if s[1] > s[0])
+    for j, (_, hi, w, moves) in enumerate(spans):
+        for lo2, _, w2, moves2 in spans[j + 1:]:
+            if lo2 >= hi:
+                break
+            if moves or moves2:
+                raise ValueError(f"{f}: with flat=True, {w2 if moves2 else w} shares memory "
+                                 f"with {w if moves2 else w2}; the flat buffers would give "
+                                 f"each its own copy")
+
+
+def _span(p, where, moves):
+    """The bytes tensor p covers (its strides may leave gaps), and its labels."""
+    n = p.numel() and 1 + sum((d - 1) * abs(s) for d, s in zip(p.shape, p.stride()))
+    lo = p.data_ptr() - p.element_size() * sum(
+        (d - 1) * -s for d, s in zip(p.shape, p.stride()) if s < 0)
+    return (lo, lo + n * p.element_size(), where, moves)
 
 
 def _zeros(p):

@@ -18,7 +18,9 @@ import numpy as np
 
 cnp.import_array()
 
-from cpython.dict cimport PyDict_Next
+from cpython.dict cimport PyDict_Next, PyDict_Size
+from cpython.long cimport PyLong_AsVoidPtr
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from libc.math cimport floor
 
 cdef double _MAX_COUNT = 9007199254740992.0     # 2**53
@@ -188,3 +190,278 @@ def torch_advance(list counts):
                 (<double *>cnp.PyArray_DATA(view))[0] += 1.0
         else:
             c["step"] += 1
+
+
+# ---- the flat layout (fastopt/torch/_flat.py) ---------------------------------------
+
+cdef extern from "Python.h":
+    # descrobject.h / methodobject.h: a getset descriptor's C getter and a
+    # method descriptor's C function (stable since Python 2; not the
+    # limited API)
+    ctypedef object (*_getter "getter")(object, void *)
+    ctypedef struct PyGetSetDef:
+        _getter get
+        void *closure
+    ctypedef struct PyGetSetDescrObject:
+        PyGetSetDef *d_getset
+    ctypedef object (*_cfunc "PyCFunction")(object, PyObject *)
+    ctypedef struct PyMethodDef:
+        _cfunc ml_meth
+        int ml_flags
+    ctypedef struct PyMethodDescrObject:
+        PyMethodDef *d_method
+    int METH_NOARGS
+
+
+# torch's own getters of .grad, .dtype, .shape and its data_ptr(), called
+# directly (flat_accessors): an attribute read through the type costs a
+# lookup and a descriptor call more, ~15 ns each, four of them a parameter
+cdef _getter _get_grad = NULL
+cdef _getter _get_dtype = NULL
+cdef _getter _get_shape = NULL
+cdef void *_cl_grad = NULL
+cdef void *_cl_dtype = NULL
+cdef void *_cl_shape = NULL
+cdef _cfunc _data_ptr = NULL
+
+
+def flat_accessors(grad, dtype, shape, data_ptr):
+    """Install torch's getset descriptors of grad, dtype and shape and its
+    method descriptor of data_ptr (from torch._C.TensorBase) for
+    FlatCheck's direct calls; False (and nothing installed) when they are
+    not of those kinds, METH_NOARGS for data_ptr."""
+    global _get_grad, _get_dtype, _get_shape, _cl_grad, _cl_dtype, _cl_shape, _data_ptr
+    getset = type(type.__dict__["__name__"])
+    method = type(str.__dict__["upper"])
+    if (type(grad) is not getset or type(dtype) is not getset or type(shape) is not getset
+            or type(data_ptr) is not method
+            or (<PyMethodDescrObject *>data_ptr).d_method.ml_flags != METH_NOARGS):
+        return False
+    _get_grad = (<PyGetSetDescrObject *>grad).d_getset.get
+    _cl_grad = (<PyGetSetDescrObject *>grad).d_getset.closure
+    _get_dtype = (<PyGetSetDescrObject *>dtype).d_getset.get
+    _cl_dtype = (<PyGetSetDescrObject *>dtype).d_getset.closure
+    _get_shape = (<PyGetSetDescrObject *>shape).d_getset.get
+    _cl_shape = (<PyGetSetDescrObject *>shape).d_getset.closure
+    _data_ptr = (<PyMethodDescrObject *>data_ptr).d_method.ml_meth
+    return True
+
+
+cdef inline object _grad(object t, bint direct):
+    return _get_grad(t, _cl_grad) if direct else t.grad
+
+
+cdef inline object _dtype(object t, bint direct):
+    return _get_dtype(t, _cl_dtype) if direct else t.dtype
+
+
+cdef inline object _shape(object t, bint direct):
+    return _get_shape(t, _cl_shape) if direct else t.shape
+
+
+cdef inline void *_address(object t, bint direct) except? NULL:
+    return PyLong_AsVoidPtr(_data_ptr(t, NULL) if direct else t.data_ptr())
+
+
+cdef class FlatCheck:
+    """Does the flat layout hold this step (fastopt/torch/_flat.py)? Built
+    from the groups' records (see __init__), checked by :meth:`check`.
+    The facts compared sit in C arrays: the check runs for every parameter
+    every step, where each torch attribute read costs 35-100 ns (more with
+    its objects out of cache) and each object of ours read is one more
+    cache line."""
+
+    cdef tuple keep             # every object the arrays point at, held
+    cdef tuple plists           # per group: its params list
+    cdef Py_ssize_t ng, n, nst
+    cdef bint direct            # torch's getters called directly (flat_accessors)
+    cdef Py_ssize_t *sizes      # per group: its number of parameters
+    cdef PyObject **params      # per parameter (all groups, in order)
+    cdef PyObject **gviews      # the gradient view; NULL outside the layout
+    cdef void **pptr
+    cdef void **gptr
+    cdef PyObject **shapes
+    cdef PyObject **dtypes
+    cdef PyObject **dicts       # the state dict (NULL: no states)
+    cdef Py_ssize_t *st0        # its values are views[st0[i]:st0[i + 1]], in order
+    cdef PyObject **views
+    cdef void **vptr            # a layout view's address (NULL: another value)
+    cdef char *vmine            # 1: the value is a layout view (its address compared)
+
+    def __cinit__(self, tuple groups, bint direct):
+        """direct: every parameter and gradient view reads grad, dtype,
+        shape and data_ptr through the accessors flat_accessors installed
+        (their types override none of them). groups: per group (params
+        list, params tuple, records); a record
+        is None for a parameter outside the layout (it must have no
+        gradient), else (gradient view, parameter address, gradient
+        address, shape, dtype, state dict or None, the dict's values in
+        order, each as (value, its address if it is a layout view else
+        None))."""
+        cdef Py_ssize_t gi, i, j, k = 0, m = 0
+        cdef tuple grp, rec, sts
+        self.keep = groups
+        self.direct = direct and _get_grad != NULL
+        self.plists = tuple(grp[0] for grp in groups)
+        self.ng = len(groups)
+        self.n = sum(len(grp[1]) for grp in groups)
+        self.nst = sum(len(rec[6]) for grp in groups for rec in grp[2] if rec is not None)
+        self.sizes = <Py_ssize_t *>PyMem_Calloc(self.ng + 1, sizeof(Py_ssize_t))
+        self.params = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
+        self.gviews = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
+        self.pptr = <void **>PyMem_Calloc(self.n + 1, sizeof(void *))
+        self.gptr = <void **>PyMem_Calloc(self.n + 1, sizeof(void *))
+        self.shapes = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
+        self.dtypes = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
+        self.dicts = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
+        self.st0 = <Py_ssize_t *>PyMem_Calloc(self.n + 1, sizeof(Py_ssize_t))
+        self.views = <PyObject **>PyMem_Calloc(self.nst + 1, sizeof(PyObject *))
+        self.vptr = <void **>PyMem_Calloc(self.nst + 1, sizeof(void *))
+        self.vmine = <char *>PyMem_Calloc(self.nst + 1, sizeof(char))
+        if (not self.sizes or not self.params or not self.gviews or not self.pptr
+                or not self.gptr or not self.shapes or not self.dtypes or not self.dicts
+                or not self.st0 or not self.views or not self.vptr or not self.vmine):
+            raise MemoryError()
+        for gi in range(self.ng):
+            grp = <tuple>groups[gi]
+            self.sizes[gi] = len(grp[1])
+            for i in range(self.sizes[gi]):
+                self.params[k] = <PyObject *>grp[1][i]
+                self.st0[k] = m
+                if grp[2][i] is not None:
+                    rec = <tuple>grp[2][i]
+                    self.gviews[k] = <PyObject *>rec[0]
+                    self.pptr[k] = PyLong_AsVoidPtr(rec[1])
+                    self.gptr[k] = PyLong_AsVoidPtr(rec[2])
+                    self.shapes[k] = <PyObject *>rec[3]
+                    self.dtypes[k] = <PyObject *>rec[4]
+                    if rec[5] is not None:
+                        self.dicts[k] = <PyObject *>rec[5]
+                    sts = <tuple>rec[6]
+                    for j in range(len(sts)):
+                        self.views[m] = <PyObject *>sts[j][0]
+                        if sts[j][1] is not None:
+                            self.vmine[m] = 1
+                            self.vptr[m] = PyLong_AsVoidPtr(sts[j][1])
+                        m += 1
+                k += 1
+        self.st0[k] = m
+
+    def __dealloc__(self):
+        PyMem_Free(self.sizes)
+        PyMem_Free(self.params)
+        PyMem_Free(self.gviews)
+        PyMem_Free(self.pptr)
+        PyMem_Free(self.gptr)
+        PyMem_Free(self.shapes)
+        PyMem_Free(self.dtypes)
+        PyMem_Free(self.dicts)
+        PyMem_Free(self.st0)
+        PyMem_Free(self.views)
+        PyMem_Free(self.vptr)
+        PyMem_Free(self.vmine)
+
+    def check(self):
+        """0: the layout holds; 1: a gradient is not the layout's (this step
+        declines, the record stays); 2: something else moved (build anew).
+        A gradient is the layout's own view object at its address (its
+        dtype and shape change only if it is re-viewed in place); a
+        parameter keeps its address, dtype and shape; its state dict holds
+        the same objects in the same order (walked, not hashed), each
+        layout view at its address (``share_memory_()`` or ``.data =``
+        moves it)."""
+        cdef Py_ssize_t gi, i, j, k = 0, n, pos
+        cdef tuple params
+        cdef PyObject *key
+        cdef PyObject *value
+        cdef bint d = self.direct
+        for gi in range(self.ng):
+            plist = <object>PyTuple_GET_ITEM(self.plists, gi)
+            n = self.sizes[gi]
+            # a copy: Python code that an attribute read below may run (a
+            # finalizer, another thread) cannot shrink what is indexed
+            params = tuple(<list>plist)
+            if PyTuple_GET_SIZE(params) != n:
+                return 2
+            for i in range(n):
+                p = <object>PyTuple_GET_ITEM(params, i)
+                if <PyObject *>p != self.params[k]:
+                    return 2
+                g = _grad(p, d)
+                if self.gviews[k] == NULL:
+                    if g is not None:
+                        return 1
+                    k += 1
+                    continue
+                if <PyObject *>g != self.gviews[k] or _address(g, d) != self.gptr[k]:
+                    return 1
+                if (_address(p, d) != self.pptr[k]
+                        or _dtype(p, d) is not <object>self.dtypes[k]
+                        or _shape(p, d) != <object>self.shapes[k]):
+                    return 2
+                if self.dicts[k] != NULL:
+                    j, pos = self.st0[k], 0
+                    if PyDict_Size(<object>self.dicts[k]) != self.st0[k + 1] - j:
+                        return 2
+                    while PyDict_Next(<object>self.dicts[k], &pos, &key, &value):
+                        if value != self.views[j] or (
+                                self.vmine[j] and _address(<object>value, d) != self.vptr[j]):
+                            return 2
+                        j += 1
+                k += 1
+        return 0
+
+
+cdef inline double _count_at(cnp.ndarray a, Py_ssize_t i) noexcept:
+    if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32:
+        return (<float *>cnp.PyArray_DATA(a))[i]
+    return (<double *>cnp.PyArray_DATA(a))[i]
+
+
+def flat_counts(tuple counts):
+    """Each segment's counts (a 1-D float32/float64 array, or None when the
+    rule counts nothing: 0): the count when all agree, else the runs of
+    equal counts as ((first, stop, count), ...) over the segment's
+    parameters; None when a count is not a whole number in [0, 2**53)."""
+    cdef list out = [], runs
+    cdef cnp.ndarray a
+    cdef Py_ssize_t i, i0, n
+    cdef double v, w
+    for c in counts:
+        if c is None:
+            out.append(0)
+            continue
+        a = <cnp.ndarray>c
+        n = cnp.PyArray_SIZE(a)
+        v = _count_at(a, 0)
+        if not _count_ok(v):
+            return None
+        runs, i0 = [], 0
+        for i in range(1, n):
+            w = _count_at(a, i)
+            if w != v:
+                if not _count_ok(w):
+                    return None
+                runs.append((i0, i, <int64_t>v))
+                i0, v = i, w
+        if not runs:
+            out.append(<int64_t>v)
+        else:
+            runs.append((i0, n, <int64_t>v))
+            out.append(tuple(runs))
+    return out
+
+
+def flat_unbound(tuple params, tuple views, tuple ptrs):
+    """The indices of the parameters whose gradient is there but is not the
+    layout's view at its address (zero_grad makes it so)."""
+    cdef list out = []
+    cdef Py_ssize_t i
+    for i in range(PyTuple_GET_SIZE(params)):
+        g = (<object>PyTuple_GET_ITEM(params, i)).grad
+        if g is None:
+            continue
+        if (<PyObject *>g != PyTuple_GET_ITEM(views, i)
+                or g.data_ptr() != <object>PyTuple_GET_ITEM(ptrs, i)):
+            out.append(i)
+    return out

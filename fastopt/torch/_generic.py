@@ -21,10 +21,9 @@ class _RuleDropin(_FastoptOptimizer):
 
 
 def _init(self, params, a):
-    n_threads = a.pop("n_threads")
     _FastoptOptimizer.__init__(self, params, {k: a[k] for k in
                                               (arg.name for arg in self._RULE.args)},
-                               n_threads)
+                               a["n_threads"], a["flat"])
 
 
 def _doc(rule) -> str:
@@ -37,7 +36,11 @@ def _doc(rule) -> str:
             lines += [f"{arg.name} : {kind}, default {arg.default!r}"]
     unsupported = [a.name for a in rule.args if a.check is None]
     lines += [", ".join(unsupported), "    torch's; only their defaults are supported.",
-              "n_threads : int, optional", "", "Notes", "-----",
+              "n_threads : int, optional",
+              "flat : bool, default False",
+              "    Parameters, gradients and states in fastopt's flat buffers: a step",
+              "    is one C call after a short check (see the module, \"The flat",
+              "    layout\").", "", "Notes", "-----",
               f"State, as torch's: ``'step'`` (a float scalar tensor) and "
               f"{', '.join(f'``{s!r}``' for s in rule.states)} as the group's",
               "hyperparameters ask for them, created from zeros on a parameter's",
@@ -48,7 +51,8 @@ def _doc(rule) -> str:
 def make_class(rule: _rules.TorchRule) -> type:
     """fastopt.torch.<rule.cls>."""
     params = ["self", "params", *_rules.torch_params(rule, "D")]
-    params += ["n_threads=None"] if "*" in params else ["*", "n_threads=None"]
+    params += ["n_threads=None", "flat=False"] if "*" in params else [
+        "*", "n_threads=None", "flat=False"]
     init = _rules.define("__init__", params, "init(self, params, locals())",
                          {"D": {a.name: a.default for a in rule.args}, "init": _init},
                          "fastopt.torch")
