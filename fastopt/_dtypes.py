@@ -35,7 +35,7 @@ NAMES = " or ".join(str(d.numpy) for d in DTYPES)
 
 # the compiled fast paths take exactly these types
 for _code, _d in enumerate(DTYPES):
-    _ext.register_dtype(_d.numpy.num, _code)
+    _ext.register_dtype(_d.numpy, _code)
 
 
 def torch_dtypes(torch) -> tuple:

@@ -180,6 +180,8 @@ cdef void _units(cnp.ndarray x, bint c_order, int layout, fo_agc_tensor *t):
 cdef int _emit_agc(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
                    bint c_order, void **p) except -1:
     cdef fo_agc_tensor *t = (<fo_agc_tensor *>c.ts) + i
+    if dtype != FO_F32 and dtype != FO_F64:     # AGC's kernels read float or double
+        return 0
     if c.clips != NULL:
         if PyTuple_GET_SIZE(<object>c.clips) != c.nt:
             return 0

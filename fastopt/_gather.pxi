@@ -89,17 +89,26 @@ cdef int _dt_code[MAX_DTYPES]
 cdef int _n_dt = 0
 
 
-def register_dtype(int type_num, int code):
-    """Let the fast paths take arrays of NumPy type number type_num as the C
-    element type code (a row of src_c/tables.h). Called by
-    fastopt/_dtypes.py for each of its rows."""
+def register_dtype(dtype, int code):
+    """Let the fast paths take arrays of NumPy dtype ``dtype`` (native byte
+    order) as the C element type ``code`` (a row of src_c/tables.h), which
+    must be as wide. Called by fastopt/_dtypes.py for each of its rows. The
+    fast paths look the type up by its type number (one compare a type);
+    a number registered once keeps its code."""
     global _n_dt
-    cdef int i
+    cdef int i, type_num
+    d = np.dtype(dtype)
     if not 0 <= code < FO_N_DTYPES:
         raise ValueError(f"fastopt._ext.register_dtype: no C element type {code}")
+    if d.itemsize != fo_dtype_size(code) or not d.isnative:
+        raise ValueError(f"fastopt._ext.register_dtype: {d} is not C type {code} "
+                         f"({fo_dtype_size(code)} bytes, native order)")
+    type_num = d.num
     for i in range(_n_dt):
         if _dt_num[i] == type_num:
-            _dt_code[i] = code
+            if _dt_code[i] != code:
+                raise ValueError(f"fastopt._ext.register_dtype: {d} is C type "
+                                 f"{_dt_code[i]} already")
             return
     if _n_dt == MAX_DTYPES:
         raise ValueError("fastopt._ext.register_dtype: the type table is full")
@@ -148,6 +157,8 @@ cdef int _gather(Call *c, const Op *op, PyObject **args, Py_ssize_t *nt_out) exc
                 return 0
     c.nt = nt
     _reserve(c, nt, op.rec_size)
+    for k in range(MAX_ROLES):     # a role the op has not reaches its record as NULL
+        p[k] = NULL
     for i in range(nt):
         x = _item(args[0], seq, i)
         if not _array(x):

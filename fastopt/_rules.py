@@ -7,9 +7,9 @@ that names a rule, numbers it or counts its states reads it from here.
 
 A row: the rule's name, the names of its states s1..s3 (for messages; the
 most a group of the rule may use), the smallest step count t its groups
-may have. A rule added since the table began also carries here, once for
-every front end, its hyperparameters (torch's names, bounds and defaults)
-and the mapping from them to its C group (see RMSprop below).
+may have. A rule of TORCH_RULES also carries here, once for every front
+end, its hyperparameters (torch's names, bounds and defaults) and the
+mapping from them to its C group (its TorchRule row).
 """
 from __future__ import annotations
 
@@ -62,8 +62,9 @@ def needs(group: tuple) -> int:
 # A rule added as a TorchRule row gets its public function (fastopt.<name>),
 # its fastopt.optim class and its fastopt.torch drop-in from the generic
 # builders (fastopt/_torchform.py, fastopt/optim/_generic.py,
-# fastopt/torch/_generic.py): its C body, its C and Python table rows, this
-# row and its NumPy reference are all it needs.
+# fastopt/torch/_generic.py); what else it needs (its C body and
+# coefficients, its table rows, its NumPy reference) is the checklist
+# "Adding a rule" in docs/architecture.md.
 
 class Arg(NamedTuple):
     """One of torch's constructor arguments: its name and default, and its
@@ -212,8 +213,9 @@ m = m + (1 - beta1) * (u_r - m)               # torch's lerp_
 v = v * beta2 + ((1 - beta2) * u_r) * u_r
 rho_inf = 2 / (1 - beta2) - 1;  rho_t = rho_inf - 2 step beta2**step / (1 - beta2**step)
 mh = m / (1 - beta1**step)
-x = x - ((mh * lr) * ((1 - beta2**step)**0.5 / (sqrt(v) + eps))) * r   # rho_t > 5
-x = x - mh * lr                                                         # else
+a = (1 / (sqrt(v) + eps)) * (1 - beta2**step)**0.5     # torch's scalar / tensor
+x = x - ((mh * lr) * a) * r                   # rho_t > 5; else
+x = x - mh * lr
   (r = sqrt((rho_t-4)(rho_t-2) rho_inf / ((rho_inf-4)(rho_inf-2) rho_t)))""",
     keyword_from="foreach", counted=True)
 

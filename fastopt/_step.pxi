@@ -6,8 +6,9 @@
 # is written; fastopt/_dispatch.py (accept) then checks the call in full,
 # normalises it and calls back. The scalars arrive checked by fastopt/_step.py (the
 # optimizers check a group's hyperparameters once, not every step); the C
-# driver checks them again and its FO_EINVAL, returned before it writes
-# anything, is a decline too.
+# driver checks each group's rule, flags and count and the step options
+# again, and its FO_EINVAL, returned before it writes anything, is a
+# decline too.
 #
 # A tensor of a step has up to five arrays (x, g and the states s1..s3 of
 # its group's rule: None where the rule has no such state), and its group's

@@ -49,7 +49,7 @@ typedef struct fo_tensor {
     void *s1;
     void *s2;
     int64_t n;
-    int32_t dtype;   /* FO_F32 or FO_F64 */
+    int32_t dtype;   /* an element type of FO_DTYPE_TABLE (tables.h) */
     int32_t pad_;
 } fo_tensor;
 
@@ -199,7 +199,7 @@ typedef struct fo_agc_tensor {
     int64_t n_units;
     int64_t unit_len;
     double clipping;
-    int32_t dtype;   /* FO_F32 or FO_F64 */
+    int32_t dtype;   /* FO_F32 or FO_F64 (AGC's types; others: FO_EINVAL) */
     int32_t kind;    /* FO_AGC_ROWS or FO_AGC_COLS */
 } fo_agc_tensor;
 
@@ -318,7 +318,7 @@ typedef struct fo_step_tensor {
     void *s2;
     void *s3;
     int64_t n;
-    int32_t dtype;   /* FO_F32 or FO_F64 */
+    int32_t dtype;   /* an element type of FO_DTYPE_TABLE (tables.h) */
     int32_t group;   /* index into the groups */
 } fo_step_tensor;
 

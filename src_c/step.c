@@ -3,7 +3,7 @@
  * check, global norm, clip by the global norm (torch or optax convention),
  * clip by value, maximize and the update rule of every tensor, each tensor
  * with its own group's hyperparameters. See fastopt.h for the API,
- * step_coefs.h for each rule's coefficients and step.inc for the kernels.
+ * step_coefs.inc for each rule's coefficients and step.inc for the kernels.
  *
  * Plan of fo_step:
  *   0. check every tensor, group and option and derive every coefficient
@@ -28,7 +28,7 @@
 #define STEP_TF_CLAMP 8
 #define STEP_TF_NEG 16
 
-#include "step_coefs.h"
+#include "step_coefs.inc"
 
 /* Step-wide transform scalars: grad_scale, torch coef, norm, max_norm, cv,
  * and the exact inverse of grad_scale in that type (0 if it has none). */

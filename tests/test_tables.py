@@ -45,8 +45,15 @@ def test_the_fast_paths_take_exactly_the_python_rows():
 def test_a_type_outside_the_c_table_cannot_be_registered():
     import pytest
     with pytest.raises(ValueError, match="no C element type"):
-        _ext.register_dtype(np.dtype(np.float16).num, len(_dtypes.DTYPES))
+        _ext.register_dtype(np.float16, len(_dtypes.DTYPES))
+    # as wide as its C type, in native order, and one code for good
+    with pytest.raises(ValueError, match="is not C type 1"):
+        _ext.register_dtype(np.float16, 1)
+    with pytest.raises(ValueError, match="is not C type 0"):
+        _ext.register_dtype(np.dtype(np.float32).newbyteorder(), 0)
     assert np.dtype(np.float16).num not in _ext.registered_dtypes()
+    assert _ext.registered_dtypes() == {d.numpy.num: code
+                                        for code, d in enumerate(_dtypes.DTYPES)}
 
 
 def test_an_unregistered_type_declines_the_fast_path():

@@ -300,7 +300,8 @@ def radam_torch(x, g, m, v, *, lr, step, beta1=0.9, beta2=0.999, eps=1e-8,
     if rho_t > 5.0:
         rect = ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf
                 / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)) ** 0.5
-        adaptive = c(bc2 ** 0.5) / (np.sqrt(v) + c(eps))
+        # torch's Python scalar / tensor: the reciprocal, then the product
+        adaptive = (c(1.0) / (np.sqrt(v) + c(eps))) * c(bc2 ** 0.5)
         return x - ((mh * c(lr)) * adaptive) * c(rect), m, v
     return x - mh * c(lr), m, v
 
