@@ -18,8 +18,11 @@ Per op, two figures, each measured in a fresh child process:
   mean over ``--offsets`` environment sizes 16 bytes apart, the same sizes
   for every tree.
 - timeit p50 and p99 in ns: ``--repeat`` samples of ``--number`` calls each,
-  the per-call mean of each sample, pooled over the same environment sizes;
-  wall-clock, so only meaningful on an idle machine.
+  the per-call mean of each sample, pooled over the same environment sizes
+  and over ``--rounds`` rounds in which the trees alternate; for each other
+  tree, the median over rounds of its p50 over this tree's (so a machine
+  whose speed drifts moves both alike). Wall-clock: only meaningful on an
+  idle machine.
 
 Nothing here is asserted; speed lives in bench/RESULTS.md.
 """
@@ -102,16 +105,43 @@ def instructions(tree, op: str, n: int, offsets: int) -> int:
     return round(sum(per) / len(per))
 
 
-def timings(tree, op: str, repeat: int, number: int, offsets: int):
-    """(p50, p99) ns per call, over the samples of children run at
-    `offsets` environment sizes (the stack's alignment moves the time too)."""
+def samples(tree, op: str, repeat: int, number: int, offsets: int):
+    """ns per call, ``repeat`` samples at each of `offsets` environment sizes
+    (the stack's alignment moves the time too)."""
     ts = []
     for j in range(offsets):
         out = subprocess.run(_child_cmd(op, -repeat, number), env=_env(tree, 16 * j),
                              capture_output=True, text=True, check=True).stdout
         ts += [float(s) for s in out.split()]
-    ts.sort()
-    return ts[len(ts) // 2], ts[min(len(ts) - 1, int(0.99 * len(ts)))]
+    return ts
+
+
+def _pct(ts, q):
+    ts = sorted(ts)
+    return ts[min(len(ts) - 1, int(q * len(ts)))]
+
+
+def _row(op, trees, a, grind):
+    """One op's cells: per tree its count, p50 and p99 over every round, and
+    for each other tree the median over rounds of its p50 / this tree's
+    (the rounds alternate the trees' order, so drift hits both alike)."""
+    pooled = {name: [] for name, _ in trees}
+    per = {name: [] for name, _ in trees}
+    for r in range(0 if a.no_timeit else a.rounds):
+        for name, tree in (trees if r % 2 == 0 else trees[::-1]):
+            ts = samples(tree, op, a.repeat, a.number, a.offsets)
+            pooled[name] += ts
+            per[name].append(_pct(ts, 0.5))
+    row = [LABELS.get(op, op)]
+    for name, tree in trees:
+        if grind:
+            row.append(f"{instructions(tree, op, a.calls, a.offsets):,}")
+        if not a.no_timeit:
+            row += [f"{_pct(pooled[name], 0.5):,.0f}", f"{_pct(pooled[name], 0.99):,.0f}"]
+            if name != "this":
+                q = sorted(o / t for o, t in zip(per[name], per["this"]))
+                row.append(f"{q[len(q) // 2]:.3f}")
+    return row
 
 
 def main(argv=None) -> None:
@@ -126,6 +156,8 @@ def main(argv=None) -> None:
     p.add_argument("--no-callgrind", action="store_true")
     p.add_argument("--no-timeit", action="store_true",
                    help="instructions only (they need no quiet machine)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="timing rounds, the trees alternating within each")
     p.add_argument("--ops", default=",".join(OPS), help="comma-separated subset")
     p.add_argument("--child", nargs=2, metavar=("OP", "N"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -137,19 +169,13 @@ def main(argv=None) -> None:
     grind = shutil.which("valgrind") is not None and not a.no_callgrind
     head = ["op"]
     for name, _ in trees:
-        head += ([f"{name} instr"] if grind else []) + (
-            [] if a.no_timeit else [f"{name} p50 ns", f"{name} p99 ns"])
+        head += ([f"{name} instr"] if grind else []) + ([] if a.no_timeit else (
+            [f"{name} p50 ns", f"{name} p99 ns"]
+            + ([] if name == "this" else [f"{name} / this p50"])))
     print("| " + " | ".join(head) + " |")
     print("|---" + "|---:" * (len(head) - 1) + "|")
     for op in a.ops.split(","):
-        row = [LABELS.get(op, op)]
-        for _, tree in trees:
-            if grind:
-                row.append(f"{instructions(tree, op, a.calls, a.offsets):,}")
-            if not a.no_timeit:
-                p50, p99 = timings(tree, op, a.repeat, a.number, a.offsets)
-                row += [f"{p50:,.0f}", f"{p99:,.0f}"]
-        print("| " + " | ".join(row) + " |", flush=True)
+        print("| " + " | ".join(_row(op, trees, a, grind)) + " |", flush=True)
     if not grind:
         print("(valgrind not on PATH or --no-callgrind: no instruction counts)")
 
