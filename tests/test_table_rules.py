@@ -68,3 +68,48 @@ def test_the_three_front_ends_give_the_same_bits(name, dtype):
         topt.step()
     np.testing.assert_array_equal(ox, fx)
     np.testing.assert_array_equal(p.detach().numpy(), fx)
+
+
+# each rule's hyperparameters away from torch's defaults (the other branch of a
+# lerp, decays on), for the comparison with torch.optim
+TORCH_KW = {"adamax": [{}, dict(weight_decay=0.05, maximize=True, betas=(0.3, 0.9))],
+            "adadelta": [{}, dict(weight_decay=0.05, maximize=True, rho=0.5)],
+            "radam": [{}, dict(weight_decay=0.05, maximize=True, betas=(0.3, 0.9)),
+                      dict(weight_decay=0.05, decoupled_weight_decay=True)]}
+CASES = [(n, i) for n in sorted(TORCH_KW) for i in range(len(TORCH_KW[n]))]
+
+
+@pytest.mark.parametrize("name,case", CASES, ids=[f"{n}-{i}" for n, i in CASES])
+def test_follows_torch_within_its_own_spread(name, case, dtype):
+    """300 steps of the public function against torch.optim's for-loop and
+    foreach steps on the same run: fastopt within the distance between
+    torch's two (1e-12 of the scale in float64, 1e-5 in float32); the
+    drop-in keeps torch's state names and count."""
+    torch = pytest.importorskip("torch")
+    import fastopt.torch as ft
+
+    rule, kw = RULES[name], dict(TORCH_KW[name][case], lr=0.003)
+    rng = np.random.default_rng(2)
+    x0 = rng.standard_normal(301).astype(dtype)
+    fx = x0.copy()
+    states = {f"{s}s": np.zeros_like(x0)
+              for s in rule.slots(dict(_rules.defaults(rule), **kw))}
+    cls = getattr(torch.optim, rule.cls)
+    ps = [torch.nn.Parameter(torch.tensor(x0.copy())) for _ in range(3)]
+    topts = [getattr(ft, rule.cls)([ps[0]], **kw), cls([ps[1]], foreach=False, **kw),
+             cls([ps[2]], foreach=True, **kw)]
+    fn = getattr(fastopt, rule.name)
+    for step in range(1, 301):
+        g = rng.standard_normal(301).astype(dtype)
+        fn(fx, g, **states, **kw, **({"step": step} if rule.counted else {}))
+        for p, o in zip(ps, topts):
+            p.grad = torch.tensor(g.copy())
+            o.step()
+    dropin, loop, each = (p.detach().numpy() for p in ps)
+    np.testing.assert_array_equal(dropin, fx)
+    scale = float(np.max(np.abs(loop)))
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    assert np.max(np.abs(loop - each)) <= tol * scale
+    assert np.max(np.abs(fx - loop)) <= tol * scale
+    assert set(topts[0].state[ps[0]]) == set(topts[1].state[ps[1]])
+    assert topts[0].state[ps[0]]["step"].item() == 300.0
