@@ -107,7 +107,12 @@ def calls(shapes, rule):
 
 def measure(shapes, rule, seconds, min_rounds=7):
     """{name: per-round seconds}, interleaved in a rotating order."""
-    fs = calls(shapes, rule)
+    return rotating(calls(shapes, rule), seconds, min_rounds)
+
+
+def rotating(fs, seconds, min_rounds):
+    """{name: per-round seconds} of the calls fs, one each a round in an
+    order rotated every round, for at least min_rounds rounds and seconds."""
     names = list(fs)
     times = {k: [] for k in names}
     start, r = time.perf_counter(), 0

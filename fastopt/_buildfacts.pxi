@@ -27,11 +27,41 @@ def build_info():
 def tables():
     """The C core's tables (src_c/tables.h), as the C code sees them: rules
     as (NAME, most states, smallest t) and element types as (NAME, bytes),
-    each in id order. fastopt/_rules.py and fastopt/_dtypes.py must agree."""
+    each in id order; the storage pairs a step updates (parameters' type,
+    gradients' type), the pair a gradient alone is read in, and the types
+    of a parameter's rounded copy, as type names. fastopt/_rules.py and
+    fastopt/_dtypes.py must agree."""
     cdef fo_rule_facts r
     rules = []
     for i in range(FO_N_RULES):
         r = fo_rule_info(i)
         rules.append((r.name.decode(), r.states, r.t0))
     dtypes = [(fo_dtype_name(i).decode(), fo_dtype_size(i)) for i in range(FO_N_DTYPES)]
-    return {"rules": rules, "dtypes": dtypes}
+    names = [d[0] for d in dtypes]
+    n = FO_N_DTYPES
+    pairs = [(names[x], names[g]) for x in range(n) for g in range(n) if fo_pair(x, g) >= 0]
+    copies = [(names[x], names[w]) for x in range(n) for w in range(n) if fo_copy_ok(x, w)]
+    alone = {names[g]: fo_grad_pair(g) >= 0 for g in range(n)}
+    return {"rules": rules, "dtypes": dtypes, "pairs": pairs, "copies": copies,
+            "grads": alone}
+
+
+def convert(cnp.ndarray src, cnp.ndarray dst):
+    """dst[...] = src through the kernels' own conversions (the tests compare
+    them with NumPy's and ml_dtypes'): float32 to bfloat16/float16 rounded
+    as a step's param_copies are, or bfloat16/float16 to float32 widened as
+    a step reads gradients. Both C-contiguous and of one size."""
+    cdef int st = _dtype_code(cnp.PyArray_TYPE(src)), dt = _dtype_code(cnp.PyArray_TYPE(dst))
+    if not (src.flags.c_contiguous and dst.flags.c_contiguous and dst.flags.writeable
+            and src.size == dst.size and st >= 0 and dt >= 0):
+        raise ValueError("fastopt._ext.convert: two C-contiguous arrays of one size "
+                         "and registered types, dst writeable")
+    cdef void *sp = cnp.PyArray_DATA(src)
+    cdef void *dp = cnp.PyArray_DATA(dst)
+    cdef int64_t n = src.size
+    cdef int rc
+    with nogil:
+        rc = fo_convert(sp, st, dp, dt, n)
+    if rc != FO_OK:
+        raise ValueError(f"fastopt._ext.convert: no conversion from {src.dtype} to "
+                         f"{dst.dtype}")

@@ -19,6 +19,9 @@ cdef extern from "fastopt.h" nogil:
     int FO_N_DTYPES
     int FO_N_RULES
     int fo_dtype_size(int dtype)
+    int fo_pair(int32_t xt, int32_t gt)
+    int fo_grad_pair(int32_t gt)
+    int fo_copy_ok(int32_t xt, int32_t wt)
     ctypedef struct fo_rule_facts:
         const char *name
         int32_t states
@@ -159,9 +162,12 @@ cdef extern from "fastopt.h" nogil:
         void *s1
         void *s2
         void *s3
+        void *w
         int64_t n
         int32_t dtype
         int32_t group
+        int32_t gdtype
+        int32_t wdtype
 
     # Step-wide options.
     int FO_MEASURE_NEEDED
@@ -210,3 +216,8 @@ cdef extern from "fastopt.h" nogil:
                            void (*fn)(const fo_tensor *, int64_t, int64_t,
                                       const void *) noexcept nogil,
                            const void *ctx, int n_threads)
+
+
+cdef extern from "step.h" nogil:
+    # the kernels' own 16-bit conversions (for the tests)
+    int fo_convert(const void *src, int32_t st, void *dst, int32_t dt, int64_t n)

@@ -56,6 +56,9 @@ class Op(NamedTuple):
         are written back); None: always.
     needs : ``needs(scalars)`` -> per tensor, how many of the roles after x
         and g it has (the whole step's rules need 0-3 states); None: all.
+    mixed : gradients may be of a 16-bit type paired with their parameter's,
+        and a last role "w" may hold rounded copies of the new parameters
+        (the whole step, the gradient lists).
     """
     fname: str
     fast: Callable
@@ -64,6 +67,7 @@ class Op(NamedTuple):
     clips_g: bool = False
     wrote: Optional[Callable] = None
     needs: Optional[Callable] = None
+    mixed: bool = False
 
 
 def run(op: Op, arrays: tuple, scalars: tuple, fname: Optional[str] = None,
@@ -92,7 +96,7 @@ def accept(op: Op, arrays: tuple, scalars: tuple, fname: Optional[str] = None,
         labels = labels()
     written = ("g",) if op.clips_g else tuple(r for r in op.roles if r != "g")
     prep = _v.tensors(f, dict(zip(op.roles, arrays)), labels, written,
-                      op.needs(checked) if op.needs is not None else None)
+                      op.needs(checked) if op.needs is not None else None, op.mixed)
     return _interrupt.whole(_run_copies, op, prep, checked, f)
 
 

@@ -1,47 +1,93 @@
 """The element types fastopt stores: one row each, in the C table's order.
 
-The Python side of ``src_c/tables.h``'s ``FO_DTYPE_TABLE`` (the C code of
-a type is its row's index; ``tests/test_tables.py`` asserts the rows agree
-with the compiled core). A row names the type as NumPy, torch and MPI do,
-so every front end takes the list of types it accepts from here.
+The Python side of ``src_c/tables.h``'s ``FO_DTYPE_TABLE``, ``FO_PAIR_TABLE``
+and ``FO_COPY_TABLE`` (the C code of a type is its row's index;
+``tests/test_tables.py`` asserts the rows agree with the compiled core). A
+row names the type as NumPy, torch and MPI do, so every front end takes the
+list of types it accepts from here.
+
+bfloat16 is ``ml_dtypes.bfloat16`` (NumPy has no bfloat16 of its own; JAX
+and TensorFlow use that one), found by its dtype, never by a type number;
+without ml_dtypes installed the row has no NumPy dtype (``numpy`` None) and
+bfloat16 arrays cannot reach fastopt. float16 is NumPy's own.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 
 from . import _ext
 
+try:
+    import ml_dtypes as _ml_dtypes
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+    _BF16 = None
+else:
+    _BF16 = np.dtype(_ml_dtypes.bfloat16)
+
 
 class DType(NamedTuple):
-    name: str          # the C row's NAME
-    numpy: np.dtype    # native byte order
-    torch: str         # the torch.dtype attribute name
-    mpi: str           # the mpi4py datatype attribute name
+    name: str                   # the C row's NAME
+    numpy: Optional[np.dtype]   # native byte order (None: not importable here)
+    torch: str                  # the torch.dtype attribute name
+    mpi: str                    # the mpi4py datatype attribute name (16-bit: raw words)
 
 
 DTYPES = (
     DType("F32", np.dtype(np.float32), "float32", "FLOAT"),
     DType("F64", np.dtype(np.float64), "float64", "DOUBLE"),
+    DType("BF16", _BF16, "bfloat16", "UINT16_T"),
+    DType("F16", np.dtype(np.float16), "float16", "UINT16_T"),
 )
+_BY_NAME = {d.name: d for d in DTYPES}
 
-#: the NumPy dtypes (native byte order) fastopt updates
-NUMPY = tuple(d.numpy for d in DTYPES)
-#: NumPy dtype (native) -> C code
-CODE = {d.numpy: i for i, d in enumerate(DTYPES)}
+#: (parameters' and states' type, gradients' type) a step updates: each
+#: type with itself, and 16-bit gradients for float32/float64 parameters
+PAIRS = (("F32", "F32"), ("F64", "F64"), ("F32", "BF16"), ("F32", "F16"),
+         ("F64", "BF16"), ("F64", "F16"))
+#: (parameters' type, type of their rounded copy) a step can write
+COPIES = (("F32", "BF16"), ("F32", "F16"))
+
+#: NumPy dtype (native) -> C code, for every type importable here
+CODE = {d.numpy: i for i, d in enumerate(DTYPES) if d.numpy is not None}
+#: the NumPy dtypes (native byte order) fastopt updates: parameters and states
+NUMPY = tuple(_BY_NAME[x].numpy for x, g in PAIRS if x == g)
+#: the NumPy dtypes a gradient may have (with parameters of a fitting type)
+GRADS = tuple(d.numpy for d in DTYPES if d.numpy is not None)
 #: a phrase for messages: "float32 or float64"
-NAMES = " or ".join(str(d.numpy) for d in DTYPES)
+NAMES = " or ".join(str(d) for d in NUMPY)
+
+
+def _numpy_pairs(table) -> dict:
+    out: dict = {}
+    for x, other in table:
+        if _BY_NAME[other].numpy is not None:
+            out.setdefault(_BY_NAME[x].numpy, []).append(_BY_NAME[other].numpy)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+#: NumPy dtype of parameters -> the gradients' dtypes a step takes with them
+GRADS_OF = _numpy_pairs(PAIRS)
+#: NumPy dtype of parameters -> the dtypes of a rounded copy of them
+COPIES_OF = _numpy_pairs(COPIES)
 
 # the compiled fast paths take exactly these types
 for _code, _d in enumerate(DTYPES):
-    _ext.register_dtype(_d.numpy, _code)
+    if _d.numpy is not None:
+        _ext.register_dtype(_d.numpy, _code)
+
+
+def phrase(dtypes) -> str:
+    """"a, b or c" of the dtypes' names, for messages."""
+    names = [str(d) for d in dtypes]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def torch_dtypes(torch) -> tuple:
     """The torch dtypes fastopt updates (torch passed in: this module does
     not import it)."""
-    return tuple(getattr(torch, d.torch) for d in DTYPES)
+    return tuple(getattr(torch, _BY_NAME[x].torch) for x, g in PAIRS if x == g)
 
 
 def mpi_type(MPI, dtype):

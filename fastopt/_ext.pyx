@@ -61,7 +61,8 @@ from fastopt._cfastopt cimport (
     FO_EINVAL, FO_ESTALE, FO_MEASURE_ALWAYS, FO_MEASURE_GIVEN, FO_MEASURE_NEEDED,
     fo_clip_grads, fo_global_norm, fo_step, fo_step_guard, fo_step_group, fo_step_opts,
     fo_step_result, fo_step_tensor, FO_N_RULES, FO_N_DTYPES, FO_STEP_FLAGS, fo_rule_info,
-    fo_rule_facts, fo_dtype_name, fo_dtype_size)
+    fo_rule_facts, fo_dtype_name, fo_dtype_size, fo_pair, fo_grad_pair, fo_copy_ok,
+    fo_convert)
 
 import numpy as np
 
@@ -76,7 +77,11 @@ include "_buildfacts.pxi"
 
 cdef enum:
     STACK_TENSORS = 8      # tensors gathered in the C stack before the heap
-    MAX_ROLES = 5          # x, g and up to three states
+    MAX_ROLES = 6          # x, g, up to three states and a rounded copy
+    # what a role's element type must be (Op.kind)
+    ROLE_SAME = 0          # x's (and x's a type a step updates)
+    ROLE_GRAD = 1          # a gradient's: of x's storage pair, or (role 0) any
+    ROLE_COPY = 2          # a copy's: a row of x's FO_COPY_TABLE
 
 
 cdef union Rec:
@@ -102,6 +107,7 @@ cdef struct Call:
     Py_ssize_t cap
     Py_ssize_t nt      # tensors in the call (set by _gather)
     bint c_only        # every tensor C-contiguous (a step that measures the norm)
+    int dt[MAX_ROLES]  # the element type of each role of the tensor being emitted
     # the whole step only: each tensor's group index (a tuple held by the
     # caller) and the number of groups
     PyObject *index
@@ -127,6 +133,7 @@ cdef struct Op:
     int n_roles
     unsigned char written[MAX_ROLES]
     unsigned char optional[MAX_ROLES]
+    unsigned char kind[MAX_ROLES]     # ROLE_*
     size_t rec_size
     emit_t emit
     driver_t driver
@@ -220,14 +227,18 @@ cdef int _drive_agc_momentum(const void *ts, int64_t nt, const void *a,
 
 
 cdef Op _op(int n_roles, str written, size_t rec_size, emit_t emit, driver_t driver):
-    """A row of the op table; written: per role "W" (written) or "R" (read),
-    in lower case when the role may be None."""
+    """A row of the op table; written: per role "W" (written) or "R" (read)
+    of x's type, "G" (read) or "H" (written) a gradient of x's storage pair
+    (in role 0: a gradient alone), "C" a written rounded copy of x; in
+    lower case when the role may be None."""
     cdef Op op
     cdef int k
     op.n_roles = n_roles
     for k in range(MAX_ROLES):
-        op.written[k] = k < n_roles and written[k] in "Ww"
-        op.optional[k] = k < n_roles and written[k] in "wr"
+        op.written[k] = k < n_roles and written[k] in "WwHCc"
+        op.optional[k] = k < n_roles and written[k] in "wrgc"
+        op.kind[k] = (ROLE_GRAD if k < n_roles and written[k] in "GgH" else
+                      ROLE_COPY if k < n_roles and written[k] in "Cc" else ROLE_SAME)
     op.rec_size = rec_size
     op.emit = emit
     op.driver = driver

@@ -132,6 +132,23 @@ cdef inline int _dtype_code(int type_num) noexcept:
     return -1
 
 
+cdef inline bint _role_type(Call *c, const Op *op, int k, int dtype, int type_num,
+                            PyObject *a) noexcept:
+    """Is array a's element type what role k of op takes beside x's dtype
+    (type_num)? Sets c.dt[k]."""
+    cdef int t
+    if op.kind[k] == ROLE_SAME:
+        c.dt[k] = dtype
+        return fo_type(a) == type_num
+    t = _dtype_code(fo_type(a))
+    c.dt[k] = t
+    if t < 0:
+        return False
+    if op.kind[k] == ROLE_GRAD:
+        return fo_pair(dtype, t) >= 0
+    return fo_copy_ok(dtype, t) != 0
+
+
 cdef int _gather(Call *c, const Op *op, PyObject **args, Py_ssize_t *nt_out) except -1:
     """Fill c with the records of a call if all its tensors qualify for the
     fast path; return 1, or 0 to decline. args[k] is role k's argument: one
@@ -165,8 +182,10 @@ cdef int _gather(Call *c, const Op *op, PyObject **args, Py_ssize_t *nt_out) exc
             return 0
         type_num = fo_type(x)
         dtype = _dtype_code(type_num)
-        if dtype < 0:
+        if dtype < 0 or (fo_grad_pair(dtype) if op.kind[0] == ROLE_GRAD
+                         else fo_pair(dtype, dtype)) < 0:
             return 0
+        c.dt[0] = dtype
         flags = fo_flags(x)
         c_order = (flags & cnp.NPY_ARRAY_C_CONTIGUOUS) != 0
         if c_order:
@@ -183,15 +202,19 @@ cdef int _gather(Call *c, const Op *op, PyObject **args, Py_ssize_t *nt_out) exc
         _range(c, i, p[0], nbytes, op.written[0])
         for k in range(1, n):
             a = _item(args[k], seq, i)
+            c.dt[k] = -1
             if op.optional[k] and a == <PyObject *>None:
                 p[k] = NULL
                 _range(c, k * nt + i, NULL, 0, op.written[k])
                 continue
-            if not (_array(a) and fo_accept(a, type_num,
-                                            order | (_W if op.written[k] else _R), x)):
+            if not _array(a):
+                return 0
+            if not _role_type(c, op, k, dtype, type_num, a):
+                return 0
+            if not fo_accept(a, fo_type(a), order | (_W if op.written[k] else _R), x):
                 return 0
             p[k] = fo_data(a)
-            _range(c, k * nt + i, p[k], nbytes, op.written[k])
+            _range(c, k * nt + i, p[k], size * fo_dtype_size(c.dt[k]), op.written[k])
         if not op.emit(c, i, x, size, dtype, c_order, p):
             return 0
     if _overlap(c, n * nt):

@@ -31,7 +31,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from . import _ext, _step
+from . import _dtypes, _ext, _step
 from . import _validation as _v
 from ._dispatch import Op, accept, run
 from ._step import StepInfo
@@ -117,22 +117,43 @@ def _adam_group(c):
                              eps=c[4], decay=c[5], decay_post=c[6])
 
 
+def _arrays(a) -> tuple:
+    return (a,) if isinstance(a, np.ndarray) else tuple(a) if isinstance(a, (list, tuple)) \
+        else ()
+
+
+def _half(x, g) -> bool:
+    """Are some of the gradients g 16-bit, for float32/float64 parameters x
+    (the pairs the whole step takes and the ONNX operators' driver not)?"""
+    return (any(isinstance(a, np.ndarray) and a.dtype.newbyteorder("=") in _HALF
+                for a in _arrays(g))
+            and all(isinstance(a, np.ndarray) and a.dtype.newbyteorder("=") in _dtypes.NUMPY
+                    for a in _arrays(x)))
+
+
+_HALF = tuple(d for d in _dtypes.GRADS if d not in _dtypes.NUMPY)
+
+
 def _onnx(op, arrays, scalars, steps):
     """An ONNX rule's call that its fast path declined: without step options
-    through the dispatch (check, normalise, run), with them the whole step
-    (returning its StepInfo)."""
+    through the dispatch (check, normalise, run); with them, or with 16-bit
+    gradients (which the ONNX operators' own driver does not read), the
+    whole step, returning its StepInfo (None without options)."""
     options = _step.step_options(*steps)
-    if not options:     # the C entry has offered the call to the fast path
+    x, g, *states = arrays
+    if not options and not _half(x, g):   # the C entry has offered the call to the fast path
         accept(op, arrays, scalars)
         return None
     f = op.fname
-    x, g, *states = arrays
     if op is MOMENTUM_CLIP:
         group = _momentum_group(_momentum_scalars(f, (x,), scalars[:6] + scalars[-1:]))
         clipping, eps, layout, nth = scalars[6:]
-        return _agc_fused(f, x, g, states[0], group, clipping, eps, layout, nth, options)
-    group = _GROUPS[op.fname](op.check(f, (x,), scalars))
-    return _step.onnx_fused(f, x, g, tuple(states), op.roles[2:], group, scalars[-1], options)
+        info = _agc_fused(f, x, g, states[0], group, clipping, eps, layout, nth, options)
+    else:
+        group = _GROUPS[op.fname](op.check(f, (x,), scalars))
+        info = _step.onnx_fused(f, x, g, tuple(states), op.roles[2:], group, scalars[-1],
+                                options)
+    return info if options else None
 
 
 _GROUPS = {MOMENTUM.fname: _momentum_group, ADAGRAD.fname: _adagrad_group,
@@ -142,12 +163,14 @@ _GROUPS = {MOMENTUM.fname: _momentum_group, ADAGRAD.fname: _adagrad_group,
 def _agc_fused(f, x, g, v, group, clipping, clip_eps, layout, n_threads,
               options) -> StepInfo:
     """Momentum with AGC and the step options: unscale / check / clip the
-    gradients into copies (the gradients passed in are not written), then
-    the fused AGC-momentum update on the copies."""
+    gradients into copies (the gradients passed in are not written; a
+    16-bit one's copy widened exactly to its parameter's dtype, which AGC
+    reads), then the fused AGC-momentum update on the copies."""
     o = _step.check_options(f, **options)
     gl = _step.as_list(g)
-    copies = [np.array(a, dtype=a.dtype.newbyteorder("="), order="C") if
-              isinstance(a, np.ndarray) else a for a in gl]
+    xl = _step.as_list(x)
+    copies = [np.array(a, dtype=_copy_type(a, xl[i] if i < len(xl) else None), order="C")
+              if isinstance(a, np.ndarray) else a for i, a in enumerate(gl)]
     args = (o.grad_scale, o.max_norm, o.clip_value, o.clip, o.norm_type, o.check_finite,
             n_threads)
     out = _ext.clip_grads(tuple(copies), *args)
@@ -162,6 +185,15 @@ def _agc_fused(f, x, g, v, group, clipping, clip_eps, layout, n_threads,
                       else "standard", n_threads=n_threads, clipping=clipping,
                       clip_eps=clip_eps, layout=layout)
     return info
+
+
+def _copy_type(g, x):
+    """The dtype of a gradient's working copy: its own (native order), or
+    its parameter's when it is 16-bit and the parameter float32/float64."""
+    if (g.dtype.newbyteorder("=") in _HALF and isinstance(x, np.ndarray)
+            and x.dtype.newbyteorder("=") in _dtypes.NUMPY):
+        return x.dtype
+    return g.dtype.newbyteorder("=")
 
 
 # ------------------------------------------------------------------ public

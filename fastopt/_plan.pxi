@@ -93,7 +93,8 @@ cdef extern from *:
 cdef struct PlanTensor:
     cnp.npy_intp *dims      # x's shape then (into StepPlan.dims)
     void *descr             # x's dtype object then (StepPlan.descrs holds it)
-    int64_t nbytes
+    int64_t nbytes          # x's bytes
+    int64_t gbytes          # the bytes of the gradient accepted last (at ts[i].g)
     int ndim
     int type_num
     int wflags              # what a written array must have: _W | order
@@ -201,6 +202,7 @@ cdef class StepPlan:
                 t.dims[k] = cnp.PyArray_DIMS(xa)[k]
             nd += t.ndim
             t.nbytes = cnp.PyArray_SIZE(xa) * cnp.PyArray_ITEMSIZE(xa)
+            t.gbytes = t.nbytes
         self._guard()
         for k in range(OP_PLAN.n_roles):    # every role is written
             for i in range(nt):
@@ -306,13 +308,16 @@ cdef class StepPlan:
         cdef PyObject *g
         cdef PyObject *o
         cdef void *gp
+        cdef int64_t nb
         cdef tuple xs = <tuple>self.keep[0]
         for i in range(self.nt):
             t = &self.pt[i]
             g = PyTuple_GET_ITEM(gs, i)
             if not fo_exact_array(g) and not _is_array(<object>g):
                 return False
-            if not fo_plan_arr(g, t.descr, t.type_num, t.rflags, t.ndim, t.dims):
+            if fo_plan_arr(g, t.descr, t.type_num, t.rflags, t.ndim, t.dims):
+                self.ts[i].gdtype = self.ts[i].dtype
+            elif not self._accept_16bit(i, g):
                 return False
             # the shapes of the parameter and its states (a.shape = ... in
             # place keeps every guard)
@@ -323,10 +328,27 @@ cdef class StepPlan:
                 if o != <PyObject *>None and not fo_plan_shape(o, t.ndim, t.dims):
                     return False
             gp = fo_data(g)
-            if gp != self.ts[i].g:
-                if t.nbytes and self._written_hit(<int64_t>gp, <int64_t>gp + t.nbytes):
+            nb = self.ts[i].n * fo_dtype_size(self.ts[i].gdtype)
+            if gp != self.ts[i].g or nb != t.gbytes:
+                if nb and self._written_hit(<int64_t>gp, <int64_t>gp + nb):
                     return False
                 self.ts[i].g = gp
+                t.gbytes = nb
+        return True
+
+    cdef bint _accept_16bit(self, Py_ssize_t i, PyObject *g):
+        """Tensor i's gradient g of a 16-bit type paired with its parameter's
+        (a storage pair of tables.h), with the flags and shape _accept asks
+        for: its type set in the record (checked again by fo_step). The
+        overlap test then spans its own bytes, fewer than a parameter's."""
+        cdef PlanTensor *t = &self.pt[i]
+        cdef int code = _dtype_code(fo_type(g))
+        if code < 0 or fo_pair(self.ts[i].dtype, code) < 0:
+            return False
+        if not fo_plan_arr(g, cnp.PyArray_DESCR(<cnp.ndarray>g), fo_type(g), t.rflags,
+                           t.ndim, t.dims) or not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>g):
+            return False
+        self.ts[i].gdtype = code
         return True
 
     cdef bint _accept_pointers(self, tuple ptrs) except -1:
@@ -350,11 +372,13 @@ cdef class StepPlan:
             if u == 0 or u % fo_dtype_size(self.ts[i].dtype):
                 return False
             gp = <void *>u
-            if gp != self.ts[i].g:
+            self.ts[i].gdtype = self.ts[i].dtype
+            if gp != self.ts[i].g or self.pt[i].gbytes != self.pt[i].nbytes:
                 if self.pt[i].nbytes and self._written_hit(
                         <int64_t>gp, <int64_t>gp + self.pt[i].nbytes):
                     return False
                 self.ts[i].g = gp
+                self.pt[i].gbytes = self.pt[i].nbytes
         return True
 
     def run(self, grads, tuple groups, double grad_scale, double max_norm,

@@ -32,8 +32,11 @@ cdef int _emit_step(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
     t.s1 = p[2]
     t.s2 = p[3]
     t.s3 = p[4]
+    t.w = p[5]
     t.n = n
     t.dtype = dtype
+    t.gdtype = c.dt[1]
+    t.wdtype = c.dt[5] if p[5] != NULL else 0
     return _step_index(c, i, t)
 
 
@@ -47,8 +50,11 @@ cdef int _emit_plan(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
     t.s1 = p[1]
     t.s2 = p[2]
     t.s3 = p[3]
+    t.w = NULL
     t.n = n
     t.dtype = dtype
+    t.gdtype = dtype
+    t.wdtype = 0
     return _step_index(c, i, t)
 
 
@@ -62,11 +68,12 @@ cdef int _emit_grad(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
     return 1
 
 
-#          roles:  x  g  s1 s2 s3 (lower case: may be None)
-cdef Op OP_STEP = _op(5, "WRwww", sizeof(fo_step_tensor), _emit_step, NULL)
+#          roles:  x  g  s1 s2 s3 w (lower case: may be None)
+cdef Op OP_STEP = _op(5, "WGwww", sizeof(fo_step_tensor), _emit_step, NULL)
+cdef Op OP_STEP_COPY = _op(6, "WGwwwc", sizeof(fo_step_tensor), _emit_step, NULL)
 cdef Op OP_PLAN = _op(4, "Wwww", sizeof(fo_step_tensor), _emit_plan, NULL)
-cdef Op OP_NORM = _op(1, "R", sizeof(fo_step_tensor), _emit_grad, NULL)
-cdef Op OP_CLIP = _op(1, "W", sizeof(fo_step_tensor), _emit_grad, NULL)
+cdef Op OP_NORM = _op(1, "G", sizeof(fo_step_tensor), _emit_grad, NULL)
+cdef Op OP_CLIP = _op(1, "H", sizeof(fo_step_tensor), _emit_grad, NULL)
 
 
 cdef bint _step_groups(tuple groups, fo_step_group *gs):
@@ -147,21 +154,26 @@ cdef int _norm_lists(Call *c, Py_ssize_t nt, const void ***gp, int64_t **ns,
 def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
          tuple groups, double grad_scale, double max_norm, double clip_value,
          int clip, int norm_type, bint check_finite, n_threads,
-         double given_norm=NAN):
+         double given_norm=NAN, tuple ws=None):
     """Fast path of the fused step (fo_step). Every tuple but groups has one
     entry per tensor; given_norm (not NaN) is the global norm already
-    measured by global_norm on the same gradients. Returns (applied, norm,
-    finite), or None to decline (nothing written)."""
+    measured by global_norm on the same gradients; ws, the arrays that
+    receive the new parameters rounded (None in it: no copy of that
+    tensor). Returns (applied, norm, finite), or None to decline (nothing
+    written)."""
     cdef Call c
     cdef fo_step_opts o
     cdef fo_step_result res
     cdef fo_step_group *grp = NULL
-    cdef PyObject *arrays[5]
+    cdef PyObject *arrays[6]
     cdef Py_ssize_t nt = PyTuple_GET_SIZE(xs), ng = PyTuple_GET_SIZE(groups)
     cdef int nth = _n_threads(n_threads), rc = FO_OK
+    cdef const Op *op = &OP_STEP if ws is None else &OP_STEP_COPY
     if not nth or not (PyTuple_GET_SIZE(gs) == PyTuple_GET_SIZE(s1s)
                        == PyTuple_GET_SIZE(s2s) == PyTuple_GET_SIZE(s3s)
                        == PyTuple_GET_SIZE(index) == nt):
+        return None
+    if ws is not None and PyTuple_GET_SIZE(ws) != nt:
         return None
     _step_opts(&o, grad_scale, max_norm, clip_value, clip, norm_type, check_finite,
                given_norm)
@@ -170,6 +182,7 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
     arrays[2] = <PyObject *>s1s
     arrays[3] = <PyObject *>s2s
     arrays[4] = <PyObject *>s3s
+    arrays[5] = <PyObject *>ws
     _init(&c)
     c.index = <PyObject *>index
     c.ng = ng
@@ -178,7 +191,7 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
         if grp == NULL:
             raise MemoryError()
         if not (_step_groups(groups, grp)
-                and _step_call(&c, &OP_STEP, arrays, nt, _measures(&o))):
+                and _step_call(&c, op, arrays, nt, _measures(&o))):
             return None
         with nogil:
             rc = fo_step(<fo_step_tensor *>c.ts, nt, grp, ng, &o, &res, nth)

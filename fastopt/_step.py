@@ -135,7 +135,8 @@ def _check_n_threads(at: int):
 
 
 def _step_fast(arrays, scalars):
-    out = _ext.step(*arrays, *scalars)
+    """arrays: x, g, s1..s3 and, when copies are written, w."""
+    out = _ext.step(*arrays[:5], *scalars, ws=arrays[5] if len(arrays) > 5 else None)
     if out is None and scalars[-1] != scalars[-1] and (scalars[7] or scalars[5]):
         return _step_measured(arrays, scalars)
     return out
@@ -154,8 +155,8 @@ def _step_measured(arrays, scalars):
     norm, finite = measured
     if check and not finite:
         return (False, norm, False)             # skipped: nothing written
-    out = _ext.step(*arrays, index, groups, scale, max_norm, clip_value, clip, norm_type,
-                    False, nth, norm)
+    out = _ext.step(*arrays[:5], index, groups, scale, max_norm, clip_value, clip,
+                    norm_type, False, nth, norm, arrays[5] if len(arrays) > 5 else None)
     return None if out is None else (out[0], norm, finite)
 
 
@@ -169,16 +170,17 @@ def _needs_of(scalars) -> list:
 # Their scalars: (index, groups, grad_scale, max_norm, clip_value, clip,
 # norm_type, check_finite, n_threads, given_norm) for the step, as
 # _ext.global_norm's and _ext.clip_grads' after the gradients for the others.
-STEP = Op("fastopt step", _step_fast, ("x", "g", "s1", "s2", "s3"), _check_n_threads(-2),
-          wrote=itemgetter(0), needs=_needs_of)
+STEP = Op("fastopt step", _step_fast, ("x", "g", "s1", "s2", "s3", "w"),
+          _check_n_threads(-2), wrote=itemgetter(0), needs=_needs_of, mixed=True)
 GLOBAL_NORM = Op("fastopt.global_norm", lambda a, s: _ext.global_norm(a[0], *s), ("g",),
-                 _check_n_threads(-1))
+                 _check_n_threads(-1), mixed=True)
 CLIP_GRADS = Op("fastopt.clip_grads", lambda a, s: _ext.clip_grads(a[0], *s), ("g",),
-                _check_n_threads(-1), clips_g=True, wrote=itemgetter(0))
+                _check_n_threads(-1), clips_g=True, wrote=itemgetter(0), mixed=True)
 
 
 def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
-        labels=None, given_norm: float = math.nan, precheck=None) -> StepInfo:
+        labels=None, given_norm: float = math.nan, precheck=None,
+        copies=None) -> StepInfo:
     """The step over tensors xs/gs with states (three lists, None where a
     rule has no such state), tensor i in group index[i]: the fast path, else
     ``_dispatch.accept``. labels: role -> list of names for messages (roles
@@ -186,12 +188,16 @@ def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
     when the fast path declines). given_norm: the global norm of these
     gradients already measured by ``_ext.global_norm`` (then
     opts.check_finite must be False). precheck: called first when the fast
-    path declines (a caller's own checks, for its own messages)."""
+    path declines (a caller's own checks, for its own messages). copies:
+    None, or per tensor an array that receives the new parameters rounded
+    to its 16-bit dtype (None: no copy of that tensor)."""
     arrays = (tuple(xs), tuple(gs), *(tuple(s) for s in states))
     scalars = (tuple(index), tuple(groups), opts.grad_scale, opts.max_norm,
                opts.clip_value, opts.clip, opts.norm_type, opts.check_finite, n_threads,
                given_norm)
-    out = _ext.step(*arrays, *scalars)
+    if copies is not None:
+        arrays += (tuple(copies),)
+    out = _ext.step(*arrays[:5], *scalars, ws=arrays[5] if copies is not None else None)
     if out is None:
         out = accept(STEP, arrays, scalars, f, labels, precheck)
     return StepInfo(*out)
@@ -238,18 +244,35 @@ def step_count(f, step):
     return int(step)
 
 
-def run_lists(f, params, grads, states, group, names, n_threads, **options):
+def run_lists(f, params, grads, states, group, names, n_threads, param_copies=None,
+              **options):
     opts = check_options(f, **options)
     ls = lists(f, params, grads, *zip(names, states))
     xs, gs, sts = ls[0], ls[1], ls[2:] + [[None] * len(ls[0])] * (5 - len(ls))
     n = len(xs)
+    copies = None if param_copies is None else copy_list(f, param_copies, n)
 
     def labels():                      # only built if the fast path declines
-        out = {"x": [f"params[{i}]" for i in range(n)], "g": [f"grads[{i}]" for i in range(n)]}
+        out = {"x": [f"params[{i}]" for i in range(n)], "g": [f"grads[{i}]" for i in range(n)],
+               "w": [f"param_copies[{i}]" for i in range(n)]}
         for k, name in enumerate(names):
             out[f"s{k + 1}"] = [f"{name}[{i}]" for i in range(n)]
         return out
-    return run(f, xs, gs, sts[:3], (0,) * n, (group,), opts, n_threads, labels)
+    return run(f, xs, gs, sts[:3], (0,) * n, (group,), opts, n_threads, labels,
+               copies=copies)
+
+
+def copy_list(f, param_copies, n) -> list:
+    """param_copies as a list of n entries (an array or None each)."""
+    if isinstance(param_copies, np.ndarray):
+        param_copies = [param_copies]
+    if not isinstance(param_copies, (list, tuple)):
+        raise TypeError(f"{f}: param_copies must be a numpy.ndarray or a list/tuple of "
+                        f"numpy.ndarray or None, got {_v._got(param_copies)}")
+    if len(param_copies) != n:
+        raise ValueError(f"{f}: param_copies has {len(param_copies)} entries but params "
+                         f"has {n}; give one per parameter (None: no copy of it)")
+    return list(param_copies)
 
 
 #: the step options every front end takes, in order, with their defaults
@@ -262,7 +285,7 @@ STEP_OPTIONS = tuple(name for name, _ in STEP_DEFAULTS)
 def run_form(f, a, states, group, names):
     """run_lists for a torch-form function whose arguments are the dict a."""
     return run_lists(f, a["params"], a["grads"], states, group, names, a["n_threads"],
-                  **{k: a[k] for k in STEP_OPTIONS})
+                     a["param_copies"], **{k: a[k] for k in STEP_OPTIONS})
 
 
 def step_options(grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,

@@ -58,6 +58,11 @@ _OPTIONS_DOC = """
     skip_if_nonfinite : bool, default False
         If some unscaled gradient value is NaN or infinite, write nothing
         and return ``applied=False``.
+    param_copies : ndarray or list/tuple of ndarray or None, optional
+        Per parameter, an array of its shape (bfloat16 or float16, for
+        float32 parameters; None: none for that parameter) that receives
+        the new parameters rounded to nearest-even in the same pass, on an
+        applied step only: the half-precision copy of fp32 master weights.
     n_threads : int, optional
         Threads for the C call (None: the current default, -1: all cores).
 
@@ -184,7 +189,7 @@ def adamw(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
           maximize: bool = False, step: int, max_exp_avg_sqs: ArrayOrList | None = None,
           grad_scale=None, max_grad_norm=None, norm_type=2.0, clip_convention="torch",
           clip_value=None, skip_if_nonfinite=False,
-          n_threads: int | None = None) -> StepInfo:
+          param_copies=None, n_threads: int | None = None) -> StepInfo:
     """torch.optim.AdamW's update, in place, in one C call.
 
     For each tensor, with u the unscaled, clipped (and, for maximize,
@@ -200,8 +205,9 @@ def adamw(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
     ----------
     params, grads, exp_avgs, exp_avg_sqs : ndarray or list/tuple of ndarray
         Parameters (float32/float64, may mix), gradients (only read;
-        broadcastable), first and second moments (start from zeros), all
-        updated in place but the gradients.
+        broadcastable; of the parameter's dtype, or bfloat16/float16),
+        first and second moments (start from zeros), all updated in place
+        but the gradients.
     lr : float, default 1e-3
         Learning rate (>= 0).
     betas : (float, float), default (0.9, 0.999)
@@ -228,7 +234,8 @@ def adam(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
          maximize: bool = False, decoupled_weight_decay: bool = False, step: int,
          max_exp_avg_sqs: ArrayOrList | None = None, grad_scale=None, max_grad_norm=None,
          norm_type=2.0, clip_convention="torch", clip_value=None,
-         skip_if_nonfinite=False, n_threads: int | None = None) -> StepInfo:
+         skip_if_nonfinite=False, param_copies=None,
+         n_threads: int | None = None) -> StepInfo:
     """torch.optim.Adam's update (torch's epsilon placement), in place.
 
     As :func:`adamw`, but weight decay is L2: ``u = u + weight_decay * x``
@@ -253,7 +260,8 @@ def sgd(params: ArrayOrList, grads: ArrayOrList,
         dampening: float = 0, weight_decay: float = 0, nesterov: bool = False,
         maximize: bool = False, step: int, grad_scale=None, max_grad_norm=None,
         norm_type=2.0, clip_convention="torch", clip_value=None,
-        skip_if_nonfinite=False, n_threads: int | None = None) -> StepInfo:
+        skip_if_nonfinite=False, param_copies=None,
+        n_threads: int | None = None) -> StepInfo:
     """torch.optim.SGD's update, in place, in one C call.
 
     With ``u_r = u + weight_decay * x``: on the first step (``step == 1``)
@@ -302,7 +310,7 @@ def adagrad(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrList, *,
             eps: float = 1e-10, maximize: bool = False, step: int, grad_scale=None,
             max_grad_norm=None, norm_type=2.0, clip_convention="torch",
             clip_value=None, skip_if_nonfinite=False,
-            n_threads: int | None = None) -> StepInfo:
+            param_copies=None, n_threads: int | None = None) -> StepInfo:
     """torch.optim.Adagrad's update, in place, in one C call.
 
     With ``u_r = u + weight_decay * x`` and ``clr = lr / (1 + (step - 1) *
@@ -330,7 +338,7 @@ def adagrad(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrList, *,
 
 # ---- the rules of fastopt._rules.TORCH_RULES: one generic function each ----------
 
-_STEP_DEFAULTS = STEP_DEFAULTS + (("n_threads", None),)
+_STEP_DEFAULTS = STEP_DEFAULTS + (("param_copies", None), ("n_threads", None))
 
 
 def check_hyper(f, rule, values) -> dict:
@@ -375,7 +383,8 @@ def _rule_doc(rule) -> str:
               f"params, grads, {', '.join(n + 's' for n in given)} : ndarray or list/tuple "
               "of ndarray",
               "    Parameters (float32/float64, may mix), gradients (only read;",
-              f"    broadcastable) and torch's {', '.join(f'``{n}``' for n in given)}",
+              "    broadcastable; of the parameter's dtype, or bfloat16/float16)",
+              f"    and torch's {', '.join(f'``{n}``' for n in given)}",
               "    states (start from zeros), all updated in place but the gradients."]
     for arg in rule.args:
         if arg.check is not None:

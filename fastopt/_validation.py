@@ -85,10 +85,12 @@ def _masked(obj) -> bool:
     return ma is not None and isinstance(obj, ma.MaskedArray)
 
 
-def check_array(fname: str, label: str, a, verb: str = "updates") -> None:
-    """A numpy.ndarray of float32 or float64 (any byte order), not a masked
-    array (fastopt would update its masked elements too). verb: what
-    fastopt does to such arrays, for the message ("works on" for read ones)."""
+def check_array(fname: str, label: str, a, verb: str = "updates",
+                types: tuple = _FLOATS) -> None:
+    """A numpy.ndarray of one of ``types`` (default: float32 or float64;
+    any byte order), not a masked array (fastopt would update its masked
+    elements too). verb: what fastopt does to such arrays, for the message
+    ("works on" for read ones)."""
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{fname}: {label} must be a numpy.ndarray, got {_got(a)}")
     if _masked(a):
@@ -96,10 +98,18 @@ def check_array(fname: str, label: str, a, verb: str = "updates") -> None:
             f"{fname}: {label} is a numpy.ma.MaskedArray; fastopt would update its "
             f"masked elements too. Pass {label}.data (the whole array) or a "
             f"plain array of the elements to update")
-    if a.dtype.newbyteorder("=") not in _FLOATS:
+    if not _native_in(a.dtype, types):
         raise TypeError(
-            f"{fname}: {label} has dtype {a.dtype}; fastopt {verb} float32 or "
-            f"float64 arrays")
+            f"{fname}: {label} has dtype {a.dtype}; fastopt {verb} "
+            f"{_dtypes.phrase(types)} arrays")
+
+
+def _native_in(dtype: np.dtype, types: tuple) -> bool:
+    """Is dtype, in native byte order, one of types? (A structured or
+    subarray dtype never is, whatever its size.)"""
+    if dtype.fields is not None or dtype.subdtype is not None:
+        return False
+    return dtype.newbyteorder("=") in types
 
 
 # ---------------------------------------------------------------- scalars
@@ -423,15 +433,25 @@ def check_written(fname: str, lab: str, a, doing: str = "updated") -> None:
             f"needs memory of its own for every element")
 
 
-def _check_role(fname, lab, xlab, a, xi, role, is_out) -> None:
-    """One gradient (role "g") or state of the parameter xi (labelled xlab):
-    an ndarray of xi's dtype. Written (a state; a gradient AGC clips):
-    exactly xi's shape, and check_written. Read (a gradient): broadcastable
-    to xi's shape."""
-    what = "the gradient" if role == "g" else "the state"
+def _check_role(fname, lab, xlab, a, xi, role, is_out, mixed=False) -> None:
+    """One gradient (role "g"), state or rounded copy (role "w") of the
+    parameter xi (labelled xlab): an ndarray of xi's dtype; with ``mixed``
+    (the whole step and the gradient lists), a gradient of a type paired
+    with xi's (16-bit gradients of float32/float64 parameters) and a copy
+    of one of xi's copy types. Written (a state, a copy; a gradient AGC
+    clips): exactly xi's shape, and check_written. Read (a gradient):
+    broadcastable to xi's shape."""
+    what = {"g": "the gradient", "w": "the copy"}.get(role, "the state")
     if not isinstance(a, np.ndarray) or _masked(a):
         check_array(fname, lab, a)
-    if a.dtype.newbyteorder("=") != xi.dtype.newbyteorder("="):
+    x_type = xi.dtype.newbyteorder("=")
+    if role == "w":
+        _check_type(fname, lab, xlab, a, xi, _dtypes.COPIES_OF.get(x_type, ()),
+                    "a rounded copy of")
+    elif mixed and role == "g":
+        _check_type(fname, lab, xlab, a, xi, _dtypes.GRADS_OF.get(x_type, ()),
+                    "the gradient of")
+    elif not _native_in(a.dtype, (x_type,)):
         raise TypeError(f"{fname}: {lab} has dtype {a.dtype} but {xlab} has "
                         f"{xi.dtype}; {what} must match its parameter")
     if is_out:
@@ -451,7 +471,16 @@ def _check_role(fname, lab, xlab, a, xi, role, is_out) -> None:
                          f"broadcast to {xlab}'s shape {xi.shape}")
 
 
-def tensors(fname: str, arrays: dict, labels=None, written=None, needs=None) -> Prepared:
+def _check_type(fname, lab, xlab, a, xi, types, what) -> None:
+    if not _native_in(a.dtype, types):
+        can = (f"must be {_dtypes.phrase(types)}" if types
+               else "cannot be written (its dtype has no 16-bit copy)")
+        raise TypeError(f"{fname}: {lab} has dtype {a.dtype}; {what} {xlab} "
+                        f"({xi.dtype}) {can}")
+
+
+def tensors(fname: str, arrays: dict, labels=None, written=None, needs=None,
+            mixed: bool = False) -> Prepared:
     """Check every tensor of a call; return it normalised for the fast path.
 
     ``arrays`` maps each role to what the user passed, the leading role
@@ -462,18 +491,26 @@ def tensors(fname: str, arrays: dict, labels=None, written=None, needs=None) -> 
     a read gradient may broadcast. ``needs``: None (every role for every
     tensor) or, per tensor, how many of the roles after "x" and "g" it has
     (the whole step: 0-3 states by rule); a needed one that is None raises,
-    the others are passed on as None. Raises TypeError/ValueError naming
-    ``fname``, the argument and the tensor index (see ``labels`` in the
-    module docstring); on error nothing has been written anywhere.
+    the others are passed on as None. ``mixed`` (the whole step, the
+    gradient lists): gradients may have a 16-bit type paired with their
+    parameter's, and role "w" (after the states; None per tensor: no copy)
+    holds rounded copies of the new parameters. Raises TypeError/ValueError
+    naming ``fname``, the argument and the tensor index (see ``labels`` in
+    the module docstring); on error nothing has been written anywhere.
     """
     lists, n, single, label = _lists(fname, arrays, labels)
     lead, *rest = lists
+    copies = "w" in rest
+    if copies:
+        rest.remove("w")
     written = [r for r in lists if r != "g"] if written is None else written
+    lead_types = _dtypes.GRADS if mixed and lead == "g" else _FLOATS
     items, where = [], []   # (label, array, is_written) for the overlap check; (role, i)
     held = []               # the caller's arrays, replaced by views of our own (_own)
     for i in range(n):
         xi, xlab = lists[lead][i], label(lead, i)
-        check_array(fname, xlab, xi, "updates" if lead in written else "works on")
+        check_array(fname, xlab, xi, "updates" if lead in written else "works on",
+                    lead_types)
         held.append(xi)
         xi = lists[lead][i] = _own(xi)
         if lead in written:
@@ -490,9 +527,17 @@ def tensors(fname: str, arrays: dict, labels=None, written=None, needs=None) -> 
             if isinstance(a, np.ndarray) and not _masked(a):
                 held.append(a)
                 a = lists[role][i] = _own(a)
-            _check_role(fname, lab, xlab, a, xi, role, role in written)
+            _check_role(fname, lab, xlab, a, xi, role, role in written, mixed)
             items.append((lab, a, role in written))
             where.append((role, i))
+        if copies and lists["w"][i] is not None:
+            a, lab = lists["w"][i], label("w", i)
+            if isinstance(a, np.ndarray) and not _masked(a):
+                held.append(a)
+                a = lists["w"][i] = _own(a)
+            _check_role(fname, lab, xlab, a, xi, "w", True)
+            items.append((lab, a, True))
+            where.append(("w", i))
     if "g" in written:
         _clip_overlaps(fname, items)
         copy = set()

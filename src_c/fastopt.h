@@ -310,16 +310,24 @@ typedef struct fo_step_group {
 } fo_step_group;
 
 /* One tensor of a step: x updated in place, g only read, states s1..s3 as
- * the rule needs (NULL otherwise), n elements of type dtype each. */
+ * the rule needs (NULL otherwise), n elements each; x and the states of
+ * type dtype, g of type gdtype (the pair (dtype, gdtype) a row of
+ * FO_PAIR_TABLE: the same type, or 16-bit gradients for float or double
+ * parameters, widened exactly as they are read). w, if not NULL, receives
+ * the new x rounded to type wdtype (a row of FO_COPY_TABLE) in the same
+ * pass, on an applied step only. */
 typedef struct fo_step_tensor {
     void *x;
     const void *g;
     void *s1;
     void *s2;
     void *s3;
+    void *w;
     int64_t n;
     int32_t dtype;   /* an element type of FO_DTYPE_TABLE (tables.h) */
     int32_t group;   /* index into the groups */
+    int32_t gdtype;  /* the gradient's element type */
+    int32_t wdtype;  /* the copy's element type (with w) */
 } fo_step_tensor;
 
 /* Step-wide options. grad_scale 1 unscales nothing; clip_value 0 means no

@@ -45,6 +45,47 @@ typedef struct {
     int tf;
 } step_plan;
 
+/* ---- 16-bit conversions ------------------------------------------------------ */
+
+/* The loops of the 16-bit conversions (half.h), one per direction and type:
+ * the rounded copy of n new parameters (fo_step_tensor.w) and, for the
+ * tests (fo_convert), the widening a step does as it reads a gradient. */
+#define STEP_CONVERT(name, S, D, f) \
+    FO_KERNEL static void name(int64_t n, const S *restrict a, D *restrict b) \
+    { \
+        for (int64_t i = 0; i < n; i++) \
+            b[i] = f(a[i]); \
+    }
+STEP_CONVERT(step_copy_bf16, float, uint16_t, fo_f32_to_bf16)
+STEP_CONVERT(step_copy_f16, float, uint16_t, fo_f32_to_f16)
+STEP_CONVERT(step_widen_bf16, uint16_t, float, fo_bf16_to_f32)
+STEP_CONVERT(step_widen_f16, uint16_t, float, fo_f16_to_f32)
+#undef STEP_CONVERT
+
+/* The rounded copy as type wt, a row of FO_COPY_TABLE's float parameters. */
+static inline void step_copy_out(int32_t wt, int64_t n, const float *x, void *w)
+{
+    if (wt == FO_BF16)
+        step_copy_bf16(n, x, (uint16_t *)w);
+    else
+        step_copy_f16(n, x, (uint16_t *)w);
+}
+
+int fo_convert(const void *src, int32_t st, void *dst, int32_t dt, int64_t n)
+{
+    if (n < 0)
+        return FO_EINVAL;
+    if (st == FO_F32 && fo_copy_ok(FO_F32, dt))
+        step_copy_out(dt, n, (const float *)src, dst);
+    else if (dt == FO_F32 && st == FO_BF16)
+        step_widen_bf16(n, (const uint16_t *)src, (float *)dst);
+    else if (dt == FO_F32 && st == FO_F16)
+        step_widen_f16(n, (const uint16_t *)src, (float *)dst);
+    else
+        return FO_EINVAL;
+    return FO_OK;
+}
+
 /* ---- kernel instantiation ------------------------------------------------- */
 
 /*
@@ -263,11 +304,11 @@ static void step_piece_cb(const fo_tensor *t, int64_t lo, int64_t hi,
 {
     const step_plan *p = (const step_plan *)ctx;
     const fo_step_tensor *st = &p->ts[t - p->base];
-    switch (st->dtype) {
-#define FO_X_DTYPE(name, ctype, size) \
-    case FO_##name: step_piece_##name(p, st, lo, hi); break;
-    FO_DTYPE_TABLE(FO_X_DTYPE)
-#undef FO_X_DTYPE
+    switch (fo_pair(st->dtype, st->gdtype)) {
+#define FO_X_PAIR(name, xt, gt) \
+    case FO_PAIR_##name: step_piece_##name(p, st, lo, hi); break;
+    FO_PAIR_TABLE(FO_X_PAIR)
+#undef FO_X_PAIR
     default: break;
     }
 }
@@ -277,10 +318,13 @@ static void step_clip_cb(const fo_tensor *t, int64_t lo, int64_t hi,
 {
     const step_plan *p = (const step_plan *)ctx;
     switch (t->dtype) {
-#define FO_X_DTYPE(name, ctype, size) \
-    case FO_##name: step_clip_piece_##name(p, (ctype *)t->x + lo, hi - lo); break;
-    FO_DTYPE_TABLE(FO_X_DTYPE)
-#undef FO_X_DTYPE
+#define FO_X_GRAD(gt, pair) \
+    case FO_##gt: \
+        step_clip_piece_##pair(p, (void *)((char *)t->x + lo * fo_dtype_size(FO_##gt)), \
+                               hi - lo); \
+        break;
+    FO_GRAD_TABLE(FO_X_GRAD)
+#undef FO_X_GRAD
     default: break;
     }
 }
@@ -331,10 +375,11 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
     int64_t nb = 0, bytes = 0;
     for (int64_t k = 0; k < nt; k++) {     /* check each tensor, build the views */
         const fo_step_tensor *t = &ts[k];
-        if (fo_dtype_size(t->dtype) == 0 || t->n < 0
+        int pair = fo_pair(t->dtype, t->gdtype);
+        if (pair < 0 || t->n < 0 || (t->w != NULL && !fo_copy_ok(t->dtype, t->wdtype))
                 || t->group < 0 || t->group >= ng || !step_has_states(t, &gs[t->group]))
             goto out;
-        step_grad_add(&gr[k], t->g, t->n, t->dtype, &nb, &bytes);
+        step_grad_add(&gr[k], t->g, t->n, t->gdtype, pair, &nb, &bytes);
         step_view(&view[k], t->x, t->g, t->s1, t->s2, t->n, t->dtype);
     }
     for (int64_t j = 0; j < ng; j++)
@@ -360,11 +405,11 @@ static void step_plain_cb(const fo_tensor *t, int64_t lo, int64_t hi,
                           const void *ctx)
 {
     const step_gcoef *gc = (const step_gcoef *)ctx;
-    switch (t->dtype) {
-#define FO_X_DTYPE(name, ctype, size) \
-    case FO_##name: step_plain_piece_##name(gc, t, lo, hi); break;
-    FO_DTYPE_TABLE(FO_X_DTYPE)
-#undef FO_X_DTYPE
+    switch (fo_pair(t->dtype, t->dtype)) {
+#define FO_X_PAIR(name, xt, gt) \
+    case FO_PAIR_##name: step_plain_piece_##name(gc, t, lo, hi); break;
+    FO_PAIR_TABLE(FO_X_PAIR)
+#undef FO_X_PAIR
     default: break;
     }
 }
@@ -378,6 +423,9 @@ static int step_plain(const fo_tensor *ts, int64_t nt, const fo_step_group *g,
     step_gcoef gc;
     if (nt < 0 || step_group_coefs(g, &gc) != FO_OK)
         return FO_EINVAL;
+    for (int64_t k = 0; k < nt; k++)      /* one type for all four arrays */
+        if (fo_pair(ts[k].dtype, ts[k].dtype) < 0)
+            return FO_EINVAL;
     return fo_run_elementwise(ts, nt, step_plain_cb, &gc, n_threads);
 }
 

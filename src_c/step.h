@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "fastopt.h"
+#include "half.h"
 #include "rules.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
@@ -32,8 +33,8 @@ typedef struct {
     const void *g;
     int64_t n;
     int64_t b0;      /* index of its first block among all blocks */
-    int32_t dtype;
-    int32_t pad_;
+    int32_t dtype;   /* its element type */
+    int32_t pair;    /* the storage pair it is read in (FO_PAIR_TABLE) */
 } step_grad;
 
 static inline int64_t step_nblocks(int64_t n)
@@ -41,15 +42,17 @@ static inline int64_t step_nblocks(int64_t n)
     return (n + FO_STEP_BLOCK - 1) / FO_STEP_BLOCK;
 }
 
-/* Append gradient (g, n, dtype) as gr: its first block is *nb; count its
- * blocks into *nb and its bytes into *bytes. */
+/* Append gradient (g, n, dtype), read in storage pair `pair`, as gr: its
+ * first block is *nb; count its blocks into *nb and its bytes into
+ * *bytes. */
 static inline void step_grad_add(step_grad *gr, const void *g, int64_t n,
-                                 int32_t dtype, int64_t *nb, int64_t *bytes)
+                                 int32_t dtype, int32_t pair, int64_t *nb,
+                                 int64_t *bytes)
 {
     gr->g = g;
     gr->n = n;
     gr->dtype = dtype;
-    gr->pad_ = 0;
+    gr->pair = pair;
     gr->b0 = *nb;
     *nb += step_nblocks(n);
     *bytes += n * fo_dtype_size(dtype);
@@ -130,6 +133,12 @@ static inline double step_exact_inverse(double s, int f32)
 
 /* step_norm.c: check a gradient list and fill gr (and view, if not NULL,
  * with x = g and no states); FO_OK or FO_EINVAL. */
+/* The kernels' own conversions over n contiguous values, for the tests:
+ * float32 to a copy type (FO_COPY_TABLE) rounded as fo_step's copies are,
+ * or a 16-bit type to float32 widened as fo_step reads gradients. FO_OK,
+ * or FO_EINVAL for another pair of types or n < 0. */
+int fo_convert(const void *src, int32_t st, void *dst, int32_t dt, int64_t n);
+
 int step_grad_list(const void *const *gs, const int64_t *ns,
                    const int32_t *dtypes, int64_t nt, step_grad *gr,
                    fo_tensor *view, int64_t *nb, int64_t *bytes);

@@ -39,11 +39,11 @@ static inline int step_run_block(const step_grad *gr, int64_t b,
 {
     int64_t o = b * FO_STEP_BLOCK;
     int64_t m = gr->n - o < FO_STEP_BLOCK ? gr->n - o : FO_STEP_BLOCK;
-    switch (gr->dtype) {
-#define FO_X_DTYPE(name, ctype, size) \
-    case FO_##name: return step_run_block_##name(gr, o, m, us, norm_inf, part);
-    FO_DTYPE_TABLE(FO_X_DTYPE)
-#undef FO_X_DTYPE
+    switch (gr->pair) {
+#define FO_X_PAIR(name, xt, gt) \
+    case FO_PAIR_##name: return step_run_block_##name(gr, o, m, us, norm_inf, part);
+    FO_PAIR_TABLE(FO_X_PAIR)
+#undef FO_X_PAIR
     default: return 1;
     }
 }
@@ -189,10 +189,10 @@ int step_grad_list(const void *const *gs, const int64_t *ns,
     *nb = 0;
     *bytes = 0;
     for (int64_t k = 0; k < nt; k++) {
-        if (fo_dtype_size(dtypes[k]) == 0 || ns[k] < 0
-                || (ns[k] > 0 && gs[k] == NULL))
+        int pair = fo_grad_pair(dtypes[k]);
+        if (pair < 0 || ns[k] < 0 || (ns[k] > 0 && gs[k] == NULL))
             return FO_EINVAL;
-        step_grad_add(&gr[k], gs[k], ns[k], dtypes[k], nb, bytes);
+        step_grad_add(&gr[k], gs[k], ns[k], dtypes[k], pair, nb, bytes);
         if (view != NULL)
             step_view(&view[k], (void *)gs[k], gs[k], NULL, NULL, ns[k], dtypes[k]);
     }

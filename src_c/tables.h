@@ -34,11 +34,49 @@
 
 /*
  * Element types, in id order: X(NAME, CTYPE, SIZE). NAME makes FO_NAME;
- * CTYPE is the C type of a stored value, SIZE its bytes.
+ * CTYPE is the C type of a stored value, SIZE its bytes. The 16-bit types
+ * are stored as their bits (half.h converts them).
  */
 #define FO_DTYPE_TABLE(X) \
     X(F32, float, 4) \
-    X(F64, double, 8)
+    X(F64, double, 8) \
+    X(BF16, uint16_t, 2) \
+    X(F16, uint16_t, 2)
+
+/*
+ * The storage pairs the update pass is built for: X(NAME, XT, GT),
+ * parameters and states of type XT (the compute type's precision) with
+ * gradients of type GT; NAME names the pair's instance (types.inc) and
+ * makes FO_PAIR_NAME. A step's tensor must be one of these pairs; a
+ * gradient alone (the norm, the clip) is computed in its own type's pair,
+ * a 16-bit one in float's.
+ */
+#define FO_PAIR_TABLE(X) \
+    X(F32, F32, F32) \
+    X(F64, F64, F64) \
+    X(F32_BF16, F32, BF16) \
+    X(F32_F16, F32, F16) \
+    X(F64_BF16, F64, BF16) \
+    X(F64_F16, F64, F16)
+
+/*
+ * Gradients alone (the global norm, the clip in place): X(GT, PAIR), a
+ * gradient of type GT is computed in the pair PAIR: its own type's, a
+ * 16-bit one's in float.
+ */
+#define FO_GRAD_TABLE(X) \
+    X(F32, F32) \
+    X(F64, F64) \
+    X(BF16, F32_BF16) \
+    X(F16, F32_F16)
+
+/*
+ * The types of the rounded copy of the new parameters a step may write
+ * (fo_step_tensor.w): X(XT, WT), parameters of type XT copied as WT.
+ */
+#define FO_COPY_TABLE(X) \
+    X(F32, BF16) \
+    X(F32, F16)
 
 enum {
 #define FO_X_RULE(name, states, t0) FO_RULE_##name,
@@ -53,6 +91,44 @@ enum {
 #undef FO_X_DTYPE
     FO_N_DTYPES
 };
+
+enum {
+#define FO_X_PAIR(name, xt, gt) FO_PAIR_##name,
+    FO_PAIR_TABLE(FO_X_PAIR)
+#undef FO_X_PAIR
+    FO_N_PAIRS
+};
+
+/* The pair of parameters of type xt and gradients of type gt; -1 if the
+ * update pass is not built for it. */
+static inline int fo_pair(int32_t xt, int32_t gt)
+{
+#define FO_X_PAIR(N, X, G) if (xt == FO_##X && gt == FO_##G) return FO_PAIR_##N;
+    FO_PAIR_TABLE(FO_X_PAIR)
+#undef FO_X_PAIR
+    return -1;
+}
+
+/* The pair a gradient of type gt alone is computed in (FO_GRAD_TABLE);
+ * -1 outside the table. */
+static inline int fo_grad_pair(int32_t gt)
+{
+    switch (gt) {
+#define FO_X_GRAD(G, P) case FO_##G: return FO_PAIR_##P;
+    FO_GRAD_TABLE(FO_X_GRAD)
+#undef FO_X_GRAD
+    default: return -1;
+    }
+}
+
+/* 1 if parameters of type xt may be copied as wt. */
+static inline int fo_copy_ok(int32_t xt, int32_t wt)
+{
+#define FO_X_COPY(X, W) if (xt == FO_##X && wt == FO_##W) return 1;
+    FO_COPY_TABLE(FO_X_COPY)
+#undef FO_X_COPY
+    return 0;
+}
 
 /* A rule's name and facts from its id (name NULL, the rest 0, for an id
  * outside the table). */

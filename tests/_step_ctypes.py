@@ -30,8 +30,17 @@ class Group(ct.Structure):
 
 class Tensor(ct.Structure):
     _fields_ = [("x", ct.c_void_p), ("g", ct.c_void_p), ("s1", ct.c_void_p),
-                ("s2", ct.c_void_p), ("s3", ct.c_void_p), ("n", ct.c_int64),
-                ("dtype", ct.c_int32), ("group", ct.c_int32)]
+                ("s2", ct.c_void_p), ("s3", ct.c_void_p), ("w", ct.c_void_p),
+                ("n", ct.c_int64), ("dtype", ct.c_int32), ("group", ct.c_int32),
+                ("gdtype", ct.c_int32), ("wdtype", ct.c_int32)]
+
+
+def tensor(x, g, states, j, w=None):
+    """The record of parameter x with gradient g (its own dtype), states
+    (up to three, None where absent), group j and copy w."""
+    s = (tuple(states) + (None, None, None))[:3]
+    return Tensor(_ptr(x), _ptr(g), _ptr(s[0]), _ptr(s[1]), _ptr(s[2]), _ptr(w), x.size,
+                  _dt(x), j, _dt(g if g is not None else x), 0 if w is None else _dt(w))
 
 
 class Guard(ct.Structure):
@@ -116,7 +125,8 @@ def _ptr(a):
 
 
 def _dt(a):
-    return 0 if a.dtype == np.float32 else 1
+    from fastopt import _dtypes
+    return _dtypes.CODE[a.dtype.newbyteorder("=")]
 
 
 def group_struct(hp):
@@ -154,9 +164,7 @@ def step(lib, xs, gs, states, groups, index, n_threads=1, **opts):
     """fo_step in place; returns (rc, Result)."""
     ts = (Tensor * max(len(xs), 1))()
     for k, (x, g, st, j) in enumerate(zip(xs, gs, states, index)):
-        s = (tuple(st) + (None, None, None))[:3]
-        ts[k] = Tensor(_ptr(x), _ptr(g), _ptr(s[0]), _ptr(s[1]), _ptr(s[2]), x.size,
-                       _dt(x), j)
+        ts[k] = tensor(x, g, st, j)
     gr = (Group * max(len(groups), 1))(*[group_struct(h) for h in groups])
     o = opts_struct(**opts)
     res = Result()

@@ -267,10 +267,7 @@ def _step_raw(lib, case, o):
     xs, gs, states, groups, index = case
     ts = (cs.Tensor * len(xs))()
     for k, (x, g, st, j) in enumerate(zip(xs, gs, states, index)):
-        s = (tuple(st) + (None, None, None))[:3]
-        ts[k] = cs.Tensor(x.ctypes.data, g.ctypes.data,
-                          *[None if a is None else a.ctypes.data for a in s],
-                          x.size, cs._dt(x), j)
+        ts[k] = cs.tensor(x, g, st, j)
     gr = (cs.Group * len(groups))(*[cs.group_struct(h) for h in groups])
     res = cs.Result()
     return lib.fo_step(ts, len(xs), gr, len(groups), ct.byref(o), ct.byref(res), 1), res

@@ -2,6 +2,7 @@
 compiled core reports (src_c/tables.h, read through the extension) are the
 rows of fastopt/_rules.py and fastopt/_dtypes.py, in the same order."""
 import numpy as np
+import pytest
 
 from fastopt import _dtypes, _ext, _rules
 
@@ -21,7 +22,20 @@ def test_dtypes_agree_with_the_c_table():
     py = [(d.name, d.numpy.itemsize) for d in _dtypes.DTYPES]
     assert py == c
     assert all(d.numpy == d.numpy.newbyteorder("=") for d in _dtypes.DTYPES)
-    assert _dtypes.CODE == {np.dtype(np.float32): 0, np.dtype(np.float64): 1}
+    import ml_dtypes
+    assert _dtypes.CODE == {np.dtype(np.float32): 0, np.dtype(np.float64): 1,
+                            np.dtype(ml_dtypes.bfloat16): 2, np.dtype(np.float16): 3}
+
+
+def test_pairs_and_copies_agree_with_the_c_table():
+    t = _ext.tables()
+    assert t["pairs"] == sorted(_dtypes.PAIRS, key=lambda p: [
+        [d.name for d in _dtypes.DTYPES].index(n) for n in p])
+    assert sorted(t["copies"]) == sorted(_dtypes.COPIES)
+    # every type may be a gradient alone (the norm, the clip)
+    assert t["grads"] == {d.name: True for d in _dtypes.DTYPES}
+    # the types fastopt updates are those paired with themselves
+    assert _dtypes.NUMPY == (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def test_the_c_core_refuses_a_rule_outside_its_table():
@@ -43,24 +57,27 @@ def test_the_fast_paths_take_exactly_the_python_rows():
 
 
 def test_a_type_outside_the_c_table_cannot_be_registered():
-    import pytest
     with pytest.raises(ValueError, match="no C element type"):
-        _ext.register_dtype(np.float16, len(_dtypes.DTYPES))
+        _ext.register_dtype(np.int16, len(_dtypes.DTYPES))
     # as wide as its C type, in native order, and one code for good
     with pytest.raises(ValueError, match="is not C type 1"):
-        _ext.register_dtype(np.float16, 1)
+        _ext.register_dtype(np.int16, 1)
     with pytest.raises(ValueError, match="is not C type 0"):
         _ext.register_dtype(np.dtype(np.float32).newbyteorder(), 0)
-    assert np.dtype(np.float16).num not in _ext.registered_dtypes()
+    with pytest.raises(ValueError, match="is C type 3 already"):
+        _ext.register_dtype(np.float16, 2)
+    assert np.dtype(np.int16).num not in _ext.registered_dtypes()
     assert _ext.registered_dtypes() == {d.numpy.num: code
                                         for code, d in enumerate(_dtypes.DTYPES)}
 
 
-def test_an_unregistered_type_declines_the_fast_path():
-    # float16 has no row: the fast path declines with nothing written (the
-    # slow path then raises TypeError naming the dtype)
-    x = np.ones(4, np.float16)
-    v = np.zeros(4, np.float16)
-    assert _ext.momentum((x, np.ones(4, np.float16), v),
+@pytest.mark.parametrize("dtype", [np.int16, np.float16])
+def test_a_type_the_update_does_not_take_declines_the_fast_path(dtype):
+    # int16 has no row, float16 is a gradient's type, not a parameter's: the
+    # fast path declines with nothing written (the slow path then raises
+    # TypeError naming the dtype)
+    x = np.ones(4, dtype)
+    v = np.zeros(4, dtype)
+    assert _ext.momentum((x, np.ones(4, dtype), v),
                          (0.1, 1, 0.9, 1.0, 0.0, "standard", 1)) is False
     assert (x == 1).all() and (v == 0).all()

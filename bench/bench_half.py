@@ -1,0 +1,127 @@
+"""Half precision against fastopt's own float32 AdamW, out of cache.
+
+float32 masters and states; per element, the bytes each variant must move
+(read + written):
+
+    fp32            x, g, m, v read (16), x, m, v written (12)        28 B
+    bf16 grads      g read as 2 bytes                                   26 B
+    fp32 + copy     fp32, plus the bf16 copy of x written               30 B
+    offload         bf16 grads, the bf16 copy written                  28 B
+    bf16 + astype   bf16 grads, then x.astype(bf16) into the copy     26 + 6 B
+    ceiling         the probe over 4 read and 3 written float32 arrays  28 B
+
+The offload step is the CPU half of offloaded training in one call:
+``fastopt.adamw(masters, bf16 grads, m, v, grad_scale=, skip_if_nonfinite=,
+max_grad_norm=, param_copies=bf16 params)``; it reads the gradients twice
+(the norm pass, then the update), so its floor is 30 B. Each variant's
+ratio to fp32 is the median of the per-round quotients, the calls
+interleaved in a rotating order.
+
+    python bench/bench_half.py                     # 1x5e7 and ResNet-50, 1 and 2 threads
+    python bench/bench_half.py --seconds 5 --threads 1
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+import fastopt
+from fastopt._cli import _probe
+from fastopt._cli.workloads import resnet50_shapes
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_torch import rotating  # noqa: E402
+
+ADAMW = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
+BYTES = {"fp32": 28, "bf16 grads": 26, "fp32 + copy": 30, "offload": 30,
+         "bf16 + astype": 32, "ceiling": 28}
+
+
+def calls(shapes, nth, seed=0):
+    """{name: callable} of one step each, on tensors of these shapes."""
+    import ml_dtypes
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    rng = np.random.default_rng(seed)
+
+    def state():
+        xs = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+        return xs, [np.zeros_like(x) for x in xs], [np.zeros_like(x) for x in xs]
+
+    g32 = [rng.standard_normal(s, dtype=np.float32) * np.float32(1e-2) for s in shapes]
+    g16 = [g.astype(bf16) for g in g32]
+    out = {}
+    for name, gs, copy in (("fp32", g32, False), ("bf16 grads", g16, False),
+                           ("fp32 + copy", g32, True)):
+        xs, ms, vs = state()
+        ws = [np.zeros(s, bf16) for s in shapes] if copy else None
+        out[name] = (lambda xs=xs, gs=gs, ms=ms, vs=vs, ws=ws: fastopt.adamw(
+            xs, gs, ms, vs, step=1, **ADAMW, param_copies=ws, n_threads=nth))
+    xs, ms, vs = state()
+    ws = [np.zeros(s, bf16) for s in shapes]
+    out["offload"] = lambda: fastopt.adamw(
+        xs, g16, ms, vs, step=1, **ADAMW, grad_scale=1024.0, skip_if_nonfinite=True,
+        max_grad_norm=1e9, param_copies=ws, n_threads=nth)
+    xa, ma, va = state()
+    wa = [np.zeros(s, bf16) for s in shapes]
+
+    def then_astype():
+        fastopt.adamw(xa, g16, ma, va, step=1, **ADAMW, n_threads=nth)
+        for w, x in zip(wa, xa):
+            np.copyto(w, x, casting="unsafe")
+    out["bf16 + astype"] = then_astype
+    n = sum(int(np.prod(s)) for s in shapes)
+    bufs = [np.ones(n, np.float32) for _ in range(4)]
+    out["ceiling"] = lambda: _probe.probe(bufs, nth)
+    for f in out.values():
+        f()
+    return out
+
+
+def measure(fs, seconds, min_rounds=9):
+    return rotating(fs, seconds, min_rounds)
+
+
+def report(label, n, times, out=sys.stdout):
+    ref = np.array(times["fp32"])
+    print(f"{label}: {n:.3g} elements, {len(ref)} rounds, load average "
+          f"{os.getloadavg()[0]:.2f}", file=out)
+    print(f"  {'variant':14s} {'p50 ms':>8s} {'p99 ms':>8s} {'/ fp32':>7s} {'floor':>6s} "
+          f"{'GB/s':>6s}", file=out)
+    for k, v in times.items():
+        v = np.array(v)
+        p50 = np.median(v)
+        print(f"  {k:14s} {p50 * 1e3:8.2f} {np.percentile(v, 99) * 1e3:8.2f} "
+              f"{np.median(v / ref):7.3f} {BYTES[k] / BYTES['fp32']:6.3f} "
+              f"{BYTES[k] * n / p50 / 1e9:6.1f}", file=out)
+    a = np.array(times["bf16 grads"])
+    print(f"  offload / (bf16 grads + astype) "
+          f"{np.median(np.array(times['offload']) / np.array(times['bf16 + astype'])):.3f};"
+          f" bf16 grads / fp32 {np.median(a / ref):.3f}", file=out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--workloads", nargs="+", default=["1x5e7", "resnet50"])
+    args = ap.parse_args(argv)
+    shapes = {"1x5e7": [(50_000_000,)], "resnet50": resnet50_shapes()}
+    for w in args.workloads:
+        for nth in args.threads:
+            fs = calls(shapes[w], nth)
+            n = sum(int(np.prod(s)) for s in shapes[w])
+            report(f"{w}, {nth} thread(s)", n, measure(fs, args.seconds))
+            del fs
+
+
+def test_bench_half_smoke():
+    fs = calls([(1000,), (3, 5)], 1)
+    times = measure(fs, 0.0, min_rounds=2)
+    assert set(times) == set(BYTES)
+
+
+if __name__ == "__main__":
+    main()
