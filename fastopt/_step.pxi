@@ -43,18 +43,18 @@ cdef int _emit_step(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
 cdef int _emit_plan(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
                     bint c_order, void **p) except -1:
     """A prepared step's tensor: its written arrays alone (the gradients
-    come per step)."""
+    come per step), and its rounded copy with OP_PLAN_COPY."""
     cdef fo_step_tensor *t = (<fo_step_tensor *>c.ts) + i
     t.x = p[0]
     t.g = NULL
     t.s1 = p[1]
     t.s2 = p[2]
     t.s3 = p[3]
-    t.w = NULL
+    t.w = p[4]
     t.n = n
     t.dtype = dtype
     t.gdtype = dtype
-    t.wdtype = 0
+    t.wdtype = c.dt[4] if p[4] != NULL else 0
     return _step_index(c, i, t)
 
 
@@ -72,6 +72,7 @@ cdef int _emit_grad(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
 cdef Op OP_STEP = _op(5, "WGwww", sizeof(fo_step_tensor), _emit_step, NULL)
 cdef Op OP_STEP_COPY = _op(6, "WGwwwc", sizeof(fo_step_tensor), _emit_step, NULL)
 cdef Op OP_PLAN = _op(4, "Wwww", sizeof(fo_step_tensor), _emit_plan, NULL)
+cdef Op OP_PLAN_COPY = _op(5, "Wwwwc", sizeof(fo_step_tensor), _emit_plan, NULL)
 cdef Op OP_NORM = _op(1, "G", sizeof(fo_step_tensor), _emit_grad, NULL)
 cdef Op OP_CLIP = _op(1, "H", sizeof(fo_step_tensor), _emit_grad, NULL)
 

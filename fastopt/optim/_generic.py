@@ -63,7 +63,8 @@ def _init(self, params, a):
     self._STATES = _states_of(rule, hyper, params)
     _Optimizer.__init__(self, params, dict(hyper, schedule=a["schedule"]),
                         contiguous_state=a["contiguous_state"],
-                        broadcast_grads=a["broadcast_grads"], n_threads=a["n_threads"])
+                        broadcast_grads=a["broadcast_grads"], n_threads=a["n_threads"],
+                        master_weights=a["master_weights"])
 
 
 def _doc(rule) -> str:
@@ -78,7 +79,7 @@ def _doc(rule) -> str:
         if arg.check is not None:
             kind = "bool" if arg.check == "bool" else "float"
             lines += [f"{arg.name} : {kind}, default {arg.default!r}", f"    {arg.doc}"]
-    lines += ["schedule, contiguous_state, broadcast_grads, n_threads",
+    lines += ["schedule, contiguous_state, broadcast_grads, n_threads, master_weights",
               "    As in :class:`Momentum`.", "", "Notes", "-----",
               f"States, as torch names them: {', '.join(repr(s) for s in rule.states)};",
               "the ones no group uses are not allocated, and a group may not turn one",
@@ -91,7 +92,7 @@ def make_class(rule: _rules.TorchRule) -> type:
     """fastopt.optim.<rule.cls>."""
     params = ["self", "params"] + [f"{k}=D[{k!r}]" for k in _rules.defaults(rule)]
     params += ["schedule=None", "*", "contiguous_state=False", "broadcast_grads=False",
-               "n_threads=None"]
+               "n_threads=None", "master_weights=False"]
     init = _rules.define("__init__", params, "init(self, params, locals())",
                          {"D": _rules.defaults(rule), "init": _init}, "fastopt.optim")
     cls = type(rule.cls, (_RuleOptimizer,), {
