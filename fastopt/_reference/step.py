@@ -322,6 +322,39 @@ def lion(x, g, m, *, lr, beta1=0.9, beta2=0.99, weight_decay=0.0):
     return x + s * c(-lr), m * c(beta2) + c(1.0 - beta2) * g
 
 
+@_quiet
+def nadam_torch(x, g, m, v, mu_product, *, lr, step, beta1=0.9, beta2=0.999, eps=1e-8,
+                weight_decay=0.0, momentum_decay=4e-3, decoupled=False):
+    """torch.optim.NAdam, one step (g already negated if maximize), in
+    torch's order, each operation rounded to x's dtype. ``mu_product`` is
+    torch's state before the step, a NumPy float32 or float64 scalar (the
+    type of torch's scalar tensor): it is multiplied by mu_t in that type.
+    Returns (x_new, m_new, v_new, mu_product_new)."""
+    mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * momentum_decay))
+    mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step + 1) * momentum_decay))
+    kind = type(mu_product)
+    product = kind(mu_product) * kind(mu)
+    out = nadam_update(x, g, m, v, lr=lr, step=step, mu=mu, mu_next=mu_next,
+                       product=float(product), beta1=beta1, beta2=beta2, eps=eps,
+                       weight_decay=weight_decay, decoupled=decoupled)
+    return (*out, product)
+
+
+@_quiet
+def nadam_update(x, g, m, v, *, lr, step, mu, mu_next, product, beta1, beta2, eps,
+                 weight_decay, decoupled):
+    """torch NAdam's update given its momentum cache (mu_t, mu_{t+1} and
+    mu_product after this step's product): the two addcdiv_ values in
+    double, as torch's Python floats. Returns (x_new, m_new, v_new)."""
+    x, c, m, v = _adam_moments(x, g, m, v, lr, beta1, beta2, weight_decay, decoupled)
+    gr = np.asarray(g, dtype=x.dtype)
+    if weight_decay != 0.0 and not decoupled:
+        gr = gr + c(weight_decay) * np.asarray(x)
+    d = np.sqrt(v / c(1.0 - beta2 ** step)) + c(eps)
+    x = x + (c(-lr * (1.0 - mu) / (1.0 - product)) * gr) / d
+    return x + (c((-lr * mu_next) / (1.0 - product * mu_next)) * m) / d, m, v
+
+
 # ---- the whole step ----------------------------------------------------------
 
 @_quiet
@@ -372,6 +405,14 @@ def rule_update(rule, x, u, states, hp):
         xn, m = lion(x, u, s1, lr=hp["lr"], beta1=hp["alpha"], beta2=hp["beta"],
                      weight_decay=hp["decay"])
         return xn, (m, s2, s3)
+    if rule == "nadam_torch":
+        mu, mu_next, product = hp["extra"][:3]
+        xn, m, v2 = nadam_update(x, u, s1, s2, lr=hp["lr"], step=hp["t"], mu=mu,
+                                 mu_next=mu_next, product=product, beta1=hp["alpha"],
+                                 beta2=hp["beta"], eps=hp["eps"],
+                                 weight_decay=hp["decay"] or hp.get("decay_post", 0.0),
+                                 decoupled=hp.get("decay_post", 0.0) != 0.0)
+        return xn, (m, v2, s3)
     if rule == "radam_torch":
         xn, m, v2 = radam_torch(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
                                 beta2=hp["beta"], eps=hp["eps"],
