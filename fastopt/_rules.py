@@ -39,6 +39,7 @@ RULES = (
     Rule("radam_torch", ("exp_avg", "exp_avg_sq"), 1),
     Rule("lion", ("exp_avg",), 1),
     Rule("nadam_torch", ("exp_avg", "exp_avg_sq"), 1),
+    Rule("ademamix", ("exp_avg_fast", "exp_avg_slow", "exp_avg_sq"), 1),
 )
 
 #: name -> C id
@@ -324,8 +325,50 @@ x = x + ((-lr * mu_{t+1} / (1 - mu_product * mu_{t+1})) * m) / d""",
                 "torch's product of the momentum schedule, 1.0 before the first step"))
 
 
+def _ademamix_fields(h) -> dict:
+    b1, b2, b3 = h["betas"]
+    return {"rule": ID["ademamix"], "lr": h["lr"], "alpha": b1, "beta": b2,
+            "eps": h["eps"], "decay": h["weight_decay"],
+            "extra": (b3, h["alpha"], h["alpha_warmup"] or 0, h["beta3_warmup"] or 0,
+                      h["eps_root"]),
+            "flags": MAXIMIZE if h["maximize"] else 0}
+
+
+ADEMAMIX = TorchRule(
+    name="ademamix", cls="AdEMAMix", row="ademamix",
+    args=(Arg("lr", 1e-3, "lr", "Learning rate (>= 0)."),
+          Arg("betas", (0.9, 0.999, 0.9999), "betas3",
+              "Decay rates of the fast moment, the second moment and the slow moment "
+              "(beta1, beta2, beta3), each in [0, 1)."),
+          Arg("alpha", 5.0, _NONNEG, "Weight of the slow moment (>= 0)."),
+          Arg("alpha_warmup", None, "warmup",
+              "Steps over which alpha rises linearly from 0 (None: no warmup)."),
+          Arg("beta3_warmup", None, "warmup",
+              "Steps over which beta3 rises from beta1, its half-life linearly "
+              "(None: no warmup)."),
+          Arg("eps", 1e-8, _NONNEG, "Added to the root of the second moment (>= 0)."),
+          Arg("weight_decay", 0.0, _NONNEG,
+              "Decoupled weight decay: weight_decay * x joins the update (>= 0)."),
+          Arg("eps_root", 0.0, _NONNEG, "Added under the root (>= 0)."),
+          Arg("maximize", False, "bool", "Maximise the objective.")),
+    states=("exp_avg_fast", "exp_avg_slow", "exp_avg_sq"), needs={},
+    slots=lambda h: ("exp_avg_fast", "exp_avg_slow", "exp_avg_sq"),
+    fields=_ademamix_fields,
+    summary="AdEMAMix (optax.contrib.ademamix; bitsandbytes' AdEMAMix names)",
+    formula="""s = step - 1;  a = s / alpha_warmup;  b = s / beta3_warmup
+alpha_s = a * alpha                           # s < alpha_warmup; else alpha
+beta3_s = 0.5**(1 / (h + 1)),  h = (1 - b) * f(beta1) + b * f(beta3),
+          f(beta) = ln(0.5) / ln(beta) - 1    # s < beta3_warmup; else beta3
+m1 = (1 - beta1) * u + beta1 * m1
+m2 = (1 - beta3_s) * u + beta3_s * m2
+nu = (1 - beta2) * (u * u) + beta2 * nu
+w = (m1 / (1 - beta1**step) + alpha_s * m2) / (sqrt(nu / (1 - beta2**step) + eps_root) + eps)
+w = w + weight_decay * x                      # weight_decay != 0
+x = x + (-lr) * w""",
+    keyword_from="maximize", counted=True)
+
 #: every rule built by the generic front ends, in the order they are listed
-TORCH_RULES = (RMSPROP, ADAMAX, ADADELTA, RADAM, LION, NADAM)
+TORCH_RULES = (RMSPROP, ADAMAX, ADADELTA, RADAM, LION, NADAM, ADEMAMIX)
 
 
 def define(name: str, params: list, call: str, namespace: dict, module: str):

@@ -151,13 +151,16 @@ def clip_grads(grads: ArrayOrList, *, max_norm: float | None = None, norm_type=2
 
 # ---- torch-form rules ----------------------------------------------------------------
 
-def _betas(f, betas):
+def _betas(f, betas, n=2):
     try:
-        b1, b2 = betas
-    except (TypeError, ValueError):
-        raise TypeError(f"{f}: betas must be a pair (beta1, beta2)") from None
-    return (_v.check_real(f, "betas[0]", b1, low=0.0, high=1.0, high_open=True),
-            _v.check_real(f, "betas[1]", b2, low=0.0, high=1.0, high_open=True))
+        bs = tuple(betas)
+    except TypeError:
+        bs = ()
+    if len(bs) != n:
+        names = ", ".join(f"beta{i + 1}" for i in range(n))
+        raise TypeError(f"{f}: betas must be a {'pair' if n == 2 else 'triple'} ({names})")
+    return tuple(_v.check_real(f, f"betas[{i}]", b, low=0.0, high=1.0, high_open=True)
+                 for i, b in enumerate(bs))
 
 
 def _adam_form(f, rule, a):
@@ -343,8 +346,10 @@ def check_hyper(f, rule, values) -> dict:
             out[name] = _v.check_lr(f, v)
         elif kind == "bool":
             out[name] = _v.check_bool(f, name, v)
-        elif kind == "betas":
-            out[name] = _betas(f, v)
+        elif kind in ("betas", "betas3"):
+            out[name] = _betas(f, v, 3 if kind == "betas3" else 2)
+        elif kind == "warmup":
+            out[name] = _v.check_warmup(f, name, v)
         else:
             out[name] = _v.check_real(f, name, v, **kind)
     return out

@@ -305,6 +305,9 @@ extern "C" {
  *   NADAM_TORCH    beta1      beta2       eps   weight_decay  decoupled   -             step (>= 1)
  *                  extra: mu_t, mu_{t+1}, mu_product (state['mu_product'] after this
  *                  step's product: the caller keeps it and rounds it as torch)
+ *   ADEMAMIX       beta1      beta2       eps   weight_decay  -           -             step (>= 1)
+ *                  extra: beta3, alpha, alpha_warmup, beta3_warmup (0: none), eps_root
+ *                  (decay: optax's add_decayed_weights, u + decay*x, before -lr)
  * SGD_TORCH with momentum 0 keeps no state (s1 may be NULL). The torch
  * rules follow torch.optim's single-tensor code operation by operation.
  */

@@ -130,6 +130,8 @@ static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
         return step_lion_coefs(g, c);
     case FO_RULE_NADAM_TORCH:
         return step_nadam_coefs(g, c);
+    case FO_RULE_ADEMAMIX:
+        return step_ademamix_coefs(g, c);
     default:                        /* torch Adam / AdamW */
         return step_adam_torch_coefs(g, c);
     }

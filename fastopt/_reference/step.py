@@ -355,7 +355,89 @@ def nadam_update(x, g, m, v, *, lr, step, mu, mu_next, product, beta1, beta2, ep
     return x + (c((-lr * mu_next) / (1.0 - product * mu_next)) * m) / d, m, v
 
 
+def ademamix_schedules(step, *, alpha, beta1, beta3, alpha_warmup=None,
+                       beta3_warmup=None):
+    """AdEMAMix's alpha and beta3 at ``step`` (1-based): the paper's warmups
+    as its authors' optax code writes them, at the 0-based count step - 1
+    (optax calls a schedule with the count before the update). alpha rises
+    linearly from 0; beta3 from beta1, its half-life ln(0.5)/ln(beta) - 1
+    linearly. Evaluated as C's log and pow do (log 0 = -inf)."""
+    s = float(step - 1)
+    if alpha_warmup and s < alpha_warmup:
+        alpha = (s / alpha_warmup) * alpha
+    if beta3_warmup and s < beta3_warmup:
+        a = s / beta3_warmup
+
+        def half(b):   # log(0.5) / log(0) is -0 in C
+            return (math.log(0.5) / math.log(b) if b > 0.0 else -0.0) - 1.0
+        h = (1.0 - a) * half(beta1) + a * half(beta3) + 1.0
+        beta3 = math.pow(0.5, 1.0 / h) if h != 0.0 else 0.0
+    return alpha, beta3
+
+
+@_quiet
+def ademamix(x, g, m1, m2, nu, *, lr, step, beta1=0.9, beta2=0.999, beta3=0.9999,
+             alpha=5.0, alpha_warmup=None, beta3_warmup=None, eps=1e-8, eps_root=0.0,
+             weight_decay=0.0):
+    """AdEMAMix as optax.contrib.ademamix computes it (then
+    add_decayed_weights and the learning rate), one step (g already negated
+    if maximize), each operation rounded to x's dtype, alpha and beta3 from
+    :func:`ademamix_schedules`. Returns (x_new, m1_new, m2_new, nu_new)."""
+    alpha, beta3 = ademamix_schedules(step, alpha=alpha, beta1=beta1, beta3=beta3,
+                                      alpha_warmup=alpha_warmup, beta3_warmup=beta3_warmup)
+    x = np.array(x)
+    c = _c(x)
+    g = np.asarray(g, dtype=x.dtype)
+    m1 = c(1.0 - beta1) * g + c(beta1) * np.asarray(m1, dtype=x.dtype)
+    m2 = c(1.0 - beta3) * g + c(beta3) * np.asarray(m2, dtype=x.dtype)
+    nu = c(1.0 - beta2) * (g * g) + c(beta2) * np.asarray(nu, dtype=x.dtype)
+    den = np.sqrt(nu / c(1.0 - beta2 ** step) + c(eps_root)) + c(eps)
+    u = (m1 / c(1.0 - beta1 ** step) + c(alpha) * m2) / den
+    if weight_decay != 0.0:
+        u = u + c(weight_decay) * x
+    return x + c(-lr) * u, m1, m2, nu
+
+
 # ---- the whole step ----------------------------------------------------------
+
+def _table_rule(rule, x, u, s1, s2, s3, hp):
+    """rule_update for the table's newer rules (None for another rule)."""
+    if rule == "lion":
+        xn, m = lion(x, u, s1, lr=hp["lr"], beta1=hp["alpha"], beta2=hp["beta"],
+                     weight_decay=hp["decay"])
+        return xn, (m, s2, s3)
+    if rule == "nadam_torch":
+        mu, mu_next, product = hp["extra"][:3]
+        xn, m, v2 = nadam_update(x, u, s1, s2, lr=hp["lr"], step=hp["t"], mu=mu,
+                                 mu_next=mu_next, product=product, beta1=hp["alpha"],
+                                 beta2=hp["beta"], eps=hp["eps"],
+                                 weight_decay=hp["decay"] or hp.get("decay_post", 0.0),
+                                 decoupled=hp.get("decay_post", 0.0) != 0.0)
+        return xn, (m, v2, s3)
+    if rule == "radam_torch":
+        xn, m, v2 = radam_torch(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
+                                beta2=hp["beta"], eps=hp["eps"],
+                                weight_decay=hp["decay"] or hp.get("decay_post", 0.0),
+                                decoupled=hp.get("decay_post", 0.0) != 0.0)
+        return xn, (m, v2, s3)
+    if rule == "adadelta_torch":
+        xn, sq, acc = adadelta_torch(x, u, s1, s2, lr=hp["lr"], rho=hp["alpha"],
+                                     eps=hp["eps"], weight_decay=hp["decay"])
+        return xn, (sq, acc, s3)
+    if rule == "adamax_torch":
+        xn, m, u2 = adamax_torch(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
+                                 beta2=hp["beta"], eps=hp["eps"], weight_decay=hp["decay"])
+        return xn, (m, u2, s3)
+    if rule == "ademamix":
+        e = hp["extra"]
+        xn, m1, m2, nu = ademamix(x, u, s1, s2, s3, lr=hp["lr"], step=hp["t"],
+                                  beta1=hp["alpha"], beta2=hp["beta"], beta3=e[0],
+                                  alpha=e[1], alpha_warmup=e[2] or None,
+                                  beta3_warmup=e[3] or None, eps_root=e[4], eps=hp["eps"],
+                                  weight_decay=hp["decay"])
+        return xn, (m1, m2, nu)
+    return None
+
 
 @_quiet
 def rule_update(rule, x, u, states, hp):
@@ -401,32 +483,9 @@ def rule_update(rule, x, u, states, hp):
                                   amsgrad=bool(hp.get("amsgrad")),
                                   decoupled=rule == "adamw_torch")
         return xn, (m, v, vm if vm is not None else s3)
-    if rule == "lion":
-        xn, m = lion(x, u, s1, lr=hp["lr"], beta1=hp["alpha"], beta2=hp["beta"],
-                     weight_decay=hp["decay"])
-        return xn, (m, s2, s3)
-    if rule == "nadam_torch":
-        mu, mu_next, product = hp["extra"][:3]
-        xn, m, v2 = nadam_update(x, u, s1, s2, lr=hp["lr"], step=hp["t"], mu=mu,
-                                 mu_next=mu_next, product=product, beta1=hp["alpha"],
-                                 beta2=hp["beta"], eps=hp["eps"],
-                                 weight_decay=hp["decay"] or hp.get("decay_post", 0.0),
-                                 decoupled=hp.get("decay_post", 0.0) != 0.0)
-        return xn, (m, v2, s3)
-    if rule == "radam_torch":
-        xn, m, v2 = radam_torch(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
-                                beta2=hp["beta"], eps=hp["eps"],
-                                weight_decay=hp["decay"] or hp.get("decay_post", 0.0),
-                                decoupled=hp.get("decay_post", 0.0) != 0.0)
-        return xn, (m, v2, s3)
-    if rule == "adadelta_torch":
-        xn, sq, acc = adadelta_torch(x, u, s1, s2, lr=hp["lr"], rho=hp["alpha"],
-                                     eps=hp["eps"], weight_decay=hp["decay"])
-        return xn, (sq, acc, s3)
-    if rule == "adamax_torch":
-        xn, m, u2 = adamax_torch(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
-                                 beta2=hp["beta"], eps=hp["eps"], weight_decay=hp["decay"])
-        return xn, (m, u2, s3)
+    out = _table_rule(rule, x, u, s1, s2, s3, hp)
+    if out is not None:
+        return out
     if rule == "rmsprop_torch":          # states packed: sq, then buf, then ga
         mom, cen = hp["beta"] != 0.0, bool(hp.get("centered"))
         xn, sq, b, ga = rmsprop_torch(x, u, s1, s2 if mom else None,

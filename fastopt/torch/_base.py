@@ -49,14 +49,20 @@ def _check(f, name, kind, v):
         if not isinstance(v, bool):
             raise TypeError(f"{f}: {name} must be True or False, got {type(v).__name__}")
         return v
-    if kind == "betas":
+    if kind in ("betas", "betas3"):
+        n = 3 if kind == "betas3" else 2
         try:
-            b1, b2 = v
-        except (TypeError, ValueError):
-            raise TypeError(f"{f}: betas must be a pair (beta1, beta2), got "
-                            f"{type(v).__name__}") from None
-        return (_check(f, "betas[0]", {"low": 0.0, "high": 1.0, "high_open": True}, b1),
-                _check(f, "betas[1]", {"low": 0.0, "high": 1.0, "high_open": True}, b2))
+            bs = tuple(v)
+        except TypeError:
+            bs = ()
+        if len(bs) != n:
+            names = ", ".join(f"beta{i + 1}" for i in range(n))
+            raise TypeError(f"{f}: betas must be a {'pair' if n == 2 else 'triple'} "
+                            f"({names}), got {type(v).__name__}")
+        return tuple(_check(f, f"betas[{i}]", {"low": 0.0, "high": 1.0, "high_open": True},
+                            b) for i, b in enumerate(bs))
+    if kind == "warmup":
+        return _v.check_warmup(f, name, v)
     v = _scalar(f, name, v)
     if kind == "lr":
         return _v.check_lr(f, v, name=name)

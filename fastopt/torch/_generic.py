@@ -3,6 +3,8 @@ built from its table row: torch's constructor (names, defaults, order,
 keyword-only marks), state names and step count."""
 from __future__ import annotations
 
+import torch
+
 from .. import _rules, _step
 from ._base import _carried, _FastoptOptimizer, _step_tensor, _zeros
 
@@ -43,7 +45,9 @@ def _init(self, params, a):
 
 
 def _doc(rule) -> str:
-    lines = [f"torch.optim.{rule.cls}: {rule.summary}; the update of",
+    # a rule torch.optim has not (Lion, AdEMAMix) is named by its summary alone
+    head = f"torch.optim.{rule.cls}: " if hasattr(torch.optim, rule.cls) else ""
+    lines = [f"{head}{rule.summary}; the update of",
              f":func:`fastopt.{rule.name}`.", "", "Parameters", "----------",
              "params : iterable of Tensor or dict"]
     for arg in rule.args:
