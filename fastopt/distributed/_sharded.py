@@ -12,7 +12,7 @@ import numpy as np
 from .. import _ext, _interrupt
 from .._groups import split_counts as _split_counts
 from . import _checkpoint
-from ._checks import _first_difference, _parse_groups, _positive
+from ._checks import _first_difference, _parse_groups, _positive, advance_carried
 from ._comm import default_n_threads, mpi, mpi_type, raise_agreed
 from ._layout import Layout, agc_cut_rule
 
@@ -567,6 +567,7 @@ class ShardedOptimizer:
                                    f"may now differ")
             self._t_inner = time.perf_counter() - t0
         raise_agreed(self.comm, err)
+        advance_carried(self)
         self._steps += 1
         self.last_lr = list(lrs)
         return True
