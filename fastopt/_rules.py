@@ -322,7 +322,7 @@ x = x + ((-lr * (1 - mu_t) / (1 - mu_product)) * u_r) / d
 x = x + ((-lr * mu_{t+1} / (1 - mu_product * mu_{t+1})) * m) / d""",
     keyword_from="foreach", counted=True,
     carry=Carry("mu_product", 1.0, _nadam_advance,
-                "torch's product of the momentum schedule, 1.0 before the first step"))
+                "the product of the momentum schedule, 1.0 before the first step"))
 
 
 def _ademamix_fields(h) -> dict:

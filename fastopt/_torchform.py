@@ -418,10 +418,9 @@ def _rule_doc(rule) -> str:
     if rule.carry is not None:
         c = rule.carry.name
         lines += [f"{c} : ndarray of shape (), float32 or float64",
-                  f"    {rule.carry.doc[0].upper()}{rule.carry.doc[1:]}: torch's",
-                  f"    ``state[{c!r}]`` before this step, multiplied in place in its own",
-                  "    dtype when the step applies (float32 is what torch keeps under its",
-                  "    default dtype)."]
+                  f"    torch's ``state[{c!r}]`` ({rule.carry.doc}) before",
+                  "    this step, multiplied in place in its own dtype when the step",
+                  "    applies (torch keeps it in float32 under its default dtype)."]
     for name in rest:
         lines += [f"{name}s : ndarray or list/tuple of ndarray, optional",
                   f"    torch's ``{name}`` states (start from zeros); needed when "
