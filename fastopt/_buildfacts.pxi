@@ -27,11 +27,13 @@ def build_info():
 def tables():
     """The C core's tables (src_c/tables.h), as the C code sees them: rules
     as (NAME, most states, smallest t) and element types as (NAME, bytes),
-    each in id order. fastopt/_rules.py and fastopt/_dtypes.py must agree."""
+    each in id order, and how many extra hyperparameters a group holds
+    (FO_STEP_EXTRA). fastopt/_rules.py, fastopt/_dtypes.py and
+    fastopt/_step.py must agree."""
     cdef fo_rule_facts r
     rules = []
     for i in range(FO_N_RULES):
         r = fo_rule_info(i)
         rules.append((r.name.decode(), r.states, r.t0))
     dtypes = [(fo_dtype_name(i).decode(), fo_dtype_size(i)) for i in range(FO_N_DTYPES)]
-    return {"rules": rules, "dtypes": dtypes}
+    return {"rules": rules, "dtypes": dtypes, "step_extra": FO_STEP_EXTRA}
