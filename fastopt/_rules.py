@@ -40,6 +40,8 @@ RULES = (
     Rule("lion", ("exp_avg",), 1),
     Rule("nadam_torch", ("exp_avg", "exp_avg_sq"), 1),
     Rule("ademamix", ("exp_avg_fast", "exp_avg_slow", "exp_avg_sq"), 1),
+    Rule("lamb", ("exp_avg", "exp_avg_sq"), 1),
+    Rule("lars", ("momentum_buffer",), 1),
 )
 
 #: name -> C id
@@ -119,6 +121,8 @@ class TorchRule(NamedTuple):
     keyword_from: str = ""   # torch's first keyword-only argument, if any
     counted: bool = False    # the update reads torch's step count (bias correction)
     carry: Carry | None = None   # a scalar state beside the arrays (NAdam's mu_product)
+    per_tensor: bool = False     # reads a norm of each whole tensor (a trust ratio): a
+    #                              tensor may not be cut (a shard) or joined (a flat buffer)
 
 
 def _rmsprop_slots(h) -> tuple:
@@ -367,8 +371,70 @@ w = w + weight_decay * x                      # weight_decay != 0
 x = x + (-lr) * w""",
     keyword_from="maximize", counted=True)
 
+_TRUST_DOC = ("Scale each tensor's update by its trust ratio (False leaves the group out, "
+              "as optax's masks leave out biases and norms).")
+
+
+def _lamb_fields(h) -> dict:
+    b1, b2 = h["betas"]
+    return {"rule": ID["lamb"], "lr": h["lr"], "alpha": b1, "beta": b2, "eps": h["eps"],
+            "decay": h["weight_decay"], "extra": (h["eps_root"], float(h["trust_ratio"])),
+            "flags": MAXIMIZE if h["maximize"] else 0}
+
+
+LAMB = TorchRule(
+    name="lamb", cls="LAMB", row="lamb",
+    args=(Arg("lr", 1e-3, "lr", "Learning rate (>= 0)."),
+          Arg("betas", (0.9, 0.999), "betas",
+              "Decay rates of the first and second moments, each in [0, 1)."),
+          Arg("eps", 1e-6, _NONNEG, "Added to the root of the second moment (>= 0)."),
+          Arg("eps_root", 0.0, _NONNEG, "Added under the root (>= 0)."),
+          Arg("weight_decay", 0.0, _NONNEG,
+              "weight_decay * x joins the update before the trust ratio (>= 0)."),
+          Arg("trust_ratio", True, "bool", _TRUST_DOC),
+          Arg("maximize", False, "bool", "Maximise the objective.")),
+    states=("exp_avg", "exp_avg_sq"), needs={},
+    slots=lambda h: ("exp_avg", "exp_avg_sq"), fields=_lamb_fields,
+    summary="LAMB (optax.lamb)",
+    formula="""m = (1 - beta1) * u + beta1 * m
+v = (1 - beta2) * (u * u) + beta2 * v
+w = (m / (1 - beta1**step)) / (sqrt(v / (1 - beta2**step) + eps_root) + eps)
+w = w + weight_decay * x                      # weight_decay != 0
+r = |x| / |w|  per tensor (1 if either is 0; trust_ratio=False: 1)
+x = x + (-lr) * (w * r)""",
+    keyword_from="maximize", counted=True, per_tensor=True)
+
+
+def _lars_fields(h) -> dict:
+    return {"rule": ID["lars"], "lr": h["lr"], "alpha": h["momentum"], "eps": h["eps"],
+            "decay": h["weight_decay"],
+            "extra": (h["trust_coefficient"], float(h["trust_ratio"])),
+            "flags": (NESTEROV if h["nesterov"] else 0) | (MAXIMIZE if h["maximize"] else 0)}
+
+
+LARS = TorchRule(
+    name="lars", cls="LARS", row="lars",
+    args=(Arg("lr", 0.1, "lr", "Learning rate (>= 0)."),
+          Arg("momentum", 0.9, _NONNEG, "Decay of the trace (>= 0)."),
+          Arg("weight_decay", 0.0, _NONNEG,
+              "weight_decay * x joins the gradient before the trust ratio (>= 0)."),
+          Arg("trust_coefficient", 0.001, _NONNEG, "Scale of the trust ratio (>= 0)."),
+          Arg("eps", 0.0, _NONNEG, "Added to the update's norm in the ratio (>= 0)."),
+          Arg("nesterov", False, "bool", "Nesterov's form of the trace."),
+          Arg("trust_ratio", True, "bool", _TRUST_DOC),
+          Arg("maximize", False, "bool", "Maximise the objective.")),
+    states=("momentum_buffer",), needs={},
+    slots=lambda h: ("momentum_buffer",), fields=_lars_fields,
+    summary="LARS (optax.lars)",
+    formula="""w = u + weight_decay * x                      # weight_decay != 0
+r = trust_coefficient * |x| / (|w| + eps)  per tensor (1 if |x| or |w| is 0;
+                                              trust_ratio=False: 1)
+s = (-lr) * (w * r);  t = s + momentum * t
+x = x + (s + momentum * t  if nesterov  else  t)""",
+    keyword_from="maximize", per_tensor=True)
+
 #: every rule built by the generic front ends, in the order they are listed
-TORCH_RULES = (RMSPROP, ADAMAX, ADADELTA, RADAM, LION, NADAM, ADEMAMIX)
+TORCH_RULES = (RMSPROP, ADAMAX, ADADELTA, RADAM, LION, NADAM, ADEMAMIX, LAMB, LARS)
 
 
 def define(name: str, params: list, call: str, namespace: dict, module: str):

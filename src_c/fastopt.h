@@ -308,6 +308,13 @@ extern "C" {
  *   ADEMAMIX       beta1      beta2       eps   weight_decay  -           -             step (>= 1)
  *                  extra: beta3, alpha, alpha_warmup, beta3_warmup (0: none), eps_root
  *                  (decay: optax's add_decayed_weights, u + decay*x, before -lr)
+ *   LAMB           beta1      beta2       eps   weight_decay  -           -             step (>= 1)
+ *                  extra: eps_root, trust ratio on (1) or off (0)
+ *   LARS           momentum   -           eps   weight_decay  -           -             (>= 1)
+ *                  extra: trust_coefficient, trust ratio on (1) or off (0)
+ *                  (LAMB, LARS: the update of each tensor is scaled by its trust
+ *                  ratio coef * |x| / (|w| + eps), 1 where |x| or |w| is 0, from
+ *                  fixed-order norms of a pass before the update)
  * SGD_TORCH with momentum 0 keeps no state (s1 may be NULL). The torch
  * rules follow torch.optim's single-tensor code operation by operation.
  */

@@ -33,7 +33,9 @@
     X(LION, 1, 1)           /* Lion (optax, bitsandbytes)  s1 = exp_avg */ \
     X(NADAM_TORCH, 2, 1)    /* torch NAdam        s1 = exp_avg, s2 = exp_avg_sq */ \
     X(ADEMAMIX, 3, 1)       /* AdEMAMix (optax)   s1 = exp_avg_fast, s2 = exp_avg_slow, \
-                               s3 = exp_avg_sq */
+                               s3 = exp_avg_sq */ \
+    X(LAMB, 2, 1)           /* LAMB (optax)       s1 = exp_avg, s2 = exp_avg_sq */ \
+    X(LARS, 1, 1)           /* LARS (optax)       s1 = momentum_buffer */
 
 /*
  * Element types, in id order: X(NAME, CTYPE, SIZE). NAME makes FO_NAME;

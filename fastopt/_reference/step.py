@@ -398,6 +398,60 @@ def ademamix(x, g, m1, m2, nu, *, lr, step, beta1=0.9, beta2=0.999, beta3=0.9999
     return x + c(-lr) * u, m1, m2, nu
 
 
+def _sumsq(a):
+    """Sum of squares of an array, in double, as the trust pass sums it:
+    blocks of :data:`BLOCK` in order, each in the norm pass's lanes."""
+    a = np.ravel(a).astype(np.float64)
+    total = 0.0
+    for b in range(0, a.size, BLOCK):
+        total += _block_sumsq(a[b:b + BLOCK])
+    return total
+
+
+def trust_ratio(x, w, *, coef=1.0, eps=0.0):
+    """optax's scale_by_trust_ratio factor of one tensor, as the C trust pass
+    computes it (norms in double, the driver's order): coef * |x| / (|w| +
+    eps), 1 where |x| or |w| is 0; a Python float."""
+    pn, un = math.sqrt(_sumsq(x)), math.sqrt(_sumsq(w))
+    return 1.0 if pn == 0.0 or un == 0.0 else coef * pn / (un + eps)
+
+
+@_quiet
+def lamb(x, g, m, v, *, lr, step, beta1=0.9, beta2=0.999, eps=1e-6, eps_root=0.0,
+         weight_decay=0.0, trust=True):
+    """optax.lamb, one step (g already negated if maximize), each operation
+    rounded to x's dtype, the trust ratio of :func:`trust_ratio` (rounded to
+    x's dtype; 1 without ``trust``). Returns (x_new, m_new, v_new)."""
+    x = np.array(x)
+    c = _c(x)
+    g = np.asarray(g, dtype=x.dtype)
+    m = c(1.0 - beta1) * g + c(beta1) * np.asarray(m, dtype=x.dtype)
+    v = c(1.0 - beta2) * (g * g) + c(beta2) * np.asarray(v, dtype=x.dtype)
+    w = (m / c(1.0 - beta1 ** step)) / (np.sqrt(v / c(1.0 - beta2 ** step) + c(eps_root))
+                                       + c(eps))
+    if weight_decay != 0.0:
+        w = w + c(weight_decay) * x
+    r = trust_ratio(x, w) if trust else 1.0
+    return x + c(-lr) * (w * c(r)), m, v
+
+
+@_quiet
+def lars(x, g, t, *, lr, momentum=0.9, weight_decay=0.0, trust_coefficient=0.001, eps=0.0,
+         nesterov=False, trust=True):
+    """optax.lars, one step (g already negated if maximize), each operation
+    rounded to x's dtype, the trust ratio of :func:`trust_ratio`; t is the
+    trace. Returns (x_new, t_new)."""
+    x = np.array(x)
+    c = _c(x)
+    w = np.asarray(g, dtype=x.dtype)
+    if weight_decay != 0.0:
+        w = w + c(weight_decay) * x
+    r = trust_ratio(x, w, coef=trust_coefficient, eps=eps) if trust else 1.0
+    s = c(-lr) * (w * c(r))
+    t = s + c(momentum) * np.asarray(t, dtype=x.dtype)
+    return x + (s + c(momentum) * t if nesterov else t), t
+
+
 # ---- the whole step ----------------------------------------------------------
 
 def _table_rule(rule, x, u, s1, s2, s3, hp):
@@ -436,6 +490,16 @@ def _table_rule(rule, x, u, s1, s2, s3, hp):
                                   beta3_warmup=e[3] or None, eps_root=e[4], eps=hp["eps"],
                                   weight_decay=hp["decay"])
         return xn, (m1, m2, nu)
+    if rule == "lamb":
+        xn, m, v2 = lamb(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
+                         beta2=hp["beta"], eps=hp["eps"], eps_root=hp["extra"][0],
+                         weight_decay=hp["decay"], trust=hp["extra"][1] != 0.0)
+        return xn, (m, v2, s3)
+    if rule == "lars":
+        xn, t = lars(x, u, s1, lr=hp["lr"], momentum=hp["alpha"], weight_decay=hp["decay"],
+                     trust_coefficient=hp["extra"][0], eps=hp["eps"],
+                     nesterov=bool(hp.get("nesterov")), trust=hp["extra"][1] != 0.0)
+        return xn, (t, s2, s3)
     return None
 
 

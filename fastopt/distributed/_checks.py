@@ -20,6 +20,16 @@ def _positive(f, label, value, *, allow_none=True):
     return v
 
 
+def check_shardable(f, cls):
+    """A rule that reads a norm of each whole tensor (LAMB's and LARS's trust
+    ratio) cannot step the pieces of tensors a shard holds (raises)."""
+    rule = getattr(cls, "_RULE", None)
+    if getattr(rule, "per_tensor", False):
+        raise ValueError(f"{f}: {cls.__name__} scales each whole tensor by its trust ratio, "
+                         f"and a shard holds pieces of tensors; shard another optimizer, "
+                         f"or step {cls.__name__} unsharded")
+
+
 def advance_carried(opt):
     """After an applied step of the ShardedOptimizer opt: a carried scalar of
     its rule (NAdam's mu_product) advances in opt's own groups as every

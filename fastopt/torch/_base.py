@@ -169,6 +169,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
     _COUNTS = True
     _T_ADD = 1
     _PREPARE = True     # steps after a full one may take the prepared or flat route
+    _FLAT_CALL = True   # flat=True steps may be one call over the buffers
 
     def __init__(self, params, defaults, n_threads, flat=False):
         name = f"fastopt.torch.{type(self).__name__}"
@@ -419,7 +420,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
     def _update(self, f, opts) -> None:
         """The update of step(), run whole (a KeyboardInterrupt meanwhile
         is raised after it: fastopt._interrupt)."""
-        if self._flat is not None and self._PREPARE:
+        if self._flat is not None and self._PREPARE and self._FLAT_CALL:
             info = self._flat.run(self, f, opts)
             if info is not None:
                 self.last_step = info

@@ -64,6 +64,10 @@ def _doc(rule) -> str:
               f"{', '.join(f'``{s!r}``' for s in rule.states)} as the group's",
               "hyperparameters ask for them, created from zeros on a parameter's",
               "first update (and when a hyperparameter asks for one later)."]
+    if rule.per_tensor:
+        lines += ["Each tensor's update is scaled by its own trust ratio, so with",
+                  "``flat=True`` its steps take the prepared route over the parameters",
+                  "(one C call, never over the joined buffers)."]
     if rule.carry is not None:
         c = rule.carry.name
         lines += [f"``{c!r}`` too ({rule.carry.doc}): a scalar tensor of torch's",
@@ -83,7 +87,8 @@ def make_class(rule: _rules.TorchRule) -> type:
                          "fastopt.torch")
     cls = type(rule.cls, (_RuleDropin,), {
         "__init__": init, "__doc__": _doc(rule), "__module__": "fastopt.torch",
-        "_RULE": rule, "_SPEC": _rules.spec(rule), "_PREPARE": rule.carry is None})
+        "_RULE": rule, "_SPEC": _rules.spec(rule), "_PREPARE": rule.carry is None,
+        "_FLAT_CALL": not rule.per_tensor})
     init.__qualname__ = f"{rule.cls}.__init__"
     return cls
 
