@@ -177,6 +177,19 @@ def check_real(fname: str, name: str, value, *, low=None, low_open=False,
     return v
 
 
+def check_warmup(fname: str, name: str, value):
+    """A warmup length: None (no warmup) or a whole number of steps in
+    [1, 2**53)."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{fname}: {name} must be None or a whole number of steps, got "
+                        f"{_type_name(value)}")
+    if not 1 <= value < 2**53:
+        raise ValueError(f"{fname}: {name} must be >= 1 and < 2**53 (steps), got {value!r}")
+    return int(value)
+
+
 def check_bool(fname: str, name: str, value) -> bool:
     """A flag: True or False (NumPy's bool too), nothing else."""
     if not isinstance(value, (bool, np.bool_)):
