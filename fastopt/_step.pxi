@@ -13,7 +13,8 @@
 # A tensor of a step has up to five arrays (x, g and the states s1..s3 of
 # its group's rule: None where the rule has no such state), and its group's
 # index; the groups are tuples (rule, flags, t, lr, alpha, beta, eps, decay,
-# decay_post, lr_decay) as fo_step_group.
+# decay_post, lr_decay, then the FO_STEP_EXTRA values of extra) as
+# fo_step_group.
 
 cdef int _step_index(Call *c, Py_ssize_t i, fo_step_tensor *t) except -1:
     """t.group from the call's index tuple; 0 to decline."""
@@ -79,12 +80,12 @@ cdef Op OP_CLIP = _op(1, "H", sizeof(fo_step_tensor), _emit_grad, NULL)
 
 cdef bint _step_groups(tuple groups, fo_step_group *gs):
     """Read the group tuples into gs; False to decline."""
-    cdef Py_ssize_t j
+    cdef Py_ssize_t j, k
     cdef int64_t v = 0
     cdef tuple grp
     for j in range(PyTuple_GET_SIZE(groups)):
         o = <object>PyTuple_GET_ITEM(groups, j)
-        if type(o) is not tuple or PyTuple_GET_SIZE(o) != 10:
+        if type(o) is not tuple or PyTuple_GET_SIZE(o) != 10 + FO_STEP_EXTRA:
             return False
         grp = <tuple>o
         if not (_count(grp[0], &v) and v < FO_N_RULES):
@@ -100,6 +101,9 @@ cdef bint _step_groups(tuple groups, fo_step_group *gs):
                 and _real(grp[7], &gs[j].decay) and _real(grp[8], &gs[j].decay_post)
                 and _real(grp[9], &gs[j].lr_decay)):
             return False
+        for k in range(FO_STEP_EXTRA):
+            if not _real(grp[10 + k], &gs[j].extra[k]):
+                return False
     return True
 
 

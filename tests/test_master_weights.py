@@ -18,6 +18,8 @@ CASES = [("AdamW", dict(lr=1e-2, weight_decay=0.1)),
          ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True)),
          ("RMSprop", dict(lr=1e-3, centered=True)),
          ("Lion", dict(lr=1e-3, weight_decay=0.1)),
+         ("LAMB", dict(lr=1e-3, weight_decay=0.1)),
+         ("NAdam", dict(lr=1e-3, momentum_decay=0.01)),
          ("OnnxMomentum", dict(lr=0.1, clipping=0.05))]
 
 
