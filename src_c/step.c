@@ -68,7 +68,7 @@ typedef struct {
 /* ---- checks and coefficients ---------------------------------------------- */
 
 /* Check one group and derive its coefficients. */
-static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
+static FO_INLINE int step_group_coefs(const fo_step_group *g, step_gcoef *c)
 {
     fo_rule_facts facts = fo_rule_info(g->rule);
     if (facts.name == NULL || (g->flags & ~FO_STEP_FLAGS) != 0 || g->t < facts.t0)

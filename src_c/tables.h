@@ -108,10 +108,14 @@ enum {
  * update pass is not built for it. */
 static inline int fo_pair(int32_t xt, int32_t gt)
 {
-#define FO_X_PAIR(N, X, G) if (xt == FO_##X && gt == FO_##G) return FO_PAIR_##N;
+    if ((uint32_t)xt >= FO_N_DTYPES || (uint32_t)gt >= FO_N_DTYPES)
+        return -1;
+    switch (xt * FO_N_DTYPES + gt) {     /* one jump, whatever the table's length */
+#define FO_X_PAIR(N, X, G) case FO_##X * FO_N_DTYPES + FO_##G: return FO_PAIR_##N;
     FO_PAIR_TABLE(FO_X_PAIR)
 #undef FO_X_PAIR
-    return -1;
+    default: return -1;
+    }
 }
 
 /* The pair a gradient of type gt alone is computed in (FO_GRAD_TABLE);
