@@ -7,8 +7,6 @@ header under :func:`get_include` (``#include "fastopt/fastopt_capi.h"``,
 numba reach it through :func:`addresses` and :func:`ctypes_functions`. The
 layout of the table, its structs and its slots is :func:`manifest`.
 """
-from __future__ import annotations
-
 import ctypes
 import functools
 import json
