@@ -262,10 +262,16 @@ static int step_in(const fastopt_tensor *ts, int64_t nt, const fastopt_group *gs
     int rc = opts_in(po, o, res);
     if (rc != FASTOPT_OK)
         return rc;
-    for (int64_t j = 0; j < ng; j++)
-        if ((rc = group_in(&gs[j], j, &w->gs[j], res)) != FASTOPT_OK)
+    /* a list's stride: the caller's size of its struct (its first element's) */
+    uint32_t gstride = ng > 0 ? gs->size : 0;
+    for (int64_t j = 0; j < ng; j++) {
+        const fastopt_group *pg =
+            (const fastopt_group *)((const char *)gs + (size_t)j * gstride);
+        if (pg->size != gstride)
+            return fail(res, FASTOPT_EINVAL, FASTOPT_WHERE_GROUP, FASTOPT_FIELD_SIZE, j);
+        if ((rc = group_in(pg, j, &w->gs[j], res)) != FASTOPT_OK)
             return rc;
-    /* the caller's stride: the size of its tensor struct */
+    }
     uint32_t stride = nt > 0 ? ts->size : 0;
     for (int64_t k = 0; k < nt; k++) {
         const fastopt_tensor *pt =

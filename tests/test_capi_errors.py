@@ -186,3 +186,34 @@ def test_error_strings():
         assert F["error_string"](code)
     assert F["error_string"](-99) == b"unknown return code"
     assert F["field_name"](10 ** 6) == b"?"
+
+
+def _longer(name):
+    return type("Longer", (ct.Structure,), {"_fields_": [("base", S[name]),
+                                                        ("extra", ct.c_int64 * 2)]})
+
+
+def test_lists_are_read_with_the_callers_stride():
+    """Tensors and groups of a newer, longer struct (unknown tail zero) step
+    as the same records of this version do."""
+    runs = []
+    for longer in (False, True):
+        a, b, recs = _two_tensors()
+        groups = [adam_group(), adam_group(lr=0.5)]
+        recs[1].group = 1
+        if longer:
+            TL, GL = _longer("fastopt_tensor"), _longer("fastopt_group")
+            ts, gs = (TL * 2)(), (GL * 2)()
+            for arr, src, cls in ((ts, recs, TL), (gs, groups, GL)):
+                for k, rec in enumerate(src):
+                    arr[k].base = rec
+                    arr[k].base.size = ct.sizeof(cls)
+            res = result()
+            rc = F["step"](ct.cast(ts, ct.POINTER(S["fastopt_tensor"])), 2,
+                           ct.cast(gs, ct.POINTER(S["fastopt_group"])), 2,
+                           ct.byref(opts()), ct.byref(res), 1)
+        else:
+            rc, res = step(recs, groups)
+        assert rc == OK and res.applied == 1
+        runs.append([arr.tobytes() for arr in list(a) + list(b)])
+    assert runs[0] == runs[1]
