@@ -1,10 +1,12 @@
 """Extensions that embed fastopt through its published C API, built here
 against the fastopt these tests import (fastopt.get_include(), the shipped
 fastopt/cython_api.pxd) with setuptools' compiler: a C extension, a Cython
-module compiled as C and as C++, and a C++ extension (plain C++ against the
-Python C-API). Each runs the step without the GIL and must give the bits of
-fastopt's Python API, alone and from eight Python threads at once."""
+module compiled as C and as C++, a C++ extension (plain C++ against the
+Python C-API) and a pybind11 extension (pybind11 is in the test extras).
+Each runs the step without the GIL and must give the bits of fastopt's
+Python API, alone and from eight Python threads at once."""
 import importlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -19,7 +21,9 @@ import fastopt
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "capi_consumers", "build_consumers.py")
-NAMES = ("_fo_consumer_c", "_fo_consumer_cy", "_fo_consumer_cy_cpp", "_fo_consumer_cpp")
+NAMES = ("_fo_consumer_c", "_fo_consumer_cy", "_fo_consumer_cy_cpp", "_fo_consumer_cpp",
+         "_fo_consumer_pybind")
+OPTIONAL = {"_fo_consumer_pybind": "pybind11"}
 HYPER = dict(lr=1e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.01)
 
 
@@ -41,7 +45,8 @@ def consumers(tmp_path_factory):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sys.path.insert(0, str(out))
     try:
-        yield {name: importlib.import_module(name) for name in NAMES}
+        yield {name: importlib.import_module(name) for name in NAMES
+               if name not in OPTIONAL or importlib.util.find_spec(OPTIONAL[name])}
     finally:
         sys.path.remove(str(out))
 
@@ -81,6 +86,8 @@ def _same_bits(a, b):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("name", NAMES)
 def test_consumer_step_equals_the_python_api(consumers, name, dtype, typed):
+    if name not in consumers:
+        pytest.skip("%s is not installed" % OPTIONAL[name])
     for n, n_threads in ((1, 1), (1027, 1), (300_001, 2)):
         mine, ref = _arrays(n, dtype, 5), _arrays(n, dtype, 5)
         _consumer_steps(consumers[name], mine, 3, typed, n_threads)
@@ -99,10 +106,11 @@ def test_a_newer_target_version_is_refused_at_import(consumers):
 
 
 def test_eight_threads_drive_the_consumers_at_once(consumers):
-    """Eight Python threads, two per consumer (list and typed call), each on
+    """Eight Python threads over the consumers (list and typed calls), each on
     its own buffers; every result equals the same steps run serially."""
-    jobs = [(NAMES[k % 4], k // 4, np.float32 if k % 2 else np.float64, 20_000 + 999 * k)
-            for k in range(8)]
+    names = sorted(consumers)
+    jobs = [(names[k % len(names)], (k // len(names)) % 2, np.float32 if k % 2 else np.float64,
+             20_000 + 999 * k) for k in range(8)]
 
     def grads(k):
         return lambda t: np.sin(np.arange(jobs[k][3]) * 0.01 * t + k)

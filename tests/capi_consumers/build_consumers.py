@@ -36,6 +36,14 @@ def main(out):
                       define_macros=[("CONSUMER_NAME", "_fo_consumer_c_future"),
                                      ("FASTOPT_CAPI_TARGET_MINOR", "99")]),
             Extension("_fo_consumer_cpp", [src_cpp], include_dirs=inc, language="c++")] + cy
+    try:
+        import pybind11
+    except ImportError:
+        pass                  # the tests skip the pybind11 consumer
+    else:
+        exts.append(Extension("_fo_consumer_pybind",
+                              [os.path.join(HERE, "consumer_pybind.cpp")],
+                              include_dirs=inc + [pybind11.get_include()], language="c++"))
     setup(name="fastopt-capi-consumers", ext_modules=exts,
           script_args=["-q", "build_ext", "--build-lib", out,
                        "--build-temp", os.path.join(out, "build")])
