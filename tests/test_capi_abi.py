@@ -64,7 +64,8 @@ def test_manifest_numbers_are_the_tables():
         assert c["FASTOPT_RULE_" + name.upper()] == i
 
 
-def test_generated_files_equal_the_generator():
+def _generator():
+    """tools/gen_capi.py, imported (skips where tools/ is not next to tests/)."""
     gen = os.path.join(ROOT, "tools", "gen_capi.py")
     if not os.path.exists(gen):
         pytest.skip("tools/ is not next to the tests")
@@ -73,6 +74,11 @@ def test_generated_files_equal_the_generator():
         import gen_capi
     finally:
         sys.path.pop(0)
+    return gen_capi
+
+
+def test_generated_files_equal_the_generator():
+    gen_capi = _generator()
     here = os.path.dirname(os.path.abspath(fastopt.__file__))
     for path, text in gen_capi.outputs().items():
         installed = os.path.join(here, os.path.relpath(path, os.path.join(ROOT, "fastopt")))
@@ -95,3 +101,14 @@ def test_the_extension_exports_its_init_symbol_only():
                          text=True, check=True).stdout
     names = [line.split()[-1] for line in out.splitlines() if line.strip()]
     assert names == ["PyInit__ext"]
+
+
+def test_a_later_minor_versions_slot_is_hidden_below_its_target(monkeypatch):
+    gen_capi = _generator()
+    monkeypatch.setattr(gen_capi, "SLOTS", gen_capi.SLOTS + [
+        ("later", 1, "int", [("int", "a")], "a slot of version 1.1")])
+    text = "\n".join(gen_capi.header())
+    guard = "#if FASTOPT_CAPI_TARGET_MINOR >= 1\n"
+    assert guard + "    int (*later)(int a);" in text
+    assert guard + "#define fastopt_later(a) (fastopt_api->later(a))" in text
+    assert [s["name"] for s in gen_capi.manifest()["slots"]][-1] == "later"

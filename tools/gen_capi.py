@@ -95,6 +95,12 @@ STRUCTS = [
       ("int32_t", "kind", "FASTOPT_AGC_ROWS or FASTOPT_AGC_COLS")]),
 ]
 
+# The table's header, fixed for the major version (the slots follow it, so it
+# cannot grow): a struct added in a later minor version tells its size
+# through a slot of that version.
+TABLE_HEADER = ["abi_major", "abi_minor", "table_size", "sizeof_tensor", "sizeof_group",
+                "sizeof_opts", "sizeof_result", "sizeof_agc_tensor"]
+
 _STEP1 = [("const fastopt_group *", "group"), ("const fastopt_opts *", "opts"),
           ("fastopt_result *", "res"), ("int", "n_threads")]
 # (name, minor, return type, params, doc), in table order
@@ -206,9 +212,8 @@ def header():
         out += ["} %s;" % name, ""]
     out += ["/* The table the capsule holds: a header, then the slots (append-only). */",
             "typedef struct fastopt_capi {",
-            "    uint32_t abi_major, abi_minor, table_size;",
-            "    uint32_t " + ", ".join("sizeof_" + s[0][len("fastopt_"):] for s in STRUCTS)
-            + ";"]
+            "    uint32_t " + ", ".join(TABLE_HEADER[:3]) + ";",
+            "    uint32_t " + ", ".join(TABLE_HEADER[3:]) + ";"]
     for slot in SLOTS:
         if slot[1] > 0:
             out.append("#if FASTOPT_CAPI_TARGET_MINOR >= %d" % slot[1])
@@ -247,8 +252,12 @@ def _header_import():
         "        (const fastopt_capi *)PyCapsule_Import(FASTOPT_CAPI_NAME, 0);",
         "    if (t == NULL)",
         "        return -1;",
-        "    if (t->abi_major != FASTOPT_CAPI_MAJOR || t->abi_minor < FASTOPT_CAPI_TARGET_MINOR",
-        "            || t->table_size < sizeof(fastopt_capi)) {",
+        "    int fits = t->abi_major == FASTOPT_CAPI_MAJOR",
+        "               && t->table_size >= sizeof(fastopt_capi);",
+        "#if FASTOPT_CAPI_TARGET_MINOR > 0",
+        "    fits = fits && t->abi_minor >= FASTOPT_CAPI_TARGET_MINOR;",
+        "#endif",
+        "    if (!fits) {",
         "        PyErr_Format(PyExc_ImportError,",
         '                     "fastopt C API: this module needs version %d.%d or a later "',
         '                     "%d.x, the installed fastopt has %u.%u; rebuild the module "',
@@ -309,8 +318,7 @@ def pxd():
 def manifest():
     structs = {name: [[t, n] for t, n, _ in fields] for name, _, fields in STRUCTS}
     return {"capsule": CAPSULE, "abi_major": MAJOR, "abi_minor": MINOR,
-            "header": ["abi_major", "abi_minor", "table_size"]
-            + ["sizeof_" + s[len("fastopt_"):] for s in structs],
+            "header": TABLE_HEADER,
             "structs": structs,
             "slots": [{"name": s[0], "minor": s[1], "restype": s[2],
                        "argtypes": [t for t, _ in s[3]]} for s in SLOTS],
