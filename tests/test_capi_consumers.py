@@ -109,8 +109,9 @@ def test_eight_threads_drive_the_consumers_at_once(consumers):
     """Eight Python threads over the consumers (list and typed calls), each on
     its own buffers; every result equals the same steps run serially."""
     names = sorted(consumers)
+    # odd jobs: large enough for fastopt's own pool (n_threads=2) to join in
     jobs = [(names[k % len(names)], (k // len(names)) % 2, np.float32 if k % 2 else np.float64,
-             20_000 + 999 * k) for k in range(8)]
+             300_000 + k if k % 2 else 20_000 + 999 * k) for k in range(8)]
 
     def grads(k):
         return lambda t: np.sin(np.arange(jobs[k][3]) * 0.01 * t + k)
@@ -122,7 +123,7 @@ def test_eight_threads_drive_the_consumers_at_once(consumers):
         try:
             name, typed = jobs[k][:2]
             barrier.wait()
-            _consumer_steps(consumers[name], mine[k], 25, typed, grads=grads(k))
+            _consumer_steps(consumers[name], mine[k], 25, typed, 1 + k % 2, grads=grads(k))
         except BaseException as exc:   # reported in the main thread
             errors.append(exc)
 
