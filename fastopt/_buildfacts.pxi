@@ -29,8 +29,9 @@ def tables():
     as (NAME, most states, smallest t) and element types as (NAME, bytes),
     each in id order; the storage pairs a step updates (parameters' type,
     gradients' type), the pair a gradient alone is read in, and the types
-    of a parameter's rounded copy, as type names. fastopt/_rules.py and
-    fastopt/_dtypes.py must agree."""
+    of a parameter's rounded copy, as type names; and how many extra
+    hyperparameters a group holds (FO_STEP_EXTRA). fastopt/_rules.py,
+    fastopt/_dtypes.py and fastopt/_step.py must agree."""
     cdef fo_rule_facts r
     rules = []
     for i in range(FO_N_RULES):
@@ -43,7 +44,7 @@ def tables():
     copies = [(names[x], names[w]) for x in range(n) for w in range(n) if fo_copy_ok(x, w)]
     alone = {names[g]: fo_grad_pair(g) >= 0 for g in range(n)}
     return {"rules": rules, "dtypes": dtypes, "pairs": pairs, "copies": copies,
-            "grads": alone}
+            "grads": alone, "step_extra": FO_STEP_EXTRA}
 
 
 def convert(cnp.ndarray src, cnp.ndarray dst):

@@ -138,6 +138,7 @@ cdef extern from "fastopt.h" nogil:
     int FO_STEP_MAXIMIZE
     int FO_STEP_CENTERED
     int FO_STEP_FLAGS
+    int FO_STEP_EXTRA
 
     # Clipping by the global norm.
     int FO_CLIP_NONE
@@ -154,6 +155,7 @@ cdef extern from "fastopt.h" nogil:
         int32_t flags
         int64_t t
         double lr, alpha, beta, eps, decay, decay_post, lr_decay
+        double extra[5]     # FO_STEP_EXTRA
 
     # One tensor of a step.
     ctypedef struct fo_step_tensor:

@@ -60,9 +60,9 @@ from fastopt._cfastopt cimport (
     fo_serial_bytes, fo_tensor,
     FO_EINVAL, FO_ESTALE, FO_MEASURE_ALWAYS, FO_MEASURE_GIVEN, FO_MEASURE_NEEDED,
     fo_clip_grads, fo_global_norm, fo_step, fo_step_guard, fo_step_group, fo_step_opts,
-    fo_step_result, fo_step_tensor, FO_N_RULES, FO_N_DTYPES, FO_STEP_FLAGS, fo_rule_info,
-    fo_rule_facts, fo_dtype_name, fo_dtype_size, fo_pair, fo_grad_pair, fo_copy_ok,
-    fo_convert)
+    fo_step_result, fo_step_tensor, FO_N_RULES, FO_N_DTYPES, FO_STEP_FLAGS, FO_STEP_EXTRA,
+    fo_rule_info, fo_rule_facts, fo_dtype_name, fo_dtype_size, fo_pair, fo_grad_pair,
+    fo_copy_ok, fo_convert)
 
 import numpy as np
 

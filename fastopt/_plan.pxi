@@ -108,13 +108,13 @@ cdef class StepPlan:
     cdef fo_step_tensor *ts     # .g: the gradient accepted last (NULL: none yet)
     cdef fo_step_group *gs
     cdef fo_step_guard *guards  # nt * npg: each written array's (fo_step_guard)
-    cdef Py_ssize_t npg         # guards per tensor (1: x alone, ... 4: x, s1..s3)
+    cdef Py_ssize_t npg         # guards per tensor (1: x alone ... 5: x, s1..s3, w)
     cdef PlanTensor *pt
     cdef cnp.npy_intp *dims
     cdef int64_t *wlo
     cdef int64_t *whi
     cdef Py_ssize_t nt, ng, nw
-    cdef tuple keep             # xs and the state tuples
+    cdef tuple keep             # xs, the state tuples and (if given) the copies
     cdef list descrs            # their dtype objects (a pointer compared must stay valid)
     cdef fo_step_opts last      # the options of the last step run (for _drive)
     cdef int last_nth
@@ -134,42 +134,49 @@ cdef class StepPlan:
         PyMem_Free(self.whi)
 
     @staticmethod
-    def make(tuple xs, tuple s1s, tuple s2s, tuple s3s, tuple index, Py_ssize_t ng):
+    def make(tuple xs, tuple s1s, tuple s2s, tuple s3s, tuple index, Py_ssize_t ng,
+             tuple ws=None):
+        """ws: per tensor the array that receives its new parameters rounded
+        (the step's param_copies; None in it: no copy), or None for none."""
         cdef StepPlan p = StepPlan.__new__(StepPlan)
         cdef Call c
-        cdef PyObject *arrays[4]
+        cdef PyObject *arrays[5]
         cdef Py_ssize_t nt = PyTuple_GET_SIZE(xs)
+        cdef const Op *op = &OP_PLAN if ws is None else &OP_PLAN_COPY
         if not (PyTuple_GET_SIZE(s1s) == PyTuple_GET_SIZE(s2s) == PyTuple_GET_SIZE(s3s)
                 == PyTuple_GET_SIZE(index) == nt):
             return None
+        if ws is not None and PyTuple_GET_SIZE(ws) != nt:
+            return None
         p.nt = nt
         p.ng = ng
-        p.keep = (xs, s1s, s2s, s3s)
+        p.keep = (xs, s1s, s2s, s3s) if ws is None else (xs, s1s, s2s, s3s, ws)
         p.ts = <fo_step_tensor *>PyMem_Malloc((nt + 1) * sizeof(fo_step_tensor))
         p.gs = <fo_step_group *>PyMem_Malloc((ng + 1) * sizeof(fo_step_group))
         p.pt = <PlanTensor *>PyMem_Malloc((nt + 1) * sizeof(PlanTensor))
-        p.wlo = <int64_t *>PyMem_Malloc((4 * nt + 1) * sizeof(int64_t))
-        p.whi = <int64_t *>PyMem_Malloc((4 * nt + 1) * sizeof(int64_t))
+        p.wlo = <int64_t *>PyMem_Malloc((op.n_roles * nt + 1) * sizeof(int64_t))
+        p.whi = <int64_t *>PyMem_Malloc((op.n_roles * nt + 1) * sizeof(int64_t))
         if not (p.ts and p.gs and p.pt and p.wlo and p.whi):
             raise MemoryError()
         arrays[0] = <PyObject *>xs
         arrays[1] = <PyObject *>s1s
         arrays[2] = <PyObject *>s2s
         arrays[3] = <PyObject *>s3s
+        arrays[4] = <PyObject *>ws
         _init(&c)
         c.index = <PyObject *>index
         c.ng = ng
         try:
             # the written arrays alone: the gradients come per step
-            if not _step_call(&c, &OP_PLAN, arrays, nt, False):
+            if not _step_call(&c, op, arrays, nt, False):
                 return None
-            p._fill(&c)
+            p._fill(&c, op.n_roles)
         finally:
             _release(&c)
         p._sort_written()
         return p
 
-    cdef int _fill(self, Call *c) except -1:
+    cdef int _fill(self, Call *c, int n_roles) except -1:
         """The per-tensor records and written ranges from a gather."""
         cdef Py_ssize_t nt = self.nt, i, k, m = 0, nd = 0
         cdef tuple xs = <tuple>self.keep[0]
@@ -204,7 +211,7 @@ cdef class StepPlan:
             t.nbytes = cnp.PyArray_SIZE(xa) * cnp.PyArray_ITEMSIZE(xa)
             t.gbytes = t.nbytes
         self._guard()
-        for k in range(OP_PLAN.n_roles):    # every role is written
+        for k in range(n_roles):    # every role is written
             for i in range(nt):
                 lo = c.ext[2 * (k * nt + i)]
                 hi = c.ext[2 * (k * nt + i) + 1]
@@ -223,7 +230,7 @@ cdef class StepPlan:
         cdef size_t size
         if self.guards == NULL:
             self.npg = 1
-            for k in range(1, 4):
+            for k in range(1, len(self.keep)):
                 for i in range(nt):
                     if PyTuple_GET_ITEM(<tuple>self.keep[k], i) != <PyObject *>None:
                         self.npg = k + 1
@@ -259,9 +266,15 @@ cdef class StepPlan:
                 o = PyTuple_GET_ITEM(<tuple>self.keep[k], i)
                 if o == <PyObject *>None:
                     continue
-                if (fo_data(o) != self.guards[i * self.npg + r].want[0]
-                        or not fo_plan_arr(o, t.descr, t.type_num, t.wflags, t.ndim,
-                                           t.dims)):
+                if fo_data(o) != self.guards[i * self.npg + r].want[0]:
+                    return False
+                if k == 4:          # a copy, of its own 16-bit type
+                    if (_dtype_code(fo_type(o)) != self.ts[i].wdtype
+                            or not fo_plan_arr(o, cnp.PyArray_DESCR(<cnp.ndarray>o),
+                                               fo_type(o), t.wflags, t.ndim, t.dims)
+                            or not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>o)):
+                        return False
+                elif not fo_plan_arr(o, t.descr, t.type_num, t.wflags, t.ndim, t.dims):
                     return False
                 r += 1
         return True

@@ -38,6 +38,10 @@ RULES = (
     Rule("adadelta_torch", ("square_avg", "acc_delta"), 1),
     Rule("radam_torch", ("exp_avg", "exp_avg_sq"), 1),
     Rule("lion", ("exp_avg",), 1),
+    Rule("nadam_torch", ("exp_avg", "exp_avg_sq"), 1),
+    Rule("ademamix", ("exp_avg_fast", "exp_avg_slow", "exp_avg_sq"), 1),
+    Rule("lamb", ("exp_avg", "exp_avg_sq"), 1),
+    Rule("lars", ("momentum_buffer",), 1),
 )
 
 #: name -> C id
@@ -68,13 +72,39 @@ def needs(group: tuple) -> int:
 
 class Arg(NamedTuple):
     """One of torch's constructor arguments: its name and default, and its
-    check: "lr", "bool", "betas" (a pair, each in [0, 1)), the bounds of a
-    real number (check_real's keywords), or None for a torch flag fastopt
+    check: "lr", "bool", "betas" (a pair, each in [0, 1)), "betas3" (three
+    of them), "warmup" (None or a whole number of steps >= 1), the bounds of
+    a real number (check_real's keywords), or None for a torch flag fastopt
     supports only at its default."""
     name: str
     default: object
     check: object
     doc: str = ""
+
+
+#: how the docstrings name each check kind's type
+_DOC_TYPES = {"bool": "bool", "betas": "(float, float)", "betas3": "(float, float, float)",
+              "warmup": "int or None"}
+
+
+def doc_type(arg: Arg) -> str:
+    """The type of an argument, as a numpydoc parameter line names it."""
+    return _DOC_TYPES.get(arg.check, "float") if isinstance(arg.check, str) else "float"
+
+
+class Carry(NamedTuple):
+    """A scalar a rule carries from step to step beside its state arrays
+    (torch keeps it in each parameter's state, fastopt.optim in each
+    parameter group). ``advance(h, t, value)``: for the checked
+    hyperparameters h, the step count t and the value before the step (a
+    NumPy float32 or float64 scalar: its type is the rounding torch's
+    scalar tensor has), the C group's ``extra`` values and the value after
+    the step (of the same type), which is kept only if the step applied.
+    Its value lies in [0, 1] (the front ends check it)."""
+    name: str
+    start: float
+    advance: object
+    doc: str
 
 
 class TorchRule(NamedTuple):
@@ -90,6 +120,9 @@ class TorchRule(NamedTuple):
     formula: str
     keyword_from: str = ""   # torch's first keyword-only argument, if any
     counted: bool = False    # the update reads torch's step count (bias correction)
+    carry: Carry | None = None   # a scalar state beside the arrays (NAdam's mu_product)
+    per_tensor: bool = False     # reads a norm of each whole tensor (a trust ratio): a
+    #                              tensor may not be cut (a shard) or joined (a flat buffer)
 
 
 def _rmsprop_slots(h) -> tuple:
@@ -244,8 +277,164 @@ x = x + sign(d) * (-lr)                       # sign(+-0) = +-0, sign(NaN) = NaN
 m = m * beta2 + (1 - beta2) * u""",
     keyword_from="maximize")
 
+def _nadam_fields(h) -> dict:
+    b1, b2 = h["betas"]
+    wd, dec = h["weight_decay"], h["decoupled_weight_decay"]
+    return {"rule": ID["nadam_torch"], "lr": h["lr"], "alpha": b1, "beta": b2,
+            "eps": h["eps"], "decay": 0.0 if dec else wd, "decay_post": wd if dec else 0.0,
+            "flags": MAXIMIZE if h["maximize"] else 0}
+
+
+def _nadam_advance(h, t, product):
+    """torch's momentum cache: mu_t and mu_{t+1} from the step in double,
+    and mu_product *= mu_t in the product's own type (torch multiplies its
+    scalar tensor by the Python float, rounded to the tensor's type)."""
+    b1, md = h["betas"][0], h["momentum_decay"]
+    mu = b1 * (1.0 - 0.5 * 0.96 ** (t * md))
+    mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * md))
+    kind = type(product)
+    after = kind(product) * kind(mu)
+    return (mu, mu_next, float(after)), after
+
+
+NADAM = TorchRule(
+    name="nadam", cls="NAdam", row="nadam_torch",
+    args=(Arg("lr", 2e-3, "lr", "Learning rate (>= 0)."),
+          Arg("betas", (0.9, 0.999), "betas",
+              "Decay rates of the first and second moments, each in [0, 1)."),
+          Arg("eps", 1e-8, _NONNEG, "Added to the root of the second moment (>= 0)."),
+          Arg("weight_decay", 0.0, _NONNEG, "Weight decay (>= 0)."),
+          Arg("momentum_decay", 4e-3, _NONNEG,
+              "How fast the momentum schedule mu_t approaches beta1 (>= 0)."),
+          Arg("decoupled_weight_decay", False, "bool",
+              "Decay the parameters (x * (1 - lr * weight_decay)) instead of adding "
+              "weight_decay * x to the gradient."),
+          Arg("foreach", None, None),
+          Arg("maximize", False, "bool", "Maximise the objective."),
+          Arg("capturable", False, None), Arg("differentiable", False, None)),
+    states=("exp_avg", "exp_avg_sq"), needs={},
+    slots=lambda h: ("exp_avg", "exp_avg_sq"), fields=_nadam_fields,
+    summary="NAdam as torch.optim.NAdam computes it",
+    formula="""x = x * (1 - lr * weight_decay)                # decoupled_weight_decay
+u_r = u + weight_decay * x                    # weight_decay != 0, not decoupled
+mu_t = beta1 * (1 - 0.5 * 0.96**(step * momentum_decay))    # and mu_{t+1}
+mu_product = mu_product * mu_t                # in mu_product's own type
+m = m + (1 - beta1) * (u_r - m)               # torch's lerp_
+v = v * beta2 + ((1 - beta2) * u_r) * u_r
+d = sqrt(v / (1 - beta2**step)) + eps
+x = x + ((-lr * (1 - mu_t) / (1 - mu_product)) * u_r) / d
+x = x + ((-lr * mu_{t+1} / (1 - mu_product * mu_{t+1})) * m) / d""",
+    keyword_from="foreach", counted=True,
+    carry=Carry("mu_product", 1.0, _nadam_advance,
+                "the product of the momentum schedule, 1.0 before the first step"))
+
+
+def _ademamix_fields(h) -> dict:
+    b1, b2, b3 = h["betas"]
+    return {"rule": ID["ademamix"], "lr": h["lr"], "alpha": b1, "beta": b2,
+            "eps": h["eps"], "decay": h["weight_decay"],
+            "extra": (b3, h["alpha"], h["alpha_warmup"] or 0, h["beta3_warmup"] or 0,
+                      h["eps_root"]),
+            "flags": MAXIMIZE if h["maximize"] else 0}
+
+
+ADEMAMIX = TorchRule(
+    name="ademamix", cls="AdEMAMix", row="ademamix",
+    args=(Arg("lr", 1e-3, "lr", "Learning rate (>= 0)."),
+          Arg("betas", (0.9, 0.999, 0.9999), "betas3",
+              "Decay rates of the fast moment, the second moment and the slow moment "
+              "(beta1, beta2, beta3), each in [0, 1)."),
+          Arg("alpha", 5.0, _NONNEG, "Weight of the slow moment (>= 0)."),
+          Arg("alpha_warmup", None, "warmup",
+              "Steps over which alpha rises linearly from 0 (None: no warmup)."),
+          Arg("beta3_warmup", None, "warmup",
+              "Steps over which beta3 rises from beta1, its half-life linearly "
+              "(None: no warmup)."),
+          Arg("eps", 1e-8, _NONNEG, "Added to the root of the second moment (>= 0)."),
+          Arg("weight_decay", 0.0, _NONNEG,
+              "Decoupled weight decay: weight_decay * x joins the update (>= 0)."),
+          Arg("eps_root", 0.0, _NONNEG, "Added under the root (>= 0)."),
+          Arg("maximize", False, "bool", "Maximise the objective.")),
+    states=("exp_avg_fast", "exp_avg_slow", "exp_avg_sq"), needs={},
+    slots=lambda h: ("exp_avg_fast", "exp_avg_slow", "exp_avg_sq"),
+    fields=_ademamix_fields,
+    summary="AdEMAMix (optax.contrib.ademamix; bitsandbytes' AdEMAMix names)",
+    formula="""s = step - 1;  a = s / alpha_warmup;  b = s / beta3_warmup
+alpha_s = a * alpha                           # s < alpha_warmup; else alpha
+beta3_s = 0.5**(1 / (h + 1)),  h = (1 - b) * f(beta1) + b * f(beta3),
+          f(beta) = ln(0.5) / ln(beta) - 1    # s < beta3_warmup; else beta3
+m1 = (1 - beta1) * u + beta1 * m1
+m2 = (1 - beta3_s) * u + beta3_s * m2
+nu = (1 - beta2) * (u * u) + beta2 * nu
+w = (m1 / (1 - beta1**step) + alpha_s * m2) / (sqrt(nu / (1 - beta2**step) + eps_root) + eps)
+w = w + weight_decay * x                      # weight_decay != 0
+x = x + (-lr) * w""",
+    keyword_from="maximize", counted=True)
+
+_TRUST_DOC = ("Scale each tensor's update by its trust ratio (False leaves the group out, "
+              "as optax's masks leave out biases and norms).")
+
+
+def _lamb_fields(h) -> dict:
+    b1, b2 = h["betas"]
+    return {"rule": ID["lamb"], "lr": h["lr"], "alpha": b1, "beta": b2, "eps": h["eps"],
+            "decay": h["weight_decay"], "extra": (h["eps_root"], float(h["trust_ratio"])),
+            "flags": MAXIMIZE if h["maximize"] else 0}
+
+
+LAMB = TorchRule(
+    name="lamb", cls="LAMB", row="lamb",
+    args=(Arg("lr", 1e-3, "lr", "Learning rate (>= 0)."),
+          Arg("betas", (0.9, 0.999), "betas",
+              "Decay rates of the first and second moments, each in [0, 1)."),
+          Arg("eps", 1e-6, _NONNEG, "Added to the root of the second moment (>= 0)."),
+          Arg("eps_root", 0.0, _NONNEG, "Added under the root (>= 0)."),
+          Arg("weight_decay", 0.0, _NONNEG,
+              "weight_decay * x joins the update before the trust ratio (>= 0)."),
+          Arg("trust_ratio", True, "bool", _TRUST_DOC),
+          Arg("maximize", False, "bool", "Maximise the objective.")),
+    states=("exp_avg", "exp_avg_sq"), needs={},
+    slots=lambda h: ("exp_avg", "exp_avg_sq"), fields=_lamb_fields,
+    summary="LAMB (optax.lamb)",
+    formula="""m = (1 - beta1) * u + beta1 * m
+v = (1 - beta2) * (u * u) + beta2 * v
+w = (m / (1 - beta1**step)) / (sqrt(v / (1 - beta2**step) + eps_root) + eps)
+w = w + weight_decay * x                      # weight_decay != 0
+r = |x| / |w|  per tensor (1 if either is 0; trust_ratio=False: 1)
+x = x + (-lr) * (w * r)""",
+    keyword_from="maximize", counted=True, per_tensor=True)
+
+
+def _lars_fields(h) -> dict:
+    return {"rule": ID["lars"], "lr": h["lr"], "alpha": h["momentum"], "eps": h["eps"],
+            "decay": h["weight_decay"],
+            "extra": (h["trust_coefficient"], float(h["trust_ratio"])),
+            "flags": (NESTEROV if h["nesterov"] else 0) | (MAXIMIZE if h["maximize"] else 0)}
+
+
+LARS = TorchRule(
+    name="lars", cls="LARS", row="lars",
+    args=(Arg("lr", 0.1, "lr", "Learning rate (>= 0)."),
+          Arg("momentum", 0.9, _NONNEG, "Decay of the trace (>= 0)."),
+          Arg("weight_decay", 0.0, _NONNEG,
+              "weight_decay * x joins the gradient before the trust ratio (>= 0)."),
+          Arg("trust_coefficient", 0.001, _NONNEG, "Scale of the trust ratio (>= 0)."),
+          Arg("eps", 0.0, _NONNEG, "Added to the update's norm in the ratio (>= 0)."),
+          Arg("nesterov", False, "bool", "Nesterov's form of the trace."),
+          Arg("trust_ratio", True, "bool", _TRUST_DOC),
+          Arg("maximize", False, "bool", "Maximise the objective.")),
+    states=("momentum_buffer",), needs={},
+    slots=lambda h: ("momentum_buffer",), fields=_lars_fields,
+    summary="LARS (optax.lars)",
+    formula="""w = u + weight_decay * x                      # weight_decay != 0
+r = trust_coefficient * |x| / (|w| + eps)  per tensor (1 if |x| or |w| is 0;
+                                              trust_ratio=False: 1)
+s = (-lr) * (w * r);  t = s + momentum * t
+x = x + (s + momentum * t  if nesterov  else  t)""",
+    keyword_from="maximize", per_tensor=True)
+
 #: every rule built by the generic front ends, in the order they are listed
-TORCH_RULES = (RMSPROP, ADAMAX, ADADELTA, RADAM, LION)
+TORCH_RULES = (RMSPROP, ADAMAX, ADADELTA, RADAM, LION, NADAM, ADEMAMIX, LAMB, LARS)
 
 
 def define(name: str, params: list, call: str, namespace: dict, module: str):

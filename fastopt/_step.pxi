@@ -13,7 +13,8 @@
 # A tensor of a step has up to five arrays (x, g and the states s1..s3 of
 # its group's rule: None where the rule has no such state), and its group's
 # index; the groups are tuples (rule, flags, t, lr, alpha, beta, eps, decay,
-# decay_post, lr_decay) as fo_step_group.
+# decay_post, lr_decay, then the FO_STEP_EXTRA values of extra) as
+# fo_step_group.
 
 cdef int _step_index(Call *c, Py_ssize_t i, fo_step_tensor *t) except -1:
     """t.group from the call's index tuple; 0 to decline."""
@@ -43,18 +44,18 @@ cdef int _emit_step(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
 cdef int _emit_plan(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
                     bint c_order, void **p) except -1:
     """A prepared step's tensor: its written arrays alone (the gradients
-    come per step)."""
+    come per step), and its rounded copy with OP_PLAN_COPY."""
     cdef fo_step_tensor *t = (<fo_step_tensor *>c.ts) + i
     t.x = p[0]
     t.g = NULL
     t.s1 = p[1]
     t.s2 = p[2]
     t.s3 = p[3]
-    t.w = NULL
+    t.w = p[4]
     t.n = n
     t.dtype = dtype
     t.gdtype = dtype
-    t.wdtype = 0
+    t.wdtype = c.dt[4] if p[4] != NULL else 0
     return _step_index(c, i, t)
 
 
@@ -72,18 +73,19 @@ cdef int _emit_grad(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
 cdef Op OP_STEP = _op(5, "WGwww", sizeof(fo_step_tensor), _emit_step, NULL)
 cdef Op OP_STEP_COPY = _op(6, "WGwwwc", sizeof(fo_step_tensor), _emit_step, NULL)
 cdef Op OP_PLAN = _op(4, "Wwww", sizeof(fo_step_tensor), _emit_plan, NULL)
+cdef Op OP_PLAN_COPY = _op(5, "Wwwwc", sizeof(fo_step_tensor), _emit_plan, NULL)
 cdef Op OP_NORM = _op(1, "G", sizeof(fo_step_tensor), _emit_grad, NULL)
 cdef Op OP_CLIP = _op(1, "H", sizeof(fo_step_tensor), _emit_grad, NULL)
 
 
 cdef bint _step_groups(tuple groups, fo_step_group *gs):
     """Read the group tuples into gs; False to decline."""
-    cdef Py_ssize_t j
+    cdef Py_ssize_t j, k
     cdef int64_t v = 0
     cdef tuple grp
     for j in range(PyTuple_GET_SIZE(groups)):
         o = <object>PyTuple_GET_ITEM(groups, j)
-        if type(o) is not tuple or PyTuple_GET_SIZE(o) != 10:
+        if type(o) is not tuple or PyTuple_GET_SIZE(o) != 10 + FO_STEP_EXTRA:
             return False
         grp = <tuple>o
         if not (_count(grp[0], &v) and v < FO_N_RULES):
@@ -99,6 +101,9 @@ cdef bint _step_groups(tuple groups, fo_step_group *gs):
                 and _real(grp[7], &gs[j].decay) and _real(grp[8], &gs[j].decay_post)
                 and _real(grp[9], &gs[j].lr_decay)):
             return False
+        for k in range(FO_STEP_EXTRA):
+            if not _real(grp[10 + k], &gs[j].extra[k]):
+                return False
     return True
 
 

@@ -115,12 +115,18 @@ def check_options(f: str, *, grad_scale=None, max_grad_norm=None, norm_type=2.0,
     return Options(scale, max_norm, cv, clip, nt, bool(skip_if_nonfinite))
 
 
+#: how many values a group's ``extra`` holds (FO_STEP_EXTRA, src_c/fastopt.h)
+EXTRA = 5
+
+
 def group_tuple(rule: int, *, t: int, lr: float, alpha=0.0, beta=0.0, eps=0.0,
-                decay=0.0, decay_post=0.0, lr_decay=0.0, flags=0) -> tuple:
+                decay=0.0, decay_post=0.0, lr_decay=0.0, flags=0, extra=()) -> tuple:
     """One group in the fast path's form (as fo_step_group); values checked
-    by the caller."""
+    by the caller. ``extra``: the hyperparameters of a rule beyond the named
+    fields, in the order fastopt.h gives for it (the rest are 0)."""
     return (rule, flags, t, float(lr), float(alpha), float(beta), float(eps),
-            float(decay), float(decay_post), float(lr_decay))
+            float(decay), float(decay_post), float(lr_decay),
+            *map(float, extra), *(0.0,) * (EXTRA - len(extra)))
 
 
 def _check_n_threads(at: int):

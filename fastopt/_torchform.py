@@ -156,13 +156,16 @@ def clip_grads(grads: ArrayOrList, *, max_norm: float | None = None, norm_type=2
 
 # ---- torch-form rules ----------------------------------------------------------------
 
-def _betas(f, betas):
+def _betas(f, betas, n=2):
     try:
-        b1, b2 = betas
-    except (TypeError, ValueError):
-        raise TypeError(f"{f}: betas must be a pair (beta1, beta2)") from None
-    return (_v.check_real(f, "betas[0]", b1, low=0.0, high=1.0, high_open=True),
-            _v.check_real(f, "betas[1]", b2, low=0.0, high=1.0, high_open=True))
+        bs = tuple(betas)
+    except TypeError:
+        bs = ()
+    if len(bs) != n:
+        names = ", ".join(f"beta{i + 1}" for i in range(n))
+        raise TypeError(f"{f}: betas must be a {'pair' if n == 2 else 'triple'} ({names})")
+    return tuple(_v.check_real(f, f"betas[{i}]", b, low=0.0, high=1.0, high_open=True)
+                 for i, b in enumerate(bs))
 
 
 def _adam_form(f, rule, a):
@@ -351,11 +354,32 @@ def check_hyper(f, rule, values) -> dict:
             out[name] = _v.check_lr(f, v)
         elif kind == "bool":
             out[name] = _v.check_bool(f, name, v)
-        elif kind == "betas":
-            out[name] = _betas(f, v)
+        elif kind in ("betas", "betas3"):
+            out[name] = _betas(f, v, 3 if kind == "betas3" else 2)
+        elif kind == "warmup":
+            out[name] = _v.check_warmup(f, name, v)
         else:
             out[name] = _v.check_real(f, name, v, **kind)
     return out
+
+
+def check_carried(f, carry, value):
+    """A carried scalar's array (NAdam's mu_product): a writeable NumPy
+    array of shape (), float32 or float64 (its type is the rounding of the
+    product, as torch's scalar tensor), finite and in [0, 1]. Returns its
+    value as a NumPy scalar of its type."""
+    name = carry.name
+    if not isinstance(value, np.ndarray) or value.shape != () or value.dtype not in (
+            np.dtype(np.float32), np.dtype(np.float64)):
+        got = (f"an array of shape {value.shape} and dtype {value.dtype}"
+               if isinstance(value, np.ndarray) else _v._type_name(value))
+        raise TypeError(f"{f}: {name} must be a float32 or float64 NumPy array of shape () "
+                        f"(torch's state[{name!r}], updated in place), got {got}")
+    if not value.flags.writeable:
+        raise ValueError(f"{f}: {name} is read-only; it is updated in place")
+    v = value[()]
+    _v.check_real(f, name, float(v), low=0.0, high=1.0)
+    return v
 
 
 def _rule_call(rule, a):
@@ -367,9 +391,16 @@ def _rule_call(rule, a):
         if a[name + "s"] is None and name in rule.needs:
             raise ValueError(f"{f}: {rule.needs[name]} needs {name}s")
     t = step_count(f, a["step"]) if rule.counted else 1
-    group = group_tuple(t=t, **rule.fields(h))
-    return run_form(f, a, tuple(a[n + "s"] for n in slots), group,
+    carry, extra = rule.carry, {}
+    if carry is not None:
+        held = a[carry.name]
+        extra["extra"], after = carry.advance(h, t, check_carried(f, carry, held))
+    group = group_tuple(t=t, **rule.fields(h), **extra)
+    info = run_form(f, a, tuple(a[n + "s"] for n in slots), group,
                     tuple(n + "s" for n in slots))
+    if carry is not None and info.applied:
+        held[()] = after
+    return info
 
 
 def _rule_doc(rule) -> str:
@@ -388,11 +419,17 @@ def _rule_doc(rule) -> str:
               "    states (start from zeros), all updated in place but the gradients."]
     for arg in rule.args:
         if arg.check is not None:
-            kind = "bool" if arg.check == "bool" else "float"
-            lines += [f"{arg.name} : {kind}, default {arg.default!r}", f"    {arg.doc}"]
+            lines += [f"{arg.name} : {_rules.doc_type(arg)}, default {arg.default!r}",
+                      f"    {arg.doc}"]
     if rule.counted:
         lines += ["step : int",
                   "    torch's ``state['step']`` after this step's increment (1 first)."]
+    if rule.carry is not None:
+        c = rule.carry.name
+        lines += [f"{c} : ndarray of shape (), float32 or float64",
+                  f"    torch's ``state[{c!r}]`` ({rule.carry.doc}) before",
+                  "    this step, multiplied in place in its own dtype when the step",
+                  "    applies (torch keeps it in float32 under its default dtype)."]
     for name in rest:
         lines += [f"{name}s : ndarray or list/tuple of ndarray, optional",
                   f"    torch's ``{name}`` states (start from zeros); needed when "
@@ -404,6 +441,7 @@ def _rule_function(rule):
     rest = [n for n in rule.states if n in rule.needs]
     params = ["params", "grads", *(n + "s" for n in rule.states if n not in rule.needs), "*"]
     params += ["step"] if rule.counted else []
+    params += [rule.carry.name] if rule.carry is not None else []
     params += [f"{k}=D[{k!r}]" for k in _rules.defaults(rule)]
     params += [f"{n}s=None" for n in rest]
     params += [f"{k}=S[{k!r}]" for k, _ in _STEP_DEFAULTS]

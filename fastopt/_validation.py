@@ -10,11 +10,10 @@ gradients) so it can go through the fast path, with the copies written back
 afterwards. Nothing is written to any array before every check has passed.
 
 One checker per concept: lr, t, real, mode, layout, clipping, n_threads,
-array (check_array), an array written in place (check_written), a gradient
-or state against its parameter (_check_role), the tensors of any call
-(tensors: the in-place ops, AGC, the whole step, gradient lists), overlaps
-(sharing_pairs, _overlaps, _clip_overlaps), and one normaliser
-(_normalise).
+array (check_array), an array written in place (check_written), a gradient,
+state or copy against its parameter (_check_role), the tensors of any call
+(tensors), overlaps (sharing_pairs, _overlaps, _clip_overlaps), and one
+normaliser (_normalise).
 
 Labels: the tensor checkers name arrays by role ("x", "g", "v", "h") and
 index, as in ``g[3]``. A caller with its own names (``fastopt.optim``: say
@@ -107,9 +106,7 @@ def check_array(fname: str, label: str, a, verb: str = "updates",
 def _native_in(dtype: np.dtype, types: tuple) -> bool:
     """Is dtype, in native byte order, one of types? (A structured or
     subarray dtype never is, whatever its size.)"""
-    if dtype.fields is not None or dtype.subdtype is not None:
-        return False
-    return dtype.newbyteorder("=") in types
+    return dtype.fields is None and dtype.subdtype is None and dtype.newbyteorder("=") in types
 
 
 # ---------------------------------------------------------------- scalars
@@ -175,6 +172,19 @@ def check_real(fname: str, name: str, value, *, low=None, low_open=False,
     if high is not None and (v >= high if high_open else v > high):
         raise ValueError(f"{fname}: {name} must be {'<' if high_open else '<='} {high}, got {v!r}")
     return v
+
+
+def check_warmup(fname: str, name: str, value):
+    """A warmup length: None (no warmup) or a whole number of steps in
+    [1, 2**53)."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{fname}: {name} must be None or a whole number of steps, got "
+                        f"{_type_name(value)}")
+    if not 1 <= value < 2**53:
+        raise ValueError(f"{fname}: {name} must be >= 1 and < 2**53 (steps), got {value!r}")
+    return int(value)
 
 
 def check_bool(fname: str, name: str, value) -> bool:
@@ -445,12 +455,10 @@ def _check_role(fname, lab, xlab, a, xi, role, is_out, mixed=False) -> None:
     if not isinstance(a, np.ndarray) or _masked(a):
         check_array(fname, lab, a)
     x_type = xi.dtype.newbyteorder("=")
-    if role == "w":
-        _check_type(fname, lab, xlab, a, xi, _dtypes.COPIES_OF.get(x_type, ()),
-                    "a rounded copy of")
-    elif mixed and role == "g":
-        _check_type(fname, lab, xlab, a, xi, _dtypes.GRADS_OF.get(x_type, ()),
-                    "the gradient of")
+    if role == "w" or (mixed and role == "g"):
+        table, of = ((_dtypes.COPIES_OF, "a rounded copy of") if role == "w"
+                     else (_dtypes.GRADS_OF, "the gradient of"))
+        _check_type(fname, lab, xlab, a, xi, table.get(x_type, ()), of)
     elif not _native_in(a.dtype, (x_type,)):
         raise TypeError(f"{fname}: {lab} has dtype {a.dtype} but {xlab} has "
                         f"{xi.dtype}; {what} must match its parameter")
@@ -473,8 +481,8 @@ def _check_role(fname, lab, xlab, a, xi, role, is_out, mixed=False) -> None:
 
 def _check_type(fname, lab, xlab, a, xi, types, what) -> None:
     if not _native_in(a.dtype, types):
-        can = (f"must be {_dtypes.phrase(types)}" if types
-               else "cannot be written (its dtype has no 16-bit copy)")
+        can = f"must be {_dtypes.phrase(types)}" if types else "cannot be written (its " \
+            "dtype has no 16-bit copy)"
         raise TypeError(f"{fname}: {lab} has dtype {a.dtype}; {what} {xlab} "
                         f"({xi.dtype}) {can}")
 

@@ -83,6 +83,9 @@ def ctypes_structs() -> dict:
 
 
 def _ctype(ctype, structs):
+    if ctype.endswith("]"):                 # an array field, T[N]
+        base, n = ctype[:-1].split("[")
+        return _ctype(base, structs) * int(n)
     if ctype in _SCALARS:
         return _SCALARS[ctype]
     base = ctype.replace("const ", "").replace("*", "").strip()

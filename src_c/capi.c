@@ -41,6 +41,12 @@ _Static_assert(FASTOPT_NESTEROV == FO_STEP_NESTEROV && FASTOPT_AMSGRAD == FO_STE
 _Static_assert(FASTOPT_OK == FO_OK && FASTOPT_ENOMEM == FO_ENOMEM
                && FASTOPT_EINVAL == FO_EINVAL, "capi: codes");
 
+/* The public group's room for a rule's further hyperparameters: fixed for
+ * the major version, at least the core's. */
+#define PUBLIC_EXTRA ((int)(sizeof(((fastopt_group *)0)->extra) / sizeof(double)))
+_Static_assert(sizeof(((fastopt_group *)0)->extra) / sizeof(double) >= FO_STEP_EXTRA,
+               "capi: fastopt_group.extra is shorter than the core's extra values");
+
 /* ---- results and struct prefixes ------------------------------------------ */
 
 /* 1 if res may be written (NULL: the caller wants no report). */
@@ -174,8 +180,23 @@ static int group_in(const fastopt_group *pg, int64_t j, fo_step_group *g, fastop
         GRP_FAIL(FASTOPT_EINVAL, RULE);
     if (pg->t < facts.t0)
         GRP_FAIL(FASTOPT_EINVAL, T);
-    *g = (fo_step_group){pg->rule, pg->flags, pg->t, pg->lr, pg->alpha, pg->beta, pg->eps,
-                         pg->decay, pg->decay_post, pg->lr_decay};
+    memset(g, 0, sizeof *g);
+    g->rule = pg->rule;
+    g->flags = pg->flags;
+    g->t = pg->t;
+    g->lr = pg->lr;
+    g->alpha = pg->alpha;
+    g->beta = pg->beta;
+    g->eps = pg->eps;
+    g->decay = pg->decay;
+    g->decay_post = pg->decay_post;
+    g->lr_decay = pg->lr_decay;
+    for (int i = 0; i < PUBLIC_EXTRA; i++) {
+        if (i < FO_STEP_EXTRA)
+            g->extra[i] = pg->extra[i];
+        else if (pg->extra[i] != 0.0)     /* a value no rule of this runtime reads */
+            GRP_FAIL(FASTOPT_EUNSUPPORTED, HYPER);
+    }
     if (!fo_step_group_ok(g))
         GRP_FAIL(FASTOPT_EINVAL, HYPER);
 #undef GRP_FAIL

@@ -282,6 +282,9 @@ extern "C" {
 #define FO_NORM_INF 1
 #define FO_NORM_SUMSQ 2          /* fo_global_norm only: the sum of squares, no root */
 
+/* Room for the hyperparameters of a rule beyond the named fields. */
+#define FO_STEP_EXTRA 5
+
 /*
  * Hyperparameters of one group (tensors point at their group by index):
  *   rule           alpha      beta        eps   decay         decay_post  lr_decay      t
@@ -299,6 +302,19 @@ extern "C" {
  *                  (decay: the L2 decay; decay_post: decoupled_weight_decay's)
  *   LION           beta1      beta2       -     weight_decay  -           -             (>= 1)
  *                  (decay: decoupled, x * (1 - lr*decay) before the update)
+ *   NADAM_TORCH    beta1      beta2       eps   weight_decay  decoupled   -             step (>= 1)
+ *                  extra: mu_t, mu_{t+1}, mu_product (state['mu_product'] after this
+ *                  step's product: the caller keeps it and rounds it as torch)
+ *   ADEMAMIX       beta1      beta2       eps   weight_decay  -           -             step (>= 1)
+ *                  extra: beta3, alpha, alpha_warmup, beta3_warmup (0: none), eps_root
+ *                  (decay: optax's add_decayed_weights, u + decay*x, before -lr)
+ *   LAMB           beta1      beta2       eps   weight_decay  -           -             step (>= 1)
+ *                  extra: eps_root, trust ratio on (1) or off (0)
+ *   LARS           momentum   -           eps   weight_decay  -           -             (>= 1)
+ *                  extra: trust_coefficient, trust ratio on (1) or off (0)
+ *                  (LAMB, LARS: the update of each tensor is scaled by its trust
+ *                  ratio coef * |x| / (|w| + eps), 1 where |x| or |w| is 0, from
+ *                  fixed-order norms of a pass before the update)
  * SGD_TORCH with momentum 0 keeps no state (s1 may be NULL). The torch
  * rules follow torch.optim's single-tensor code operation by operation.
  */
@@ -307,6 +323,7 @@ typedef struct fo_step_group {
     int32_t flags;
     int64_t t;
     double lr, alpha, beta, eps, decay, decay_post, lr_decay;
+    double extra[FO_STEP_EXTRA];   /* the rules with more hyperparameters (above) */
 } fo_step_group;
 
 /* One tensor of a step: x updated in place, g only read, states s1..s3 as

@@ -10,10 +10,14 @@
  *      (nothing written before this succeeds);
  *   1. pass 1 (only if the step checks finiteness, clips or measures): the
  *      fixed-order norm of step_norm.c (step_measure);
- *   2. pass 2: the update, through the core's elementwise driver
+ *   2. the trust pass (only if a group scales by a trust ratio: LAMB,
+ *      LARS): each such tensor's |x| and |w| in a fixed order, nothing
+ *      written (step_trust);
+ *   3. pass 2: the update, through the core's elementwise driver
  *      (fo_run_elementwise); each piece turns g into u tile by tile in a
  *      stack buffer (g is never written) and runs the rule on the tile.
  */
+#include "pool.h"
 #include "step.h"
 
 /* Elements of the stack tile of transformed gradients (pass 2). */
@@ -45,47 +49,6 @@ typedef struct {
     int tf;
 } step_plan;
 
-/* ---- 16-bit conversions ------------------------------------------------------ */
-
-/* The loops of the 16-bit conversions (half.h), one per direction and type:
- * the rounded copy of n new parameters (fo_step_tensor.w) and, for the
- * tests (fo_convert), the widening a step does as it reads a gradient. */
-#define STEP_CONVERT(name, S, D, f) \
-    FO_KERNEL static void name(int64_t n, const S *restrict a, D *restrict b) \
-    { \
-        for (int64_t i = 0; i < n; i++) \
-            b[i] = f(a[i]); \
-    }
-STEP_CONVERT(step_copy_bf16, float, uint16_t, fo_f32_to_bf16)
-STEP_CONVERT(step_copy_f16, float, uint16_t, fo_f32_to_f16)
-STEP_CONVERT(step_widen_bf16, uint16_t, float, fo_bf16_to_f32)
-STEP_CONVERT(step_widen_f16, uint16_t, float, fo_f16_to_f32)
-#undef STEP_CONVERT
-
-/* The rounded copy as type wt, a row of FO_COPY_TABLE's float parameters. */
-static inline void step_copy_out(int32_t wt, int64_t n, const float *x, void *w)
-{
-    if (wt == FO_BF16)
-        step_copy_bf16(n, x, (uint16_t *)w);
-    else
-        step_copy_f16(n, x, (uint16_t *)w);
-}
-
-int fo_convert(const void *src, int32_t st, void *dst, int32_t dt, int64_t n)
-{
-    if (n < 0)
-        return FO_EINVAL;
-    if (st == FO_F32 && fo_copy_ok(FO_F32, dt))
-        step_copy_out(dt, n, (const float *)src, dst);
-    else if (dt == FO_F32 && st == FO_BF16)
-        step_widen_bf16(n, (const uint16_t *)src, (float *)dst);
-    else if (dt == FO_F32 && st == FO_F16)
-        step_widen_f16(n, (const uint16_t *)src, (float *)dst);
-    else
-        return FO_EINVAL;
-    return FO_OK;
-}
-
 /* ---- kernel instantiation ------------------------------------------------- */
 
 /*
@@ -115,6 +78,7 @@ static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
     c->nesterov = (g->flags & FO_STEP_NESTEROV) != 0;
     c->first = g->t == 0;
     c->adflags = 0;
+    c->trust_at = -1;
     double t = (double)g->t;
     switch (g->rule) {
     case FO_RULE_MOMENTUM: {
@@ -169,6 +133,14 @@ static int step_group_coefs(const fo_step_group *g, step_gcoef *c)
         return step_radam_coefs(g, c);
     case FO_RULE_LION:
         return step_lion_coefs(g, c);
+    case FO_RULE_NADAM_TORCH:
+        return step_nadam_coefs(g, c);
+    case FO_RULE_ADEMAMIX:
+        return step_ademamix_coefs(g, c);
+    case FO_RULE_LAMB:
+        return step_lamb_coefs(g, c);
+    case FO_RULE_LARS:
+        return step_lars_coefs(g, c);
     default:                        /* torch Adam / AdamW */
         return step_adam_torch_coefs(g, c);
     }
@@ -342,6 +314,114 @@ static void step_clip_cb(const fo_tensor *t, int64_t lo, int64_t hi,
     }
 }
 
+/* ---- the trust pass (LAMB, LARS) ---------------------------------------------- */
+
+typedef struct {
+    const step_plan *p;
+    const int64_t *items;   /* block i: tensor items[2i], block items[2i + 1] */
+    double *sums;           /* block i: sum of x*x, sum of w*w */
+} step_trust_job;
+
+static void step_trust_task(void *vj, int64_t i)
+{
+    const step_trust_job *j = (const step_trust_job *)vj;
+    const fo_step_tensor *t = &j->p->ts[j->items[2 * i]];
+    int64_t o = j->items[2 * i + 1] * FO_STEP_BLOCK;
+    int64_t m = t->n - o < FO_STEP_BLOCK ? t->n - o : FO_STEP_BLOCK;
+    switch (fo_pair(t->dtype, t->gdtype)) {
+#define FO_X_PAIR(name, xt, gt) \
+    case FO_PAIR_##name: step_trust_block_##name(j->p, t, o, m, &j->sums[2 * i]); break;
+    FO_PAIR_TABLE(FO_X_PAIR)
+#undef FO_X_PAIR
+    default: break;
+    }
+}
+
+static int step_trusted(const step_plan *p, const fo_step_tensor *t)
+{
+    return p->gc[t->group].trust_at >= 0;
+}
+
+/*
+ * The trust ratio of every tensor whose group scales by one (ratio[k]; 1
+ * for the others): coef * |x| / (|w| + eps), 1 where |x| or |w| is 0. The
+ * blocks run on the pool, each into its own slot; the slots are added per
+ * tensor in block order, so no ratio depends on the thread count.
+ */
+static int step_trust(const step_plan *p, int64_t nt, int n_threads, double *ratio)
+{
+    int64_t nb = 0, bytes = 0;
+    for (int64_t k = 0; k < nt; k++)
+        if (step_trusted(p, &p->ts[k])) {
+            nb += step_nblocks(p->ts[k].n);
+            bytes += p->ts[k].n * fo_dtype_size(p->ts[k].dtype);
+        }
+    int64_t *items = (int64_t *)malloc((size_t)(2 * nb + 1) * sizeof(int64_t));
+    double *sums = (double *)malloc((size_t)(2 * nb + 1) * sizeof(double));
+    int rc = items == NULL || sums == NULL ? FO_ENOMEM : FO_OK;
+    if (rc == FO_OK) {
+        int64_t i = 0;
+        for (int64_t k = 0; k < nt; k++)
+            for (int64_t b = 0; step_trusted(p, &p->ts[k]) && b < step_nblocks(p->ts[k].n);
+                 b++, i++) {
+                items[2 * i] = k;
+                items[2 * i + 1] = b;
+            }
+        step_trust_job j = {p, items, sums};
+        fo_pool_run(fo_pool_threads(bytes, n_threads), nb, step_trust_task, &j, bytes);
+        i = 0;
+        for (int64_t k = 0; k < nt; k++) {
+            const step_gcoef *gc = &p->gc[p->ts[k].group];
+            double sx = 0.0, sw = 0.0;
+            for (int64_t b = 0; step_trusted(p, &p->ts[k]) && b < step_nblocks(p->ts[k].n);
+                 b++, i++) {
+                sx += sums[2 * i];
+                sw += sums[2 * i + 1];
+            }
+            double pn = sqrt(sx), un = sqrt(sw);
+            ratio[k] = !step_trusted(p, &p->ts[k]) || pn == 0.0 || un == 0.0
+                       ? 1.0 : gc->trust_c * pn / (un + gc->trust_eps);
+        }
+    }
+    free(items);
+    free(sums);
+    return rc;
+}
+
+/* The update pass of a step some of whose tensors have trust ratios: each
+ * such tensor gets a copy of its group's coefficients with its ratio at
+ * trust_at (in double and rounded to float), and the pass runs over the
+ * tensors pointed at those copies. */
+static int step_apply_trust(step_plan *p, const fo_tensor *view, int64_t nt,
+                            int64_t ng, int n_threads)
+{
+    double *ratio = (double *)malloc((size_t)(nt > 0 ? nt : 1) * sizeof(double));
+    step_gcoef *gc = (step_gcoef *)malloc((size_t)(ng + nt) * sizeof(step_gcoef));
+    fo_step_tensor *ts = (fo_step_tensor *)malloc((size_t)(nt > 0 ? nt : 1)
+                                                  * sizeof(fo_step_tensor));
+    int rc = ratio == NULL || gc == NULL || ts == NULL ? FO_ENOMEM
+             : step_trust(p, nt, n_threads, ratio);
+    if (rc == FO_OK) {
+        memcpy(gc, p->gc, (size_t)ng * sizeof(step_gcoef));
+        memcpy(ts, p->ts, (size_t)nt * sizeof(fo_step_tensor));
+        int64_t j = ng;
+        for (int64_t k = 0; k < nt; k++)
+            if (step_trusted(p, &ts[k])) {
+                gc[j] = p->gc[ts[k].group];
+                gc[j].d[gc[j].trust_at] = ratio[k];
+                gc[j].f[gc[j].trust_at] = (float)ratio[k];
+                ts[k].group = (int32_t)j++;
+            }
+        p->ts = ts;
+        p->gc = gc;
+        rc = fo_run_elementwise(view, nt, step_piece_cb, p, n_threads);
+    }
+    free(ratio);
+    free(gc);
+    free(ts);
+    return rc;
+}
+
 /*
  * Plan the transform once the norm is known and run it over view: the
  * update of every tensor of ts (with its group's coefficients gc), or, with
@@ -361,8 +441,12 @@ static int step_apply(const fo_step_tensor *ts, const fo_tensor *view,
         step_fuse(&p, &gc[j], 1, &gc[j].fu_f);
         step_fuse(&p, &gc[j], 0, &gc[j].fu_d);
     }
-    int rc = FO_OK;
-    if (ts != NULL)
+    int rc = FO_OK, trust = 0;
+    for (int64_t j = 0; j < ng; j++)
+        trust |= gc[j].trust_at >= 0;
+    if (ts != NULL && trust)
+        rc = step_apply_trust(&p, view, nt, ng, n_threads);
+    else if (ts != NULL)
         rc = fo_run_elementwise(view, nt, step_piece_cb, &p, n_threads);
     else if (p.tf != 0)
         rc = fo_run_elementwise(view, nt, step_clip_cb, &p, n_threads);

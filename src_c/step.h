@@ -133,6 +133,10 @@ static inline double step_exact_inverse(double s, int f32)
 
 /* step_norm.c: check a gradient list and fill gr (and view, if not NULL,
  * with x = g and no states); FO_OK or FO_EINVAL. */
+/* The rounded copy of n new float32 parameters x into w, of type wt (a
+ * row of FO_COPY_TABLE): half.c. */
+void step_copy_out(int32_t wt, int64_t n, const float *x, void *w);
+
 /* The kernels' own conversions over n contiguous values, for the tests:
  * float32 to a copy type (FO_COPY_TABLE) rounded as fo_step's copies are,
  * or a 16-bit type to float32 widened as fo_step reads gradients. FO_OK,

@@ -30,7 +30,12 @@
     X(ADAMAX_TORCH, 2, 1)   /* torch Adamax       s1 = exp_avg, s2 = exp_inf */ \
     X(ADADELTA_TORCH, 2, 1) /* torch Adadelta     s1 = square_avg, s2 = acc_delta */ \
     X(RADAM_TORCH, 2, 1)    /* torch RAdam        s1 = exp_avg, s2 = exp_avg_sq */ \
-    X(LION, 1, 1)           /* Lion (optax, bitsandbytes)  s1 = exp_avg */
+    X(LION, 1, 1)           /* Lion (optax, bitsandbytes)  s1 = exp_avg */ \
+    X(NADAM_TORCH, 2, 1)    /* torch NAdam        s1 = exp_avg, s2 = exp_avg_sq */ \
+    X(ADEMAMIX, 3, 1)       /* AdEMAMix (optax)   s1 = exp_avg_fast, s2 = exp_avg_slow, \
+                               s3 = exp_avg_sq */ \
+    X(LAMB, 2, 1)           /* LAMB (optax)       s1 = exp_avg, s2 = exp_avg_sq */ \
+    X(LARS, 1, 1)           /* LARS (optax)       s1 = momentum_buffer */
 
 /*
  * Element types, in id order: X(NAME, CTYPE, SIZE). NAME makes FO_NAME;

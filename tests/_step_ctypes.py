@@ -25,7 +25,8 @@ class Group(ct.Structure):
     _fields_ = [("rule", ct.c_int32), ("flags", ct.c_int32), ("t", ct.c_int64),
                 ("lr", ct.c_double), ("alpha", ct.c_double), ("beta", ct.c_double),
                 ("eps", ct.c_double), ("decay", ct.c_double),
-                ("decay_post", ct.c_double), ("lr_decay", ct.c_double)]
+                ("decay_post", ct.c_double), ("lr_decay", ct.c_double),
+                ("extra", ct.c_double * 5)]     # FO_STEP_EXTRA
 
 
 class Tensor(ct.Structure):

@@ -74,6 +74,10 @@ def same(a, b, what):
 def compare(sharded, single, what):
     for i, (a, b) in enumerate(zip(sharded.params, single.params)):
         same(a, b, f"{what}: params[{i}]")
+    for gi, (g, h) in enumerate(zip(sharded.param_groups, single.param_groups)):
+        if "mu_product" in h:       # NAdam's carried scalar, on every rank
+            assert g["mu_product"] == h["mu_product"], (what, gi, g["mu_product"],
+                                                        h["mu_product"])
     if sharded.inner is None:
         return
     full = single.state
@@ -95,6 +99,9 @@ CONFIGS = {
         ([0, 2, 4, 6], {"initial_accumulator_value": 0.1}), ([1, 3, 5, 7], {"epsilon": 1e-8})]),
     "adam_schedule": (fo.OnnxAdam, {"schedule": lambda s: 1e-3 / (1 + s),
                                 "norm_coefficient_post": 1e-4}, None),
+    # a carried scalar per group (mu_product): every rank's, and the checkpoint's
+    "nadam_groups": (fo.NAdam, {"lr": 0.01, "weight_decay": 0.01}, [
+        ([0, 1, 2, 3], {}), ([4, 5, 6, 7], {"betas": (0.5, 0.9)})]),
 }
 
 
@@ -211,7 +218,7 @@ def case_equiv():
 
 
 def case_resume(phase, ckpt_root):
-    for name in ("nesterov_agc_groups", "adam_schedule"):
+    for name in ("nesterov_agc_groups", "adam_schedule", "nadam_groups"):
         resume_one(name, phase, os.path.join(ckpt_root, name))
 
 

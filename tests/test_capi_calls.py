@@ -131,3 +131,25 @@ def test_agc_and_the_fused_momentum():
                           norm_coefficient=1e-4, clipping=0.05, clip_eps=1e-3)
     assert (x.tobytes(), v.tobytes(), g.tobytes()) == (rx.tobytes(), rv.tobytes(),
                                                        rg.tobytes())
+
+
+def test_a_rule_with_further_hyperparameters():
+    """LAMB's eps_root and trust-ratio switch travel in the group's extra."""
+    mine, ref = _model(6), _model(6)
+    for t in mine + ref:
+        t[2][...] = 0.0
+    seconds = [np.zeros_like(t[0]) for t in mine]
+    ref_seconds = [np.zeros_like(t[0]) for t in ref]
+    grp = new("fastopt_group", rule=C["FASTOPT_RULE_LAMB"], t=1, lr=0.01, alpha=0.9,
+              beta=0.999, eps=1e-6, decay=0.01)
+    grp.extra[0], grp.extra[1] = 1e-9, 1.0
+    rc, res = step([tensor(x, g, m, s) for (x, g, m), s in zip(mine, seconds)], [grp])
+    fastopt.lamb([t[0] for t in ref], [t[1] for t in ref], [t[2] for t in ref], ref_seconds,
+                 step=1, lr=0.01, betas=(0.9, 0.999), eps=1e-6, eps_root=1e-9,
+                 weight_decay=0.01, trust_ratio=True)
+    assert rc == 0
+    for (a, s), (b, r) in zip(zip(mine, seconds), zip(ref, ref_seconds)):
+        assert all(p.tobytes() == q.tobytes() for p, q in zip(a + (s,), b + (r,)))
+    grp.extra[7] = 1.0                                # room no rule of this version reads
+    rc, res = step([tensor(x, g, m, s) for (x, g, m), s in zip(mine, seconds)], [grp])
+    assert (rc, res.error_field) == (C["FASTOPT_EUNSUPPORTED"], C["FASTOPT_FIELD_HYPER"])

@@ -104,6 +104,8 @@ def _torch_form_calls():
         if "momentum" in names:
             kw["momentum"] = 0.5
         slots = rule.slots(dict(_rules.defaults(rule), **kw))
+        if rule.carry is not None:       # a carried scalar, updated in place (each run copies it)
+            kw[rule.carry.name] = np.array(rule.carry.start, np.float32)
         out.append((rule.name, fn, [s + "s" for s in slots], kw))
     return out
 
@@ -125,7 +127,7 @@ def _state_kw(names, shapes, dtype, rng):
 def _run(fn, xs, gs, pos, kw, **more):
     states = [[a.copy() for a in st] for st in pos]
     named = {k: [a.copy() for a in v] for k, v in kw[1].items()}
-    args = dict(kw[0])
+    args = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in kw[0].items()}
     if "max_exp_avg_sqs" in args:        # amsgrad: its running maximum too
         named["max_exp_avg_sqs"] = [np.zeros_like(x) for x in xs]
         del args["max_exp_avg_sqs"]

@@ -22,6 +22,20 @@ def _kw(rule):
     return {k: v for k, v in NON_DEFAULT.items() if k in names}
 
 
+def _per_call(rule, step, carried):
+    """The public function's arguments beyond the hyperparameters: the step
+    count of a counted rule, the carried scalar's array (float32, torch's
+    default scalar type) of a rule that has one."""
+    out = {"step": step} if rule.counted else {}
+    if rule.carry is not None:
+        out[rule.carry.name] = carried
+    return out
+
+
+def _carried(rule):
+    return None if rule.carry is None else np.array(rule.carry.start, np.float32)
+
+
 @pytest.mark.parametrize("name", sorted(RULES))
 def test_checkpoint_round_trip(name, tmp_path):
     rule, rng = RULES[name], np.random.default_rng(10)
@@ -59,15 +73,18 @@ def test_the_three_front_ends_give_the_same_bits(name, dtype):
     # the function names each state list after torch's state, plural
     states = {f"{s}s": np.zeros_like(x0)
               for s in rule.slots(dict(_rules.defaults(rule), **kw))}
-    fn = getattr(fastopt, rule.name)
+    fn, carried = getattr(fastopt, rule.name), _carried(rule)
     for step in range(1, 21):
         g = rng.standard_normal(301).astype(dtype)
-        fn(fx, g, **states, **kw, **({"step": step} if rule.counted else {}))
+        fn(fx, g, **states, **kw, **_per_call(rule, step, carried))
         opt.step([g])
         p.grad = torch.tensor(g.copy())
         topt.step()
     np.testing.assert_array_equal(ox, fx)
     np.testing.assert_array_equal(p.detach().numpy(), fx)
+    if rule.carry is not None:      # the three keep the same carried scalar
+        name = rule.carry.name
+        assert opt.param_groups[0][name] == float(carried) == topt.state[p][name].item()
 
 
 # each rule's hyperparameters away from torch's defaults (the other branch of a
@@ -75,7 +92,10 @@ def test_the_three_front_ends_give_the_same_bits(name, dtype):
 TORCH_KW = {"adamax": [{}, dict(weight_decay=0.05, maximize=True, betas=(0.3, 0.9))],
             "adadelta": [{}, dict(weight_decay=0.05, maximize=True, rho=0.5)],
             "radam": [{}, dict(weight_decay=0.05, maximize=True, betas=(0.3, 0.9)),
-                      dict(weight_decay=0.05, decoupled_weight_decay=True)]}
+                      dict(weight_decay=0.05, decoupled_weight_decay=True)],
+            "nadam": [{}, dict(weight_decay=0.05, maximize=True, betas=(0.3, 0.9)),
+                      dict(weight_decay=0.05, decoupled_weight_decay=True,
+                           momentum_decay=0.02)]}
 CASES = [(n, i) for n in sorted(TORCH_KW) for i in range(len(TORCH_KW[n]))]
 
 
@@ -98,10 +118,10 @@ def test_follows_torch_within_its_own_spread(name, case, dtype):
     ps = [torch.nn.Parameter(torch.tensor(x0.copy())) for _ in range(3)]
     topts = [getattr(ft, rule.cls)([ps[0]], **kw), cls([ps[1]], foreach=False, **kw),
              cls([ps[2]], foreach=True, **kw)]
-    fn = getattr(fastopt, rule.name)
+    fn, carried = getattr(fastopt, rule.name), _carried(rule)
     for step in range(1, 301):
         g = rng.standard_normal(301).astype(dtype)
-        fn(fx, g, **states, **kw, **({"step": step} if rule.counted else {}))
+        fn(fx, g, **states, **kw, **_per_call(rule, step, carried))
         for p, o in zip(ps, topts):
             p.grad = torch.tensor(g.copy())
             o.step()
@@ -113,3 +133,7 @@ def test_follows_torch_within_its_own_spread(name, case, dtype):
     assert np.max(np.abs(fx - loop)) <= tol * scale
     assert set(topts[0].state[ps[0]]) == set(topts[1].state[ps[1]])
     assert topts[0].state[ps[0]]["step"].item() == 300.0
+    for name in [rule.carry.name] if rule.carry is not None else []:
+        want = topts[1].state[ps[1]][name]
+        assert topts[0].state[ps[0]][name].dtype == want.dtype
+        assert topts[0].state[ps[0]][name].item() == want.item() == float(carried)

@@ -4,13 +4,18 @@ rows of fastopt/_rules.py and fastopt/_dtypes.py, in the same order."""
 import numpy as np
 import pytest
 
-from fastopt import _dtypes, _ext, _rules
+from fastopt import _dtypes, _ext, _rules, _step
 
 
 def test_rules_agree_with_the_c_table():
     c = _ext.tables()["rules"]
     py = [(r.name.upper(), len(r.states), r.t0) for r in _rules.RULES]
     assert py == c
+
+
+def test_a_group_holds_as_many_extra_values_as_the_c_group():
+    assert _step.EXTRA == _ext.tables()["step_extra"]
+    assert len(_step.group_tuple(0, t=1, lr=0.1)) == 10 + _step.EXTRA
 
 
 def test_rule_ids_are_row_indices():
@@ -44,11 +49,17 @@ def test_the_c_core_refuses_a_rule_outside_its_table():
     x = np.ones(4, np.float32)
     g = np.ones(4, np.float32)
     s = np.zeros(4, np.float32)
-    group = (len(_rules.RULES), 0, 1, 0.1, 0.9, 0.999, 1e-8, 0.0, 0.0, 0.0)
+    group = _step.group_tuple(len(_rules.RULES), t=1, lr=0.1, alpha=0.9, beta=0.999,
+                              eps=1e-8)
     out = _ext.step((x,), (g,), (s,), (s,), (s,), (0,), (group,), 1.0, 0.0, 0.0, 0, 0,
                     False, 1)
     assert out is None
     assert (x == 1).all() and (s == 0).all()
+    # the same call with the table's last rule runs (the refusal is the rule's)
+    last = (len(_rules.RULES) - 1,) + group[1:]
+    s1, s2, s3 = (np.zeros(4, np.float32) for _ in range(3))
+    assert _ext.step((x,), (g,), (s1,), (s2,), (s3,), (0,), (last,), 1.0, 0.0, 0.0, 0, 0,
+                     False, 1) is not None
 
 
 def test_the_fast_paths_take_exactly_the_python_rows():

@@ -71,7 +71,9 @@ STRUCTS = [
       ("int32_t", "flags", "FASTOPT_NESTEROV | ..."), ("int32_t", "reserved", "0"),
       ("int64_t", "t", "the step count"), ("double", "lr", ""), ("double", "alpha", ""),
       ("double", "beta", ""), ("double", "eps", ""), ("double", "decay", ""),
-      ("double", "decay_post", ""), ("double", "lr_decay", "")]),
+      ("double", "decay_post", ""), ("double", "lr_decay", ""),
+      ("double[8]", "extra", "the further hyperparameters of NADAM_TORCH, ADEMAMIX, LAMB, "
+                             "LARS (src_c/fastopt.h); the rest 0")]),
     ("fastopt_opts", "Step-wide options: unscale, the non-finite skip, clipping.",
      [("uint32_t", "size", ""), ("int32_t", "clip", "FASTOPT_CLIP_*"),
       ("int32_t", "norm_type", "FASTOPT_NORM_2 or FASTOPT_NORM_INF"),
@@ -169,6 +171,10 @@ def constants():
 
 
 def _decl(ctype, name):
+    """`ctype name`; an array type T[N] gives `T name[N]`."""
+    m = re.fullmatch(r"(.+)\[(\d+)\]", ctype)
+    if m:
+        return "%s %s[%s]" % (m.group(1), name, m.group(2))
     return ctype + name if ctype.endswith("*") else ctype + " " + name
 
 
@@ -278,6 +284,8 @@ def _pxd_type(ctype):
 
 
 def _pxd_decl(ctype, name):
+    if ctype.endswith("]"):
+        return _decl(ctype, name)
     base, stars = _pxd_type(ctype)
     return "%s %s%s" % (base, "*" * stars, name)
 

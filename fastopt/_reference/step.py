@@ -322,7 +322,186 @@ def lion(x, g, m, *, lr, beta1=0.9, beta2=0.99, weight_decay=0.0):
     return x + s * c(-lr), m * c(beta2) + c(1.0 - beta2) * g
 
 
+@_quiet
+def nadam_torch(x, g, m, v, mu_product, *, lr, step, beta1=0.9, beta2=0.999, eps=1e-8,
+                weight_decay=0.0, momentum_decay=4e-3, decoupled=False):
+    """torch.optim.NAdam, one step (g already negated if maximize), in
+    torch's order, each operation rounded to x's dtype. ``mu_product`` is
+    torch's state before the step, a NumPy float32 or float64 scalar (the
+    type of torch's scalar tensor): it is multiplied by mu_t in that type.
+    Returns (x_new, m_new, v_new, mu_product_new)."""
+    mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * momentum_decay))
+    mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step + 1) * momentum_decay))
+    kind = type(mu_product)
+    product = kind(mu_product) * kind(mu)
+    out = nadam_update(x, g, m, v, lr=lr, step=step, mu=mu, mu_next=mu_next,
+                       product=float(product), beta1=beta1, beta2=beta2, eps=eps,
+                       weight_decay=weight_decay, decoupled=decoupled)
+    return (*out, product)
+
+
+@_quiet
+def nadam_update(x, g, m, v, *, lr, step, mu, mu_next, product, beta1, beta2, eps,
+                 weight_decay, decoupled):
+    """torch NAdam's update given its momentum cache (mu_t, mu_{t+1} and
+    mu_product after this step's product): the two addcdiv_ values in
+    double, as torch's Python floats. Returns (x_new, m_new, v_new)."""
+    x, c, m, v = _adam_moments(x, g, m, v, lr, beta1, beta2, weight_decay, decoupled)
+    gr = np.asarray(g, dtype=x.dtype)
+    if weight_decay != 0.0 and not decoupled:
+        gr = gr + c(weight_decay) * np.asarray(x)
+    d = np.sqrt(v / c(1.0 - beta2 ** step)) + c(eps)
+    x = x + (c(-lr * (1.0 - mu) / (1.0 - product)) * gr) / d
+    return x + (c((-lr * mu_next) / (1.0 - product * mu_next)) * m) / d, m, v
+
+
+def ademamix_schedules(step, *, alpha, beta1, beta3, alpha_warmup=None,
+                       beta3_warmup=None):
+    """AdEMAMix's alpha and beta3 at ``step`` (1-based): the paper's warmups
+    as its authors' optax code writes them, at the 0-based count step - 1
+    (optax calls a schedule with the count before the update). alpha rises
+    linearly from 0; beta3 from beta1, its half-life ln(0.5)/ln(beta) - 1
+    linearly. Evaluated as C's log and pow do (log 0 = -inf)."""
+    s = float(step - 1)
+    if alpha_warmup and s < alpha_warmup:
+        alpha = (s / alpha_warmup) * alpha
+    if beta3_warmup and s < beta3_warmup:
+        a = s / beta3_warmup
+
+        def half(b):   # log(0.5) / log(0) is -0 in C
+            return (math.log(0.5) / math.log(b) if b > 0.0 else -0.0) - 1.0
+        h = (1.0 - a) * half(beta1) + a * half(beta3) + 1.0
+        beta3 = math.pow(0.5, 1.0 / h) if h != 0.0 else 0.0
+    return alpha, beta3
+
+
+@_quiet
+def ademamix(x, g, m1, m2, nu, *, lr, step, beta1=0.9, beta2=0.999, beta3=0.9999,
+             alpha=5.0, alpha_warmup=None, beta3_warmup=None, eps=1e-8, eps_root=0.0,
+             weight_decay=0.0):
+    """AdEMAMix as optax.contrib.ademamix computes it (then
+    add_decayed_weights and the learning rate), one step (g already negated
+    if maximize), each operation rounded to x's dtype, alpha and beta3 from
+    :func:`ademamix_schedules`. Returns (x_new, m1_new, m2_new, nu_new)."""
+    alpha, beta3 = ademamix_schedules(step, alpha=alpha, beta1=beta1, beta3=beta3,
+                                      alpha_warmup=alpha_warmup, beta3_warmup=beta3_warmup)
+    x = np.array(x)
+    c = _c(x)
+    g = np.asarray(g, dtype=x.dtype)
+    m1 = c(1.0 - beta1) * g + c(beta1) * np.asarray(m1, dtype=x.dtype)
+    m2 = c(1.0 - beta3) * g + c(beta3) * np.asarray(m2, dtype=x.dtype)
+    nu = c(1.0 - beta2) * (g * g) + c(beta2) * np.asarray(nu, dtype=x.dtype)
+    den = np.sqrt(nu / c(1.0 - beta2 ** step) + c(eps_root)) + c(eps)
+    u = (m1 / c(1.0 - beta1 ** step) + c(alpha) * m2) / den
+    if weight_decay != 0.0:
+        u = u + c(weight_decay) * x
+    return x + c(-lr) * u, m1, m2, nu
+
+
+def _sumsq(a):
+    """Sum of squares of an array, in double, as the trust pass sums it:
+    blocks of :data:`BLOCK` in order, each in the norm pass's lanes."""
+    a = np.ravel(a).astype(np.float64)
+    total = 0.0
+    for b in range(0, a.size, BLOCK):
+        total += _block_sumsq(a[b:b + BLOCK])
+    return total
+
+
+def trust_ratio(x, w, *, coef=1.0, eps=0.0):
+    """optax's scale_by_trust_ratio factor of one tensor, as the C trust pass
+    computes it (norms in double, the driver's order): coef * |x| / (|w| +
+    eps), 1 where |x| or |w| is 0; a Python float."""
+    pn, un = math.sqrt(_sumsq(x)), math.sqrt(_sumsq(w))
+    return 1.0 if pn == 0.0 or un == 0.0 else coef * pn / (un + eps)
+
+
+@_quiet
+def lamb(x, g, m, v, *, lr, step, beta1=0.9, beta2=0.999, eps=1e-6, eps_root=0.0,
+         weight_decay=0.0, trust=True):
+    """optax.lamb, one step (g already negated if maximize), each operation
+    rounded to x's dtype, the trust ratio of :func:`trust_ratio` (rounded to
+    x's dtype; 1 without ``trust``). Returns (x_new, m_new, v_new)."""
+    x = np.array(x)
+    c = _c(x)
+    g = np.asarray(g, dtype=x.dtype)
+    m = c(1.0 - beta1) * g + c(beta1) * np.asarray(m, dtype=x.dtype)
+    v = c(1.0 - beta2) * (g * g) + c(beta2) * np.asarray(v, dtype=x.dtype)
+    w = (m / c(1.0 - beta1 ** step)) / (np.sqrt(v / c(1.0 - beta2 ** step) + c(eps_root))
+                                       + c(eps))
+    if weight_decay != 0.0:
+        w = w + c(weight_decay) * x
+    r = trust_ratio(x, w) if trust else 1.0
+    return x + c(-lr) * (w * c(r)), m, v
+
+
+@_quiet
+def lars(x, g, t, *, lr, momentum=0.9, weight_decay=0.0, trust_coefficient=0.001, eps=0.0,
+         nesterov=False, trust=True):
+    """optax.lars, one step (g already negated if maximize), each operation
+    rounded to x's dtype, the trust ratio of :func:`trust_ratio`; t is the
+    trace. Returns (x_new, t_new)."""
+    x = np.array(x)
+    c = _c(x)
+    w = np.asarray(g, dtype=x.dtype)
+    if weight_decay != 0.0:
+        w = w + c(weight_decay) * x
+    r = trust_ratio(x, w, coef=trust_coefficient, eps=eps) if trust else 1.0
+    s = c(-lr) * (w * c(r))
+    t = s + c(momentum) * np.asarray(t, dtype=x.dtype)
+    return x + (s + c(momentum) * t if nesterov else t), t
+
+
 # ---- the whole step ----------------------------------------------------------
+
+def _table_rule(rule, x, u, s1, s2, s3, hp):
+    """rule_update for the table's newer rules (None for another rule)."""
+    if rule == "lion":
+        xn, m = lion(x, u, s1, lr=hp["lr"], beta1=hp["alpha"], beta2=hp["beta"],
+                     weight_decay=hp["decay"])
+        return xn, (m, s2, s3)
+    if rule == "nadam_torch":
+        mu, mu_next, product = hp["extra"][:3]
+        xn, m, v2 = nadam_update(x, u, s1, s2, lr=hp["lr"], step=hp["t"], mu=mu,
+                                 mu_next=mu_next, product=product, beta1=hp["alpha"],
+                                 beta2=hp["beta"], eps=hp["eps"],
+                                 weight_decay=hp["decay"] or hp.get("decay_post", 0.0),
+                                 decoupled=hp.get("decay_post", 0.0) != 0.0)
+        return xn, (m, v2, s3)
+    if rule == "radam_torch":
+        xn, m, v2 = radam_torch(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
+                                beta2=hp["beta"], eps=hp["eps"],
+                                weight_decay=hp["decay"] or hp.get("decay_post", 0.0),
+                                decoupled=hp.get("decay_post", 0.0) != 0.0)
+        return xn, (m, v2, s3)
+    if rule == "adadelta_torch":
+        xn, sq, acc = adadelta_torch(x, u, s1, s2, lr=hp["lr"], rho=hp["alpha"],
+                                     eps=hp["eps"], weight_decay=hp["decay"])
+        return xn, (sq, acc, s3)
+    if rule == "adamax_torch":
+        xn, m, u2 = adamax_torch(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
+                                 beta2=hp["beta"], eps=hp["eps"], weight_decay=hp["decay"])
+        return xn, (m, u2, s3)
+    if rule == "ademamix":
+        e = hp["extra"]
+        xn, m1, m2, nu = ademamix(x, u, s1, s2, s3, lr=hp["lr"], step=hp["t"],
+                                  beta1=hp["alpha"], beta2=hp["beta"], beta3=e[0],
+                                  alpha=e[1], alpha_warmup=e[2] or None,
+                                  beta3_warmup=e[3] or None, eps_root=e[4], eps=hp["eps"],
+                                  weight_decay=hp["decay"])
+        return xn, (m1, m2, nu)
+    if rule == "lamb":
+        xn, m, v2 = lamb(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
+                         beta2=hp["beta"], eps=hp["eps"], eps_root=hp["extra"][0],
+                         weight_decay=hp["decay"], trust=hp["extra"][1] != 0.0)
+        return xn, (m, v2, s3)
+    if rule == "lars":
+        xn, t = lars(x, u, s1, lr=hp["lr"], momentum=hp["alpha"], weight_decay=hp["decay"],
+                     trust_coefficient=hp["extra"][0], eps=hp["eps"],
+                     nesterov=bool(hp.get("nesterov")), trust=hp["extra"][1] != 0.0)
+        return xn, (t, s2, s3)
+    return None
+
 
 @_quiet
 def rule_update(rule, x, u, states, hp):
@@ -368,24 +547,9 @@ def rule_update(rule, x, u, states, hp):
                                   amsgrad=bool(hp.get("amsgrad")),
                                   decoupled=rule == "adamw_torch")
         return xn, (m, v, vm if vm is not None else s3)
-    if rule == "lion":
-        xn, m = lion(x, u, s1, lr=hp["lr"], beta1=hp["alpha"], beta2=hp["beta"],
-                     weight_decay=hp["decay"])
-        return xn, (m, s2, s3)
-    if rule == "radam_torch":
-        xn, m, v2 = radam_torch(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
-                                beta2=hp["beta"], eps=hp["eps"],
-                                weight_decay=hp["decay"] or hp.get("decay_post", 0.0),
-                                decoupled=hp.get("decay_post", 0.0) != 0.0)
-        return xn, (m, v2, s3)
-    if rule == "adadelta_torch":
-        xn, sq, acc = adadelta_torch(x, u, s1, s2, lr=hp["lr"], rho=hp["alpha"],
-                                     eps=hp["eps"], weight_decay=hp["decay"])
-        return xn, (sq, acc, s3)
-    if rule == "adamax_torch":
-        xn, m, u2 = adamax_torch(x, u, s1, s2, lr=hp["lr"], step=hp["t"], beta1=hp["alpha"],
-                                 beta2=hp["beta"], eps=hp["eps"], weight_decay=hp["decay"])
-        return xn, (m, u2, s3)
+    out = _table_rule(rule, x, u, s1, s2, s3, hp)
+    if out is not None:
+        return out
     if rule == "rmsprop_torch":          # states packed: sq, then buf, then ga
         mom, cen = hp["beta"] != 0.0, bool(hp.get("centered"))
         xn, sq, b, ga = rmsprop_torch(x, u, s1, s2 if mom else None,

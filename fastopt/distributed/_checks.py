@@ -20,6 +20,31 @@ def _positive(f, label, value, *, allow_none=True):
     return v
 
 
+def check_shardable(f, cls):
+    """A rule that reads a norm of each whole tensor (LAMB's and LARS's trust
+    ratio) cannot step the pieces of tensors a shard holds (raises)."""
+    rule = getattr(cls, "_RULE", None)
+    if getattr(rule, "per_tensor", False):
+        raise ValueError(f"{f}: {cls.__name__} scales each whole tensor by its trust ratio, "
+                         f"and a shard holds pieces of tensors; shard another optimizer, "
+                         f"or step {cls.__name__} unsharded")
+
+
+def advance_carried(opt):
+    """After an applied step of the ShardedOptimizer opt: a carried scalar of
+    its rule (NAdam's mu_product) advances in opt's own groups as every
+    rank's inner optimizer advances it (the same steps and hyperparameters,
+    whatever the shard), so the groups a checkpoint saves hold it; marked
+    pushed, as the inner already holds it."""
+    carry = getattr(getattr(opt._cls, "_RULE", None), "carry", None)
+    if carry is None:
+        return
+    t = opt._steps + opt._cls._T0
+    for gi, g in enumerate(opt.param_groups):
+        g[carry.name] = float(carry.advance(g, t, np.float32(g[carry.name]))[1])
+        opt._pushed[gi] = opt._hyper_key(g)
+
+
 def _parse_groups(f, params):
     """params -> (list of dicts with a list 'params', whether given as groups)."""
     if isinstance(params, np.ndarray) or not isinstance(params, (list, tuple)):

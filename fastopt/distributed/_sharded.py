@@ -12,7 +12,13 @@ import numpy as np
 from .. import _ext, _interrupt
 from .._groups import split_counts as _split_counts
 from . import _checkpoint
-from ._checks import _first_difference, _parse_groups, _positive
+from ._checks import (
+    _first_difference,
+    _parse_groups,
+    _positive,
+    advance_carried,
+    check_shardable,
+)
 from ._comm import default_n_threads, mpi, mpi_type, raise_agreed
 from ._layout import Layout, agc_cut_rule
 
@@ -85,6 +91,7 @@ class ShardedOptimizer:
         if not isinstance(cls, type):
             raise TypeError(f"{f}: optimizer_cls must be a fastopt.optim optimizer class, "
                             f"got {type(cls).__name__}")
+        check_shardable(f, cls)
         bb = operator.index(bucket_bytes) if not isinstance(bucket_bytes, bool) else None
         if bb is None or bb < 64:
             raise ValueError(f"{f}: bucket_bytes must be an int >= 64, got {bucket_bytes!r}")
@@ -567,6 +574,7 @@ class ShardedOptimizer:
                                    f"may now differ")
             self._t_inner = time.perf_counter() - t0
         raise_agreed(self.comm, err)
+        advance_carried(self)
         self._steps += 1
         self.last_lr = list(lrs)
         return True

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import _interrupt, _step
 from .. import _validation as _v
-from . import _compiled, _fused, _grads, checkpoint
+from . import _compiled, _fused, _grads, _masters, checkpoint
 from ._checks import as_bool
 from ._checks import schedule as _schedule
 from ._groups import allocate, make_groups
@@ -35,11 +35,18 @@ class _Optimizer:
     _HYPER: dict = {}
 
     def __init__(self, params, defaults: dict, *, contiguous_state: bool = False,
-                 n_threads: Optional[int] = None, broadcast_grads: bool = False):
+                 n_threads: Optional[int] = None, broadcast_grads: bool = False,
+                 master_weights: bool = False):
         f = self._fname()
         self.n_threads = _v.check_n_threads(f, n_threads)
         self.contiguous_state = as_bool(f, "contiguous_state", contiguous_state)
         self.broadcast_grads = as_bool(f, "broadcast_grads", broadcast_grads)
+        self.master_weights = as_bool(f, "master_weights", master_weights)
+        # with master_weights: the 16-bit arrays given, per parameter (None
+        # where a float32/float64 parameter is its own master)
+        self._copies = None
+        if self.master_weights:
+            params, self._copies = _masters.split(f, params)
         checks = dict(self._HYPER, schedule=_schedule)
         self.defaults = {k: checks[k](f, k, v) for k, v in defaults.items()}
         if self.defaults["lr"] is None and self.defaults["schedule"] is None:
@@ -101,8 +108,18 @@ class _Optimizer:
 
     @property
     def params(self) -> list:
-        """Every parameter, in group order."""
+        """Every parameter, in group order (with ``master_weights=True``, the
+        float32 masters of the 16-bit parameters)."""
         return [p for g in self.param_groups for p in g["params"]]
+
+    @property
+    def model_params(self) -> list:
+        """The arrays given as parameters, in group order: with
+        ``master_weights=True`` the 16-bit ones each step rewrites from their
+        masters; else :attr:`params` itself."""
+        if self._copies is None:
+            return self.params
+        return [p if c is None else c for p, c in zip(self.params, self._copies)]
 
     @property
     def state(self) -> dict:
@@ -353,6 +370,7 @@ class _Optimizer:
                     _grads.check_grads(self, f, per)
                     _grads.check_overlaps(self, f, per)
                 raise
+        _masters.refresh(self)        # the kernels write no 16-bit copies
         self._steps += 1
         self.last_lr = lrs
         return True
@@ -396,7 +414,8 @@ class _Optimizer:
         With ``params=True`` the file holds the parameters too (entries
         ``params.0``, ``params.1`` ..., in the order of :attr:`params`), so
         one atomic file resumes a run: :meth:`load` restores them with the
-        state. Without it the parameters are the caller's to save.
+        state. Without it the parameters are the caller's to save. With
+        ``master_weights=True`` the file always holds the float32 masters.
 
         A save killed midway (power loss, SIGKILL) leaves its temporary file,
         ``.<name>.<12 hex digits>.tmp``, beside ``path``; each save first
@@ -404,7 +423,7 @@ class _Optimizer:
         that no running save holds (a save locks its temporary file until
         the rename). Other files are never touched.
         """
-        checkpoint.save(self, path, params)
+        checkpoint.save(self, path, True if self.master_weights else params)
 
     def load(self, path, params: bool | None = None) -> None:
         """Restore a checkpoint written by :meth:`save`.
@@ -412,7 +431,10 @@ class _Optimizer:
         The state, the step count and the groups' hyperparameters are
         restored; the parameters too when the file holds them (saved with
         ``params=True``). ``params=True`` requires them in the file,
-        ``params=False`` leaves the parameters as they are.
+        ``params=False`` leaves the parameters as they are. With
+        ``master_weights=True`` the masters are restored (the file must
+        hold them unless ``params=False``) and the 16-bit parameters are
+        rewritten from them.
 
         Raises
         ------
@@ -432,4 +454,7 @@ class _Optimizer:
             :attr:`params`, every parameter writeable) and written only
             after every check has passed, together with the state.
         """
+        if params is None and self.master_weights:
+            params = True               # the masters are the optimizer's state
         checkpoint.load(self, self._fname() + ".load", path, params)
+        _masters.refresh(self)

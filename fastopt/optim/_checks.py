@@ -88,7 +88,8 @@ def from_spec(spec: dict) -> dict:
         def check(fname, label, value):
             return _v.check_real(fname, label, value, **bounds)
         return check
-    named = {"lr": lr_or_none, "bool": as_bool, "betas": betas}
+    named = {"lr": lr_or_none, "bool": as_bool, "betas": betas, "betas3": betas3,
+             "warmup": _v.check_warmup}
     return {k: named[kind] if isinstance(kind, str) else real_of(kind)
             for k, kind in spec.items()}
 
@@ -102,3 +103,14 @@ def betas(fname, label, value):
                         f"{_v._got(value)}") from None
     check = real(lo=0.0, hi=1.0, hi_open=True)
     return (check(fname, f"{label}[0]", b1), check(fname, f"{label}[1]", b2))
+
+
+def betas3(fname, label, value):
+    """A triple (beta1, beta2, beta3), each in [0, 1) (AdEMAMix's)."""
+    try:
+        b1, b2, b3 = value
+    except (TypeError, ValueError):
+        raise TypeError(f"{fname}: {label} must be a triple (beta1, beta2, beta3), got "
+                        f"{_v._got(value)}") from None
+    check = real(lo=0.0, hi=1.0, hi_open=True)
+    return tuple(check(fname, f"{label}[{i}]", b) for i, b in enumerate((b1, b2, b3)))

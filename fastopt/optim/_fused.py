@@ -22,9 +22,9 @@ from itertools import chain
 
 import numpy as np
 
-from .. import _ext, _step
+from .. import _dtypes, _ext, _step
 from .. import _validation as _v
-from . import _compiled, _grads
+from . import _compiled, _grads, _masters
 
 
 def options(opt, f, grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
@@ -67,7 +67,8 @@ def flat(opt, per, groups):
                 where.append(k + i)
             k += len(group["params"])
         xs, states, index = tuple(xs), (tuple(s1), tuple(s2), tuple(s3)), tuple(index)
-        plan = _ext.StepPlan.make(xs, *states, index, len(groups))
+        plan = _ext.StepPlan.make(xs, *states, index, len(groups),
+                                  _masters.copies_of(opt, where))
         cached = (key, xs, states, index, tuple(where), plan)
         opt._flat = cached
     _, xs, states, index, where, plan = cached
@@ -78,7 +79,8 @@ def flat(opt, per, groups):
 def labels(opt, where, index):
     """Names for messages: tensor j is params[where[j]] of group index[j],
     its state slots named by that group's rule (opt._slots)."""
-    out = {"x": [f"params[{k}]" for k in where], "g": [f"grads[{k}]" for k in where]}
+    out = {"x": [f"params[{k}]" for k in where], "g": [f"grads[{k}]" for k in where],
+           "w": [f"the 16-bit params[{k}]" for k in where]}     # master_weights
     slots = [opt._slots(opt.param_groups[gi]) for gi in index]
     for j in range(3):
         out[f"s{j + 1}"] = [f"state {names[j]!r} of params[{k}]" if j < len(names) else
@@ -156,7 +158,17 @@ def run(opt, f, grads, per, groups, o, given_norm=float("nan")):
     _grads.check_shapes(opt, f, per)      # the fast path below would broadcast
     xs, gs, states, index, lab, _ = flat(opt, per, groups)
     return _step.run(f, xs, gs, states, index, groups, o, opt.n_threads, lab, given_norm,
-                     lambda: _grads.check_grads(opt, f, per))
+                     lambda: _grads.check_grads(opt, f, per),
+                     _masters.copies_of(opt, opt._flat[4]))
+
+
+def _copy_type(g, p):
+    """A gradient's scratch copy's dtype: the gradient's own, or its
+    parameter's for a 16-bit one (widened exactly, as the whole step reads
+    it, so the clip is that of the widened gradient)."""
+    if g.dtype != p.dtype and p.dtype.newbyteorder("=") in _dtypes.NUMPY:
+        return p.dtype.newbyteorder("=")
+    return g.dtype.newbyteorder("=")
 
 
 def pre_clip(opt, f, per, o):
@@ -164,7 +176,7 @@ def pre_clip(opt, f, per, o):
     on scratch copies. Returns (StepInfo, per with the copies)."""
     _grads.check_grads(opt, f, per)
     copies = [[None if g is None else np.array(np.broadcast_to(g, p.shape),
-                                               dtype=g.dtype.newbyteorder("="), order="C")
+                                               dtype=_copy_type(g, p), order="C")
                for g, p in zip(gg, group["params"])]
               for gg, group in zip(per, opt.param_groups)]
     flat_copies = tuple(g for gg in copies for g in gg if g is not None)

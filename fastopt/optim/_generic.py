@@ -3,7 +3,10 @@ built from its table row: torch's hyperparameter names and defaults, every
 group fused into the one step."""
 from __future__ import annotations
 
+import numpy as np
+
 from .. import _rules, _step
+from .. import _validation as _v
 from . import _checks as _c
 from ._base import _Optimizer
 
@@ -33,10 +36,35 @@ class _RuleOptimizer(_Optimizer):
         return self._RULE.slots(group)
 
     def _kwargs(self, group):
-        return {k: group[k] for k in _rules.spec(self._RULE) if k != "lr"}
+        carry = self._RULE.carry
+        names = [*_rules.spec(self._RULE), *((carry.name,) if carry is not None else ())]
+        return {k: group[k] for k in names if k != "lr"}
+
+    def _carried(self, kw):
+        """The C group's extra values and the carried scalar after this step
+        (kept in float32, torch's scalar type under its default dtype)."""
+        carry = self._RULE.carry
+        return carry.advance(kw, kw["t"], np.float32(kw[carry.name]))
 
     def _group_tuple(self, kw):
-        return _step.group_tuple(t=kw["t"], **self._RULE.fields(kw))
+        extra = {} if self._RULE.carry is None else {"extra": self._carried(kw)[0]}
+        return _step.group_tuple(t=kw["t"], **self._RULE.fields(kw), **extra)
+
+    def _step_fused(self, f, grads, per, groups, o, given, kws) -> bool:
+        applied = _Optimizer._step_fused(self, f, grads, per, groups, o, given, kws)
+        carry = self._RULE.carry
+        if applied and carry is not None:      # the carried scalar of every group
+            for group, kw in zip(self.param_groups, kws):
+                group[carry.name] = float(self._carried(kw)[1])
+        return applied
+
+
+def _carried_check():
+    """The checker of a carried scalar kept in a parameter group (a value
+    in [0, 1], as every Carry's)."""
+    def check(fname, label, value):
+        return _v.check_real(fname, label, value, low=0.0, high=1.0)
+    return check
 
 
 def _states_of(rule, hyper, params) -> tuple:
@@ -60,10 +88,13 @@ def _init(self, params, a):
     hyper = {k: a[k] for k in _rules.spec(rule)}
     if a["schedule"] is not None and hyper["lr"] == _rules.defaults(rule)["lr"]:
         hyper["lr"] = None              # the schedule supplies the rate
+    if rule.carry is not None:
+        hyper[rule.carry.name] = rule.carry.start
     self._STATES = _states_of(rule, hyper, params)
     _Optimizer.__init__(self, params, dict(hyper, schedule=a["schedule"]),
                         contiguous_state=a["contiguous_state"],
-                        broadcast_grads=a["broadcast_grads"], n_threads=a["n_threads"])
+                        broadcast_grads=a["broadcast_grads"], n_threads=a["n_threads"],
+                        master_weights=a["master_weights"])
 
 
 def _doc(rule) -> str:
@@ -76,14 +107,20 @@ def _doc(rule) -> str:
               "    groups with per-group hyperparameters."]
     for arg in rule.args:
         if arg.check is not None:
-            kind = "bool" if arg.check == "bool" else "float"
-            lines += [f"{arg.name} : {kind}, default {arg.default!r}", f"    {arg.doc}"]
-    lines += ["schedule, contiguous_state, broadcast_grads, n_threads",
+            lines += [f"{arg.name} : {_rules.doc_type(arg)}, default {arg.default!r}",
+                      f"    {arg.doc}"]
+    lines += ["schedule, contiguous_state, broadcast_grads, n_threads, master_weights",
               "    As in :class:`Momentum`.", "", "Notes", "-----",
               f"States, as torch names them: {', '.join(repr(s) for s in rule.states)};",
               "the ones no group uses are not allocated, and a group may not turn one",
               "on after the optimizer is built. :meth:`step` takes the step options",
               "of :class:`AdamW`."]
+    if rule.carry is not None:
+        c = rule.carry.name
+        lines += ["", f"Each parameter group keeps ``{c!r}`` ({rule.carry.doc}),",
+                  "as a float32 value (torch's scalar type under its default dtype),",
+                  "updated by every applied step and saved with the group in",
+                  "checkpoints; torch keeps the same value in every parameter's state."]
     return "\n    ".join(lines)
 
 
@@ -91,12 +128,15 @@ def make_class(rule: _rules.TorchRule) -> type:
     """fastopt.optim.<rule.cls>."""
     params = ["self", "params"] + [f"{k}=D[{k!r}]" for k in _rules.defaults(rule)]
     params += ["schedule=None", "*", "contiguous_state=False", "broadcast_grads=False",
-               "n_threads=None"]
+               "n_threads=None", "master_weights=False"]
     init = _rules.define("__init__", params, "init(self, params, locals())",
                          {"D": _rules.defaults(rule), "init": _init}, "fastopt.optim")
+    hyper = _c.from_spec(_rules.spec(rule))
+    if rule.carry is not None:
+        hyper[rule.carry.name] = _carried_check()
     cls = type(rule.cls, (_RuleOptimizer,), {
         "__init__": init, "__doc__": _doc(rule), "__module__": "fastopt.optim",
-        "_RULE": rule, "_HYPER": _c.from_spec(_rules.spec(rule))})
+        "_RULE": rule, "_HYPER": hyper})
     init.__qualname__ = f"{rule.cls}.__init__"
     return cls
 

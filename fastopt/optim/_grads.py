@@ -27,7 +27,8 @@ def check_grads(opt, f, per):
             if type(g) is not np.ndarray and not isinstance(g, np.ndarray):
                 raise TypeError(f"{f}: grads[{k + i}] must be a numpy.ndarray or None, "
                                 f"got {_v._got(g)}")
-            _v._check_role(f, f"grads[{k + i}]", f"params[{k + i}]", g, p, "g", False)
+            _v._check_role(f, f"grads[{k + i}]", f"params[{k + i}]", g, p, "g", False,
+                           mixed=True)
         k += len(gg)
 
 

@@ -56,6 +56,15 @@ class OnnxMomentum(_Optimizer):
         default a gradient must have exactly its parameter's shape, as in
         torch: a (10,) gradient for a (128, 10) weight is a ValueError, not
         an update of every row.
+    master_weights : bool, default False
+        Keep float32 masters of 16-bit parameters (bfloat16, float16): the
+        optimizer updates the masters (:attr:`params`) and, in the same
+        pass, writes them rounded into the 16-bit arrays given
+        (:attr:`model_params`), as ``astype`` rounds; float32/float64
+        parameters are updated in place as usual. Gradients may be 16-bit
+        or float32. :meth:`save` then always writes the masters (they are
+        the optimizer's state) and :meth:`load` restores them and rewrites
+        the 16-bit parameters from them.
     """
 
     _OLD_NAMES = ("Momentum",)     # checkpoints saved under its former name
@@ -76,13 +85,14 @@ class OnnxMomentum(_Optimizer):
     def __init__(self, params, lr=None, alpha=0.9, beta=1.0, norm_coefficient=0.0,
                  nesterov=False, clipping=None, clip_eps=1e-3, clip_layout="oi",
                  schedule=None, *, contiguous_state=False, n_threads=None,
-                 broadcast_grads=False):
+                 broadcast_grads=False, master_weights=False):
         super().__init__(params, dict(lr=lr, alpha=alpha, beta=beta,
                                       norm_coefficient=norm_coefficient, nesterov=nesterov,
                                       clipping=clipping, clip_eps=clip_eps,
                                       clip_layout=clip_layout, schedule=schedule),
                          contiguous_state=contiguous_state, n_threads=n_threads,
-                         broadcast_grads=broadcast_grads)
+                         broadcast_grads=broadcast_grads,
+                         master_weights=master_weights)
 
     def _check_extra(self, f, group, where):
         c = group["clipping"]

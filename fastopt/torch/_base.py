@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from .. import _dtypes, _interrupt, _step
@@ -48,14 +49,20 @@ def _check(f, name, kind, v):
         if not isinstance(v, bool):
             raise TypeError(f"{f}: {name} must be True or False, got {type(v).__name__}")
         return v
-    if kind == "betas":
+    if kind in ("betas", "betas3"):
+        n = 3 if kind == "betas3" else 2
         try:
-            b1, b2 = v
-        except (TypeError, ValueError):
-            raise TypeError(f"{f}: betas must be a pair (beta1, beta2), got "
-                            f"{type(v).__name__}") from None
-        return (_check(f, "betas[0]", {"low": 0.0, "high": 1.0, "high_open": True}, b1),
-                _check(f, "betas[1]", {"low": 0.0, "high": 1.0, "high_open": True}, b2))
+            bs = tuple(v)
+        except TypeError:
+            bs = ()
+        if len(bs) != n:
+            names = ", ".join(f"beta{i + 1}" for i in range(n))
+            raise TypeError(f"{f}: betas must be a {'pair' if n == 2 else 'triple'} "
+                            f"({names}), got {type(v).__name__}")
+        return tuple(_check(f, f"betas[{i}]", {"low": 0.0, "high": 1.0, "high_open": True},
+                            b) for i, b in enumerate(bs))
+    if kind == "warmup":
+        return _v.check_warmup(f, name, v)
     v = _scalar(f, name, v)
     if kind == "lr":
         return _v.check_lr(f, v, name=name)
@@ -161,6 +168,8 @@ class _FastoptOptimizer(torch.optim.Optimizer):
     _SPEC: ClassVar[dict] = {}
     _COUNTS = True
     _T_ADD = 1
+    _PREPARE = True     # steps after a full one may take the prepared or flat route
+    _FLAT_CALL = True   # flat=True steps may be one call over the buffers
 
     def __init__(self, params, defaults, n_threads, flat=False):
         name = f"fastopt.torch.{type(self).__name__}"
@@ -280,10 +289,20 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         states this update creates)."""
         return self._read_count(f, where, full) + self._T_ADD
 
+    def _carried(self, f, where, full):
+        """A rule's carried scalar in the state full: (its tensor, its value
+        as a NumPy scalar of the tensor's type), or None for a rule without."""
+        return None
+
+    def _group_at(self, fields, h, t, held):
+        """The C group of parameters at count t carrying the value held (None:
+        no carried scalar), and the carried value after the step."""
+        return _step.group_tuple(t=t, **fields), None
+
     def _plan(self, f):
         """Everything the step needs, checked; nothing written."""
         xs, gs, s1, s2, s3, index, groups = [], [], [], [], [], [], []
-        where, names_of, fresh, counted = [], [], [], []
+        where, names_of, fresh, counted, carried, after = [], [], [], [], [], []
         keys, written = {}, set()
         old = self._old = self._views
         self._views = {}
@@ -313,9 +332,15 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                         v = self._view(old, s, True)
                     views.append(v)
                 t = self._t(f, w, full, new)
-                k = keys.setdefault((gi, t), len(groups))
+                held = self._carried(f, w, full)
+                k = keys.setdefault((gi, t) if held is None else
+                                    (gi, t, type(held[1]), held[1]), len(groups))
                 if k == len(groups):
-                    groups.append(_step.group_tuple(t=t, **fields))
+                    grp, a = self._group_at(fields, h, t, None if held is None else held[1])
+                    groups.append(grp)
+                    after.append(a)
+                if held is not None:
+                    carried.append((held[0], after[k]))
                 index.append(k)
                 xs.append(xv)
                 written.add(p.untyped_storage().data_ptr())
@@ -336,7 +361,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         # with a parameter or state of the step is copied first
         gs = [(g.clone() if g.untyped_storage().data_ptr() in written else g).numpy()
               for g in gs]
-        return (xs, gs, (s1, s2, s3), index, groups), where, names_of, fresh, counted
+        return (xs, gs, (s1, s2, s3), index, groups), where, names_of, fresh, counted, carried
 
     @torch.no_grad()
     def step(self, closure=None, *, grad_scale=None, max_grad_norm=None, norm_type=2.0,
@@ -395,7 +420,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
     def _update(self, f, opts) -> None:
         """The update of step(), run whole (a KeyboardInterrupt meanwhile
         is raised after it: fastopt._interrupt)."""
-        if self._flat is not None:
+        if self._flat is not None and self._PREPARE and self._FLAT_CALL:
             info = self._flat.run(self, f, opts)
             if info is not None:
                 self.last_step = info
@@ -408,7 +433,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 return
             if prep.stale:
                 self._prep = None
-        args, where, names_of, fresh, counted = self._plan(f)
+        args, where, names_of, fresh, counted, carried = self._plan(f)
         if not args[0]:
             self.last_step = _step.StepInfo(True, 0.0, True)
             return
@@ -422,11 +447,13 @@ class _FastoptOptimizer(torch.optim.Optimizer):
 
         self.last_step = info = _step.run(f, *args, opts, self.n_threads, labels)
         if not info.applied:
-            if self._prep is None and not fresh:
+            if self._prep is None and not fresh and self._PREPARE:
                 self._prep = _prep.build(self, args, names_of, counted)
             return
         for p, new in fresh:
             self.state[p].update(new)
+        for tensor, value in carried:
+            tensor.fill_(float(value))
         if fresh and self._flat is not None:
             self._flat.changed()        # new states to move into the buffers
         if self._COUNTS:
@@ -440,7 +467,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                     e[4][()] = e[4][()] + 1
                 else:
                     st["step"] += 1
-        if self._prep is None:
+        if self._prep is None and self._PREPARE:
             self._prep = _prep.build(self, args, names_of, counted)
 
 
@@ -477,6 +504,23 @@ def _span(p, where, moves):
     lo = p.data_ptr() - p.element_size() * sum(
         (d - 1) * -s for d, s in zip(p.shape, p.stride()) if s < 0)
     return (lo, lo + n * p.element_size(), where, moves)
+
+
+def _carried(f, where, st, name):
+    """A carried scalar of the state st (NAdam's mu_product): a one-element
+    float32 or float64 CPU tensor, finite and in [0, 1]; returns (the tensor,
+    its value as a NumPy scalar of its type) or raises."""
+    lab = f"state[{name!r}] of {where}"
+    v = st.get(name)
+    if v is None:
+        raise ValueError(f"{f}: {lab} is missing")
+    if not isinstance(v, torch.Tensor) or v.numel() != 1 or v.dtype not in (
+            torch.float32, torch.float64) or v.device.type != "cpu":
+        raise TypeError(f"{f}: {lab} must be a one-element float32 or float64 CPU tensor, "
+                        f"got {v!r}")
+    value = v.item()
+    _v.check_real(f, lab, value, low=0.0, high=1.0)
+    return v, (np.float32 if v.dtype == torch.float32 else np.float64)(value)
 
 
 def _zeros(p):

@@ -3,8 +3,10 @@ built from its table row: torch's constructor (names, defaults, order,
 keyword-only marks), state names and step count."""
 from __future__ import annotations
 
-from .. import _rules
-from ._base import _FastoptOptimizer, _step_tensor, _zeros
+import torch
+
+from .. import _rules, _step
+from ._base import _carried, _FastoptOptimizer, _step_tensor, _zeros
 
 
 class _RuleDropin(_FastoptOptimizer):
@@ -17,7 +19,23 @@ class _RuleDropin(_FastoptOptimizer):
 
     def _new_states(self, p, st, names, h):
         fresh = {n: _zeros(p) for n in names if n not in st}
-        return {"step": _step_tensor(), **fresh} if not st else fresh
+        if st:
+            return fresh
+        carry = self._RULE.carry
+        first = {"step": _step_tensor()}
+        if carry is not None:
+            first[carry.name] = _step_tensor(carry.start)
+        return {**first, **fresh}
+
+    def _carried(self, f, where, full):
+        carry = self._RULE.carry
+        return None if carry is None else _carried(f, where, full, carry.name)
+
+    def _group_at(self, fields, h, t, held):
+        if held is None:
+            return _step.group_tuple(t=t, **fields), None
+        extra, after = self._RULE.carry.advance(h, t, held)
+        return _step.group_tuple(t=t, extra=extra, **fields), after
 
 
 def _init(self, params, a):
@@ -27,13 +45,14 @@ def _init(self, params, a):
 
 
 def _doc(rule) -> str:
-    lines = [f"torch.optim.{rule.cls}: {rule.summary}; the update of",
+    # a rule torch.optim has not (Lion, AdEMAMix) is named by its summary alone
+    head = f"torch.optim.{rule.cls}: " if hasattr(torch.optim, rule.cls) else ""
+    lines = [f"{head}{rule.summary}; the update of",
              f":func:`fastopt.{rule.name}`.", "", "Parameters", "----------",
              "params : iterable of Tensor or dict"]
     for arg in rule.args:
         if arg.check is not None:
-            kind = "bool" if arg.check == "bool" else "float"
-            lines += [f"{arg.name} : {kind}, default {arg.default!r}"]
+            lines += [f"{arg.name} : {_rules.doc_type(arg)}, default {arg.default!r}"]
     unsupported = [a.name for a in rule.args if a.check is None]
     lines += [", ".join(unsupported), "    torch's; only their defaults are supported.",
               "n_threads : int, optional",
@@ -45,6 +64,16 @@ def _doc(rule) -> str:
               f"{', '.join(f'``{s!r}``' for s in rule.states)} as the group's",
               "hyperparameters ask for them, created from zeros on a parameter's",
               "first update (and when a hyperparameter asks for one later)."]
+    if rule.per_tensor:
+        lines += ["Each tensor's update is scaled by its own trust ratio, so with",
+                  "``flat=True`` its steps take the prepared route over the parameters",
+                  "(one C call, never over the joined buffers)."]
+    if rule.carry is not None:
+        c = rule.carry.name
+        lines += [f"``{c!r}`` too ({rule.carry.doc}): a scalar tensor of torch's",
+                  "default float type, multiplied in its own dtype. Its steps take the",
+                  "fully checked route (no prepared step, and ``flat=True`` keeps its",
+                  "buffers but not its one-call step)."]
     return "\n    ".join(lines)
 
 
@@ -58,7 +87,8 @@ def make_class(rule: _rules.TorchRule) -> type:
                          "fastopt.torch")
     cls = type(rule.cls, (_RuleDropin,), {
         "__init__": init, "__doc__": _doc(rule), "__module__": "fastopt.torch",
-        "_RULE": rule, "_SPEC": _rules.spec(rule)})
+        "_RULE": rule, "_SPEC": _rules.spec(rule), "_PREPARE": rule.carry is None,
+        "_FLAT_CALL": not rule.per_tensor})
     init.__qualname__ = f"{rule.cls}.__init__"
     return cls
 

@@ -1,0 +1,44 @@
+/*
+ * The loops of the 16-bit conversions of half.h: the rounded copy a step
+ * writes of its new float32 parameters (fo_step_tensor.w, called tile by
+ * tile from step.inc), and fo_convert, the same loops for the tests.
+ */
+#include "step.h"
+
+/* One loop per direction and type. */
+#define STEP_CONVERT(name, S, D, f) \
+    FO_KERNEL static void name(int64_t n, const S *restrict a, D *restrict b) \
+    { \
+        for (int64_t i = 0; i < n; i++) \
+            b[i] = f(a[i]); \
+    }
+STEP_CONVERT(step_copy_bf16, float, uint16_t, fo_f32_to_bf16)
+STEP_CONVERT(step_copy_f16, float, uint16_t, fo_f32_to_f16)
+STEP_CONVERT(step_widen_bf16, uint16_t, float, fo_bf16_to_f32)
+STEP_CONVERT(step_widen_f16, uint16_t, float, fo_f16_to_f32)
+#undef STEP_CONVERT
+
+/* The rounded copy as type wt, a row of FO_COPY_TABLE's float parameters. */
+void step_copy_out(int32_t wt, int64_t n, const float *x, void *w)
+{
+    if (wt == FO_BF16)
+        step_copy_bf16(n, x, (uint16_t *)w);
+    else
+        step_copy_f16(n, x, (uint16_t *)w);
+}
+
+int fo_convert(const void *src, int32_t st, void *dst, int32_t dt, int64_t n)
+{
+    if (n < 0)
+        return FO_EINVAL;
+    if (st == FO_F32 && fo_copy_ok(FO_F32, dt))
+        step_copy_out(dt, n, (const float *)src, dst);
+    else if (dt == FO_F32 && st == FO_BF16)
+        step_widen_bf16(n, (const uint16_t *)src, (float *)dst);
+    else if (dt == FO_F32 && st == FO_F16)
+        step_widen_f16(n, (const uint16_t *)src, (float *)dst);
+    else
+        return FO_EINVAL;
+    return FO_OK;
+}
+
