@@ -84,6 +84,7 @@ class BuildExt(build_ext):
             ext.extra_compile_args = cflags
             ext.extra_link_args = lflags
             ext.define_macros = list(ext.define_macros) + [
+                ("FASTOPT_VERSION", '"%s"' % self.distribution.get_version()),
                 ("FASTOPT_BUILD_CFLAGS", '"%s"' % " ".join(cflags)),
                 ("FASTOPT_BUILD_COMPILER", '"%s"' % " ".join(self.compiler.compiler_so[:1])),
             ]
@@ -92,19 +93,36 @@ class BuildExt(build_ext):
 
 debug = os.environ.get("FASTOPT_DEBUG") == "1"
 
+
+def _generate_capi():
+    """Write the published C API's header, .pxd and ABI manifest from the
+    listing in tools/gen_capi.py (generated files stay out of git)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "tools"))
+    try:
+        import gen_capi
+    finally:
+        sys.path.pop(0)
+    gen_capi.main([])
+
+
+_generate_capi()
+
 # The C library, every file once: the update drivers and kernels, AGC, the
 # thread pool. They are compiled once, with the flags above, into the core
 # extension fastopt._ext
 # (fastopt/_ext.pyx folds the fast paths of every op; fastopt/_cfastopt.pxd
 # declares src_c/fastopt.h).
 C_SOURCES = ["src_c/fastopt.c", "src_c/pool.c", "src_c/machine_load.c", "src_c/agc.c",
-             "src_c/step.c", "src_c/step_norm.c", "src_c/half.c"]
+             "src_c/step.c", "src_c/step_norm.c", "src_c/half.c", "src_c/capi.c"]
 C_DEPENDS = ["src_c/fastopt.h", "src_c/tables.h", "src_c/half.h", "src_c/rules.h",
              "src_c/pool.h",
              "src_c/agc.inc", "src_c/types.inc", "src_c/instance.inc",
              "src_c/step_rules.inc", "src_c/step_rules_adam.inc", "src_c/step_rules_trust.inc",
              "src_c/step_coefs.inc",
              "src_c/step.inc", "src_c/step.h", "src_c/step_norm.inc",
+             "src_c/capi.h", "src_c/capi_agc.inc",
+             "fastopt/include/fastopt/fastopt_capi.h",
              "fastopt/_cfastopt.pxd"] + sorted(
                  os.path.join("fastopt", f) for f in os.listdir("fastopt")
                  if f.endswith(".pxi"))

@@ -101,4 +101,40 @@ for call in (lambda: fastopt.onnx_momentum(xs, gs, vs, lr=0.1, t=1),
     else:
         raise SystemExit("expected an error")
 assert all((a == 1.0).all() for a in xs)
+
+# the published C API (src_c/capi.c) through its capsule: a list long enough
+# for the sorted overlap sweep, the gradient lists, AGC, and an error
+import ctypes as ct  # noqa: E402
+
+import fastopt.capi as capi  # noqa: E402
+
+S, F = capi.ctypes_structs(), capi.ctypes_functions()
+
+
+def rec(name, **kw):
+    r = S[name](**kw)
+    r.size = ct.sizeof(S[name])
+    return r
+
+
+arrs = [[mk((n,), F32, f) for f in (1.0, 0.5, 0.0, 0.0)] for n in (0, 1, 33, 1025) * 5]
+ts = (S["fastopt_tensor"] * len(arrs))(*[
+    rec("fastopt_tensor", x=a[0].ctypes.data, g=a[1].ctypes.data, s1=a[2].ctypes.data,
+        s2=a[3].ctypes.data, n=a[0].size) for a in arrs])
+grp = rec("fastopt_group", rule=capi.manifest()["constants"]["FASTOPT_RULE_ADAM_TORCH"], t=1,
+          lr=0.1, alpha=0.9, beta=0.999, eps=1e-8)
+opts, res = rec("fastopt_opts", grad_scale=2.0, clip=1, max_norm=0.5), rec("fastopt_result")
+assert F["step"](ts, len(arrs), ct.byref(grp), 1, ct.byref(opts), ct.byref(res), 2) == 0
+ptrs = (ct.c_void_p * len(arrs))(*[a[1].ctypes.data for a in arrs])
+ns = (ct.c_int64 * len(arrs))(*[a[1].size for a in arrs])
+dts = (ct.c_int32 * len(arrs))()
+assert F["global_norm"](ptrs, ns, dts, len(arrs), 1.0, 2, ct.byref(res), 2) == 0
+assert F["clip_grads"](ptrs, ns, dts, len(arrs), ct.byref(opts), ct.byref(res), 2) == 0
+x2, g2 = mk((4, 8), F32, 1.0), mk((4, 8), F32, 3.0)
+agc = (S["fastopt_agc_tensor"] * 1)(rec("fastopt_agc_tensor", x=x2.ctypes.data,
+                                        g=g2.ctypes.data, n_units=4, unit_len=8,
+                                        clipping=0.01))
+assert F["agc"](agc, 1, 1e-3, ct.byref(res), 1) == 0
+ts[5].s1 = ts[7].x                                   # overlap: nothing written
+assert F["step"](ts, len(arrs), ct.byref(grp), 1, ct.byref(opts), ct.byref(res), 1) == -2
 print("valgrind workload: done")

@@ -55,9 +55,9 @@ html_title = f"fastopt {release}"
 # doctest group (Sphinx's default puts a whole page in one group, so a block
 # could lean on an earlier block's imports). A block that needs an optional
 # library says so with `:skipif: torch is None` (likewise optax, sklearn,
-# mpi4py); the condition is decided here, from whether the library is
+# mpi4py, numba); the condition is decided here, from whether the library is
 # installed, without importing it. CI installs them all.
-OPTIONAL = ("torch", "optax", "sklearn", "mpi4py")
+OPTIONAL = ("torch", "optax", "sklearn", "mpi4py", "numba")
 
 
 def _doctest_nodes(doctree):

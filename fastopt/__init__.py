@@ -66,6 +66,7 @@ from ._torchform import (  # noqa: E402
     global_norm,
     sgd,
 )
+from .capi import get_include  # noqa: E402
 
 # the rules of the table (fastopt._rules.TORCH_RULES): rmsprop, ...
 globals().update(_RULE_FUNCTIONS)
@@ -106,5 +107,5 @@ __all__ = [
     "onnx", "optim", "schedules",
     "StepInfo",
     "set_num_threads", "get_num_threads", "show_config", "config",
-    "__version__",
+    "get_include", "__version__",
 ]

@@ -355,6 +355,7 @@ cdef int _agc_momentum(PyObject **arrays, PyObject **s) except -1:
 
 
 include "_entry.pxi"
+include "_capi.pxi"
 
 
 # The same fast paths over two tuples, (arrays, scalars) in the order of the

@@ -415,6 +415,11 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
             int64_t ng, const fo_step_opts *o, fo_step_result *res,
             int n_threads);
 
+/* 1 if tensor t has the states group g's rule needs (fo_step's check), and
+ * 1 if group g is valid; for the published API's error reports (capi.c). */
+int fo_step_states_ok(const fo_step_tensor *t, const fo_step_group *g);
+int fo_step_group_ok(const fo_step_group *g);
+
 /*
  * Gradient lists (gs[k]: ns[k] elements of type dtypes[k]).
  * fo_global_norm: the global norm of the unscaled gradients (the norm of

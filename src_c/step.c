@@ -172,6 +172,19 @@ static int step_has_states(const fo_step_tensor *t, const fo_step_group *g)
     }
 }
 
+/* For the published API's error reports (capi.c): a tensor's states, and
+ * one group, as fo_step checks them (1: valid). */
+int fo_step_states_ok(const fo_step_tensor *t, const fo_step_group *g)
+{
+    return step_has_states(t, g);
+}
+
+int fo_step_group_ok(const fo_step_group *g)
+{
+    step_gcoef c;
+    return step_group_coefs(g, &c) == FO_OK;
+}
+
 static int step_check_opts(const fo_step_opts *o)
 {
     if (!(o->grad_scale > 0.0) || !isfinite(o->grad_scale))

@@ -9,6 +9,7 @@ import re
 import pytest
 
 PUBLIC = ["fastopt", "fastopt.optim", "fastopt.schedules", "fastopt.onnx", "fastopt.torch",
+          "fastopt.capi",
           "fastopt.distributed"]
 
 

@@ -1,0 +1,155 @@
+"""The C API's entry points give the bits of the Python functions over the
+same core: the step with its gradient transform (unscale, clip by the
+global norm, clip_value, the non-finite skip, 16-bit gradients and copies),
+the given-norm mode, the global norm, the gradient clip, AGC and the fused
+AGC-momentum."""
+import ctypes as ct
+
+import ml_dtypes
+import numpy as np
+import pytest
+from capi_helpers import RULE, C, F, S, grad_lists, new, opts, result, step, tensor
+
+import fastopt
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _sgd_group(step_count=2):
+    return new("fastopt_group", rule=RULE["sgd_torch"], flags=C["FASTOPT_NESTEROV"],
+               t=step_count, lr=0.05, alpha=0.9, decay=1e-3)
+
+
+def _model(seed, gdtype=None):
+    rng = np.random.default_rng(seed)
+    out = []
+    for n, dt in ((33, np.float32), (1025, np.float64), (4100, np.float32)):
+        x = rng.standard_normal(n).astype(dt)
+        g = (3 * rng.standard_normal(n)).astype(gdtype or dt)
+        out.append((x, g, rng.standard_normal(n).astype(dt)))
+    return out
+
+
+@pytest.mark.parametrize("convention", ["torch", "optax"])
+def test_step_with_the_gradient_transform(convention):
+    mine, ref = _model(0), _model(0)
+    o = opts(grad_scale=2.0, clip=C["FASTOPT_CLIP_" + convention.upper()], max_norm=1.5,
+             clip_value=0.7, measure=C["FASTOPT_MEASURE_ALWAYS"])
+    rc, res = step([tensor(x, g, b) for x, g, b in mine], [_sgd_group()], o)
+    info = fastopt.sgd([t[0] for t in ref], [t[1] for t in ref], [t[2] for t in ref],
+                       lr=0.05, momentum=0.9, weight_decay=1e-3, nesterov=True, step=3,
+                       grad_scale=2.0, max_grad_norm=1.5, clip_convention=convention,
+                       clip_value=0.7)
+    assert rc == 0 and res.applied == 1 and res.norm == info.norm
+    for a, b in zip(mine, ref):
+        assert all(p.tobytes() == q.tobytes() for p, q in zip(a, b))
+
+
+def test_the_given_norm_is_used_as_measured():
+    a, b = _model(1), _model(1)
+    o = opts(clip=C["FASTOPT_CLIP_TORCH"], max_norm=1.0)
+    step([tensor(*t) for t in a], [_sgd_group()], o)
+    ptrs, ns, dts = grad_lists([t[1] for t in b])
+    r = result()
+    assert F["global_norm"](ptrs, ns, dts, 3, 1.0, C["FASTOPT_NORM_2"], ct.byref(r), 1) == 0
+    assert r.norm == fastopt.global_norm([t[1] for t in b])
+    given = opts(clip=C["FASTOPT_CLIP_TORCH"], max_norm=1.0,
+                 measure=C["FASTOPT_MEASURE_GIVEN"], norm=r.norm)
+    step([tensor(*t) for t in b], [_sgd_group()], given)
+    assert [p.tobytes() for t in a for p in t] == [p.tobytes() for t in b for p in t]
+
+
+def test_a_nonfinite_gradient_skips_the_step():
+    model = _model(2)
+    model[1][1][7] = np.inf
+    before = [p.copy() for t in model for p in t]
+    rc, res = step([tensor(*t) for t in model], [_sgd_group()], opts(check_finite=1))
+    assert (rc, res.applied, res.finite) == (0, 0, 0)
+    assert all(p.tobytes() == q.tobytes() for p, q in zip(before, [p for t in model
+                                                                   for p in t]))
+
+
+def test_bfloat16_gradients_and_copies():
+    mine, ref = _model(3, BF16), _model(3, BF16)
+    copies = [np.zeros(t[0].size, BF16) if t[0].dtype == np.float32 else None for t in mine]
+    recs = []
+    for (x, g, b), w in zip(mine, copies):
+        extra = {} if w is None else {"w": w.ctypes.data, "wdtype": C["FASTOPT_BF16"]}
+        recs.append(tensor(x, g, b, **extra))
+    rc, res = step(recs, [_sgd_group()])
+    ref_copies = [np.zeros(t[0].size, BF16) if t[0].dtype == np.float32 else None for t in ref]
+    fastopt.sgd([t[0] for t in ref], [t[1] for t in ref], [t[2] for t in ref], lr=0.05,
+                momentum=0.9, weight_decay=1e-3, nesterov=True, step=3,
+                param_copies=ref_copies)
+    assert rc == 0
+    for a, b in zip(mine, ref):
+        assert all(p.tobytes() == q.tobytes() for p, q in zip(a, b))
+    for w, v in zip(copies, ref_copies):
+        assert (w is None and v is None) or w.tobytes() == v.tobytes()
+
+
+def test_clip_grads_and_the_sum_of_squares():
+    gs, ref = [t[1] for t in _model(4)], [t[1] for t in _model(4)]
+    ptrs, ns, dts = grad_lists(gs)
+    r = result()
+    o = opts(grad_scale=4.0, clip=C["FASTOPT_CLIP_TORCH"], max_norm=0.25)
+    assert F["clip_grads"](ptrs, ns, dts, 3, ct.byref(o), ct.byref(r), 1) == 0
+    norm = fastopt.clip_grads(ref, max_norm=0.25, grad_scale=4.0)
+    assert r.norm == norm and all(a.tobytes() == b.tobytes() for a, b in zip(gs, ref))
+    assert F["global_norm"](ptrs, ns, dts, 3, 1.0, C["FASTOPT_NORM_SUMSQ"], ct.byref(r), 1) == 0
+    np.testing.assert_allclose(np.sqrt(r.norm), fastopt.global_norm(gs), rtol=1e-15)
+
+
+def _agc_record(x, g, v=None):
+    return new("fastopt_agc_tensor", x=x.ctypes.data, g=g.ctypes.data,
+               v=None if v is None else v.ctypes.data, n_units=x.shape[0],
+               unit_len=x.shape[1], clipping=0.05, dtype=C["FASTOPT_F32"],
+               kind=C["FASTOPT_AGC_ROWS"])
+
+
+def _agc_arrays():
+    rng = np.random.default_rng(5)
+    return [rng.standard_normal((16, 40)).astype(np.float32) for _ in range(3)]
+
+
+def test_agc_and_the_fused_momentum():
+    x, g, v = _agc_arrays()
+    rx, rg, rv = _agc_arrays()
+    res = result()
+    ts = (S["fastopt_agc_tensor"] * 1)(_agc_record(x, g))
+    assert F["agc"](ts, 1, 1e-3, ct.byref(res), 1) == 0
+    fastopt.agc(rx, rg, clipping=0.05, eps=1e-3)
+    assert g.tobytes() == rg.tobytes()
+
+    x, g, v = _agc_arrays()
+    rx, rg, rv = _agc_arrays()
+    grp = new("fastopt_group", rule=RULE["momentum"], t=3, lr=0.1, alpha=0.9, beta=1.0,
+              decay=1e-4)
+    ts = (S["fastopt_agc_tensor"] * 1)(_agc_record(x, g, v))
+    assert F["agc_momentum"](ts, 1, 1e-3, ct.byref(grp), ct.byref(res), 1) == 0
+    fastopt.onnx_momentum(rx, rg, rv, lr=0.1, t=3, alpha=0.9, beta=1.0,
+                          norm_coefficient=1e-4, clipping=0.05, clip_eps=1e-3)
+    assert (x.tobytes(), v.tobytes(), g.tobytes()) == (rx.tobytes(), rv.tobytes(),
+                                                       rg.tobytes())
+
+
+def test_a_rule_with_further_hyperparameters():
+    """LAMB's eps_root and trust-ratio switch travel in the group's extra."""
+    mine, ref = _model(6), _model(6)
+    for t in mine + ref:
+        t[2][...] = 0.0
+    seconds = [np.zeros_like(t[0]) for t in mine]
+    ref_seconds = [np.zeros_like(t[0]) for t in ref]
+    grp = new("fastopt_group", rule=C["FASTOPT_RULE_LAMB"], t=1, lr=0.01, alpha=0.9,
+              beta=0.999, eps=1e-6, decay=0.01)
+    grp.extra[0], grp.extra[1] = 1e-9, 1.0
+    rc, res = step([tensor(x, g, m, s) for (x, g, m), s in zip(mine, seconds)], [grp])
+    fastopt.lamb([t[0] for t in ref], [t[1] for t in ref], [t[2] for t in ref], ref_seconds,
+                 step=1, lr=0.01, betas=(0.9, 0.999), eps=1e-6, eps_root=1e-9,
+                 weight_decay=0.01, trust_ratio=True)
+    assert rc == 0
+    for (a, s), (b, r) in zip(zip(mine, seconds), zip(ref, ref_seconds)):
+        assert all(p.tobytes() == q.tobytes() for p, q in zip(a + (s,), b + (r,)))
+    grp.extra[7] = 1.0                                # room no rule of this version reads
+    rc, res = step([tensor(x, g, m, s) for (x, g, m), s in zip(mine, seconds)], [grp])
+    assert (rc, res.error_field) == (C["FASTOPT_EUNSUPPORTED"], C["FASTOPT_FIELD_HYPER"])
