@@ -96,9 +96,9 @@ debug = os.environ.get("FASTOPT_DEBUG") == "1"
 
 def _generate_capi():
     """Write the published C API's header, .pxd and ABI manifest from the
-    listing in tools/gen_capi.py (generated files stay out of git)."""
+    listing in src_c/gen_capi.py (generated files stay out of git)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, os.path.join(here, "tools"))
+    sys.path.insert(0, os.path.join(here, "src_c"))
     try:
         import gen_capi
     finally:

@@ -65,10 +65,10 @@ def test_manifest_numbers_are_the_tables():
 
 
 def _generator():
-    """tools/gen_capi.py, imported (skips where tools/ is not next to tests/)."""
-    gen = os.path.join(ROOT, "tools", "gen_capi.py")
+    """src_c/gen_capi.py, imported (skips where src_c/ is not next to tests/)."""
+    gen = os.path.join(ROOT, "src_c", "gen_capi.py")
     if not os.path.exists(gen):
-        pytest.skip("tools/ is not next to the tests")
+        pytest.skip("src_c/ is not next to the tests")
     sys.path.insert(0, os.path.dirname(gen))
     try:
         import gen_capi
