@@ -65,7 +65,9 @@ static inline float fo_f16_to_f32(uint16_t h)
     uint32_t normal = (em << 13) + ((uint32_t)(127 - 15) << 23);
     uint32_t special = 0x7f800000u | ((em & 0x03ffu) << 13);
     uint32_t sub = fo_f32_bits((float)(int32_t)(em & 0x03ffu) * 0x1p-24f);
-    uint32_t mag = e == 0x7c00u ? special : (e == 0 ? sub : normal);
+    uint32_t is_special = 0u - (uint32_t)(e == 0x7c00u);   /* all ones or zero: */
+    uint32_t is_sub = 0u - (uint32_t)(e == 0);              /* selects by masks */
+    uint32_t mag = (special & is_special) | (sub & is_sub) | (normal & ~(is_special | is_sub));
     return fo_bits_f32(sign | mag);
 }
 
@@ -85,10 +87,12 @@ static inline uint16_t fo_f32_to_f16(float f)
     uint32_t sub = fo_f32_bits(fo_bits_f32(a) + 0.5f) - fo_f32_bits(0.5f);
     uint32_t normal = (a - ((uint32_t)(127 - 15) << 23) + 0x0fffu + ((a >> 13) & 1u)) >> 13;
     uint32_t nan = 0x7c00u | ((a >> 13) & 0x03ffu);
-    nan |= (nan & 0x03ffu) == 0;
-    uint32_t mag = a > 0x7f800000u ? nan
-                 : a >= 0x477ff000u ? 0x7c00u
-                 : a < 0x38800000u ? sub : normal;
+    nan |= (uint32_t)((nan & 0x03ffu) == 0);
+    uint32_t is_nan = 0u - (uint32_t)(a > 0x7f800000u);       /* masks, as above */
+    uint32_t is_inf = (0u - (uint32_t)(a >= 0x477ff000u)) & ~is_nan;
+    uint32_t is_sub = 0u - (uint32_t)(a < 0x38800000u);
+    uint32_t mag = (nan & is_nan) | (0x7c00u & is_inf) | (sub & is_sub)
+                 | (normal & ~(is_nan | is_inf | is_sub));
     return (uint16_t)(sign | mag);
 }
 
