@@ -84,6 +84,18 @@ def phrase(dtypes) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
+def working_type(g, x) -> np.dtype:
+    """The dtype of a gradient's scratch copy (AGC's route, which reads
+    gradients of its parameter's type): x's for a 16-bit gradient of a
+    float32/float64 parameter (widened exactly, so the copy holds the values
+    a step reads), else the gradient's own in native order."""
+    native = g.dtype.newbyteorder("=")
+    if (native in GRADS and native not in NUMPY and isinstance(x, np.ndarray)
+            and x.dtype.newbyteorder("=") in NUMPY):
+        return x.dtype.newbyteorder("=")
+    return native
+
+
 def torch_dtypes(torch) -> tuple:
     """The torch dtypes fastopt updates (torch passed in: this module does
     not import it)."""

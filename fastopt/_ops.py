@@ -169,7 +169,7 @@ def _agc_fused(f, x, g, v, group, clipping, clip_eps, layout, n_threads,
     o = _step.check_options(f, **options)
     gl = _step.as_list(g)
     xl = _step.as_list(x)
-    copies = [np.array(a, dtype=_copy_type(a, xl[i] if i < len(xl) else None), order="C")
+    copies = [np.array(a, dtype=_dtypes.working_type(a, xl[i] if i < len(xl) else None), order="C")
               if isinstance(a, np.ndarray) else a for i, a in enumerate(gl)]
     args = (o.grad_scale, o.max_norm, o.clip_value, o.clip, o.norm_type, o.check_finite,
             n_threads)
@@ -185,15 +185,6 @@ def _agc_fused(f, x, g, v, group, clipping, clip_eps, layout, n_threads,
                       else "standard", n_threads=n_threads, clipping=clipping,
                       clip_eps=clip_eps, layout=layout)
     return info
-
-
-def _copy_type(g, x):
-    """The dtype of a gradient's working copy: its own (native order), or
-    its parameter's when it is 16-bit and the parameter float32/float64."""
-    if (g.dtype.newbyteorder("=") in _HALF and isinstance(x, np.ndarray)
-            and x.dtype.newbyteorder("=") in _dtypes.NUMPY):
-        return x.dtype
-    return g.dtype.newbyteorder("=")
 
 
 # ------------------------------------------------------------------ public

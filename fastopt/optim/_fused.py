@@ -162,21 +162,12 @@ def run(opt, f, grads, per, groups, o, given_norm=float("nan")):
                      _masters.copies_of(opt, opt._flat[4]))
 
 
-def _copy_type(g, p):
-    """A gradient's scratch copy's dtype: the gradient's own, or its
-    parameter's for a 16-bit one (widened exactly, as the whole step reads
-    it, so the clip is that of the widened gradient)."""
-    if g.dtype != p.dtype and p.dtype.newbyteorder("=") in _dtypes.NUMPY:
-        return p.dtype.newbyteorder("=")
-    return g.dtype.newbyteorder("=")
-
-
 def pre_clip(opt, f, per, o):
     """For a step that cannot be fused (AGC): the gradient half of the step
     on scratch copies. Returns (StepInfo, per with the copies)."""
     _grads.check_grads(opt, f, per)
     copies = [[None if g is None else np.array(np.broadcast_to(g, p.shape),
-                                               dtype=_copy_type(g, p), order="C")
+                                               dtype=_dtypes.working_type(g, p), order="C")
                for g, p in zip(gg, group["params"])]
               for gg, group in zip(per, opt.param_groups)]
     flat_copies = tuple(g for gg in copies for g in gg if g is not None)
