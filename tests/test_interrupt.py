@@ -7,6 +7,7 @@ second thread after a random delay, over many steps; the gradients are big
 enough that many land while the C work runs."""
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -21,15 +22,36 @@ from fastopt import optim
 SHAPES = [(512, 256), (300,), (64, 64, 8)]
 HITS = 25          # interrupted steps wanted per case
 MAX_STEPS = 3000
+_KILLERS: list = []
+
+
+@pytest.fixture(autouse=True)
+def _no_finalizers_while_signals_fly():
+    """A SIGINT taken while Python runs a weakref callback or a finalizer is
+    lost there ("Exception ignored in ..."): CPython's behaviour, not
+    fastopt's. Freeing a finished killer thread runs one (threading's
+    WeakSet of threads), and so may the cyclic collector at any allocation.
+    So the killers stay alive and the collector waits until the test ends."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        _KILLERS.clear()
+        if enabled:
+            gc.enable()
 
 
 def _killer(delay):
     """A thread that sends SIGINT to this process after delay seconds, once
-    started (from inside the caller's try: it may fire while starting)."""
+    started (from inside the caller's try: it may fire while starting). It
+    is kept alive until the test ends (see the fixture above)."""
     def run():
         time.sleep(delay)
         os.kill(os.getpid(), signal.SIGINT)
-    return threading.Thread(target=run, daemon=True)
+    t = threading.Thread(target=run, daemon=True)
+    _KILLERS.append(t)
+    return t
 
 
 def _settle(t):
