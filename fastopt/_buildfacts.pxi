@@ -28,8 +28,9 @@ def tables():
     """The C core's tables (src_c/tables.h), as the C code sees them: rules
     as (NAME, most states, smallest t) and element types as (NAME, bytes),
     each in id order; the storage pairs a step updates (parameters' type,
-    gradients' type), the pair a gradient alone is read in, and the types
-    of a parameter's rounded copy, as type names; and how many extra
+    gradients' type), the pair a gradient alone is read in, the types of a
+    parameter's rounded copy, and the types its states may have (with
+    gradients of its own type), as type names; and how many extra
     hyperparameters a group holds (FO_STEP_EXTRA). fastopt/_rules.py,
     fastopt/_dtypes.py and fastopt/_step.py must agree."""
     cdef fo_rule_facts r
@@ -43,8 +44,10 @@ def tables():
     pairs = [(names[x], names[g]) for x in range(n) for g in range(n) if fo_pair(x, g) >= 0]
     copies = [(names[x], names[w]) for x in range(n) for w in range(n) if fo_copy_ok(x, w)]
     alone = {names[g]: fo_grad_pair(g) >= 0 for g in range(n)}
+    states = [(names[x], names[s]) for x in range(n) for s in range(n)
+              if fo_spair(x, x, s) >= 0]
     return {"rules": rules, "dtypes": dtypes, "pairs": pairs, "copies": copies,
-            "grads": alone, "step_extra": FO_STEP_EXTRA}
+            "grads": alone, "states": states, "step_extra": FO_STEP_EXTRA}
 
 
 def convert(cnp.ndarray src, cnp.ndarray dst):

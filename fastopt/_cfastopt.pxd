@@ -3,7 +3,7 @@
 # (as PyWavelets' c_wt.pxd mirrors wt.h): change both together. The
 # comments of each block live in the header; only declarations here.
 
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint64_t
 
 
 cdef extern from "fastopt.h" nogil:
@@ -22,6 +22,7 @@ cdef extern from "fastopt.h" nogil:
     int fo_pair(int32_t xt, int32_t gt)
     int fo_grad_pair(int32_t gt)
     int fo_copy_ok(int32_t xt, int32_t wt)
+    int fo_spair(int32_t xt, int32_t gt, int32_t st)
     ctypedef struct fo_rule_facts:
         const char *name
         int32_t states
@@ -137,6 +138,9 @@ cdef extern from "fastopt.h" nogil:
     int FO_STEP_AMSGRAD
     int FO_STEP_MAXIMIZE
     int FO_STEP_CENTERED
+    uint64_t FO_KEY_STEP
+    int FO_STEP_ROUND_NEAREST
+    int FO_STEP_ROUND_STOCHASTIC
     int FO_STEP_FLAGS
     int FO_STEP_EXTRA
 
@@ -170,6 +174,8 @@ cdef extern from "fastopt.h" nogil:
         int32_t group
         int32_t gdtype
         int32_t wdtype
+        int32_t sdtype
+        uint64_t key
 
     # Step-wide options.
     int FO_MEASURE_NEEDED

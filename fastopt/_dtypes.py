@@ -1,7 +1,7 @@
 """The element types fastopt stores: one row each, in the C table's order.
 
-The Python side of ``src_c/tables.h``'s ``FO_DTYPE_TABLE``, ``FO_PAIR_TABLE``
-and ``FO_COPY_TABLE`` (the C code of a type is its row's index;
+The Python side of ``src_c/tables.h``'s ``FO_DTYPE_TABLE``, ``FO_PAIR_TABLE``,
+``FO_SPAIR_TABLE`` and ``FO_COPY_TABLE`` (the C code of a type is its row's index;
 ``tests/test_tables.py`` asserts the rows agree with the compiled core). A
 row names the type as NumPy, torch and MPI do, so every front end takes the
 list of types it accepts from here.
@@ -48,6 +48,9 @@ PAIRS = (("F32", "F32"), ("F64", "F64"), ("F32", "BF16"), ("F32", "F16"),
          ("F64", "BF16"), ("F64", "F16"))
 #: (parameters' type, type of their rounded copy) a step can write
 COPIES = (("F32", "BF16"), ("F32", "F16"))
+#: (parameters' type, their states' type) a step updates: each type's own,
+#: and bfloat16 states of float32 parameters (FO_SPAIR_TABLE, stored apart)
+STATES = (("F32", "F32"), ("F64", "F64"), ("F32", "BF16"))
 
 #: NumPy dtype (native) -> C code, for every type importable here
 CODE = {d.numpy: i for i, d in enumerate(DTYPES) if d.numpy is not None}
@@ -71,6 +74,8 @@ def _numpy_pairs(table) -> dict:
 GRADS_OF = _numpy_pairs(PAIRS)
 #: NumPy dtype of parameters -> the dtypes of a rounded copy of them
 COPIES_OF = _numpy_pairs(COPIES)
+#: NumPy dtype of parameters -> the dtypes their states may have
+STATES_OF = _numpy_pairs(STATES)
 
 # the compiled fast paths take exactly these types
 for _code, _d in enumerate(DTYPES):

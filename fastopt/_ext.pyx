@@ -46,7 +46,7 @@ from cpython.ref cimport PyObject
 from cpython.sequence cimport PySequence_Fast_ITEMS as _items
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.math cimport NAN, isfinite
-from libc.stdint cimport int32_t, int64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 
 cimport numpy as cnp
 
@@ -62,7 +62,7 @@ from fastopt._cfastopt cimport (
     fo_clip_grads, fo_global_norm, fo_step, fo_step_guard, fo_step_group, fo_step_opts,
     fo_step_result, fo_step_tensor, FO_N_RULES, FO_N_DTYPES, FO_STEP_FLAGS, FO_STEP_EXTRA,
     fo_rule_info, fo_rule_facts, fo_dtype_name, fo_dtype_size, fo_pair, fo_grad_pair,
-    fo_copy_ok, fo_convert)
+    fo_copy_ok, fo_spair, fo_convert, FO_KEY_STEP)
 
 import numpy as np
 
@@ -82,6 +82,7 @@ cdef enum:
     ROLE_SAME = 0          # x's (and x's a type a step updates)
     ROLE_GRAD = 1          # a gradient's: of x's storage pair, or (role 0) any
     ROLE_COPY = 2          # a copy's: a row of x's FO_COPY_TABLE
+    ROLE_STATE = 3         # a state's: x's, or one stored apart (FO_SPAIR_TABLE)
 
 
 cdef union Rec:
@@ -112,6 +113,7 @@ cdef struct Call:
     # caller) and the number of groups
     PyObject *index
     Py_ssize_t ng
+    uint64_t key0      # tensor i's stochastic rounding key: key0 + i * FO_KEY_STEP
     # AGC only: per-tensor clipping (a tuple held by the caller, or NULL for
     # clip_all on every tensor) and the unit layout
     PyObject *clips
@@ -229,16 +231,18 @@ cdef int _drive_agc_momentum(const void *ts, int64_t nt, const void *a,
 cdef Op _op(int n_roles, str written, size_t rec_size, emit_t emit, driver_t driver):
     """A row of the op table; written: per role "W" (written) or "R" (read)
     of x's type, "G" (read) or "H" (written) a gradient of x's storage pair
-    (in role 0: a gradient alone), "C" a written rounded copy of x; in
-    lower case when the role may be None."""
+    (in role 0: a gradient alone), "C" a written rounded copy of x, "S" a
+    written state (x's type, or a type stored apart for x's); in lower
+    case when the role may be None."""
     cdef Op op
     cdef int k
     op.n_roles = n_roles
     for k in range(MAX_ROLES):
-        op.written[k] = k < n_roles and written[k] in "WwHCc"
-        op.optional[k] = k < n_roles and written[k] in "wrgc"
+        op.written[k] = k < n_roles and written[k] in "WwHCcSs"
+        op.optional[k] = k < n_roles and written[k] in "wrgcs"
         op.kind[k] = (ROLE_GRAD if k < n_roles and written[k] in "GgH" else
-                      ROLE_COPY if k < n_roles and written[k] in "Cc" else ROLE_SAME)
+                      ROLE_COPY if k < n_roles and written[k] in "Cc" else
+                      ROLE_STATE if k < n_roles and written[k] in "Ss" else ROLE_SAME)
     op.rec_size = rec_size
     op.emit = emit
     op.driver = driver

@@ -7,6 +7,7 @@ cdef inline void _init(Call *c) noexcept nogil:
     c.is_out = c.stack_o
     c.cap = STACK_TENSORS
     c.c_only = False
+    c.key0 = 0
 
 
 cdef int _reserve(Call *c, Py_ssize_t nt, size_t rec_size) except -1:
@@ -146,6 +147,8 @@ cdef inline bint _role_type(Call *c, const Op *op, int k, int dtype, int type_nu
         return False
     if op.kind[k] == ROLE_GRAD:
         return fo_pair(dtype, t) >= 0
+    if op.kind[k] == ROLE_STATE:
+        return fo_spair(dtype, dtype, t) >= 0
     return fo_copy_ok(dtype, t) != 0
 
 

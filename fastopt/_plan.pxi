@@ -135,9 +135,10 @@ cdef class StepPlan:
 
     @staticmethod
     def make(tuple xs, tuple s1s, tuple s2s, tuple s3s, tuple index, Py_ssize_t ng,
-             tuple ws=None):
+             tuple ws=None, uint64_t seed=0):
         """ws: per tensor the array that receives its new parameters rounded
-        (the step's param_copies; None in it: no copy), or None for none."""
+        (the step's param_copies; None in it: no copy), or None for none;
+        seed, the stochastic rounding's of states stored apart (as step's)."""
         cdef StepPlan p = StepPlan.__new__(StepPlan)
         cdef Call c
         cdef PyObject *arrays[5]
@@ -166,6 +167,7 @@ cdef class StepPlan:
         _init(&c)
         c.index = <PyObject *>index
         c.ng = ng
+        c.key0 = seed
         try:
             # the written arrays alone: the gradients come per step
             if not _step_call(&c, op, arrays, nt, False):

@@ -46,6 +46,9 @@ RULES = (
 
 #: name -> C id
 ID = {r.name: i for i, r in enumerate(RULES)}
+#: the rules whose states keep their parameters' dtype (their trust pass
+#: reads the states as stored; no bfloat16 states stored apart)
+OWN_TYPE_STATES = frozenset((ID["lamb"], ID["lars"]))
 
 
 def needs(group: tuple) -> int:

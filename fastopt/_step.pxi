@@ -25,6 +25,25 @@ cdef int _step_index(Call *c, Py_ssize_t i, fo_step_tensor *t) except -1:
     return 1
 
 
+cdef inline bint _states_type(Call *c, Py_ssize_t i, int k0, int dtype, void **p,
+                              fo_step_tensor *t, bint c_order) noexcept:
+    """t.sdtype and t.key from the states in roles k0..k0+2 (c.dt): the one
+    type every given state has (x's when there is none); False if they
+    differ, or if states stored apart are not in C order (the stochastic
+    rounding numbers elements in C order)."""
+    cdef int k, st = -1
+    for k in range(k0, k0 + 3):
+        if p[k] != NULL:
+            if st >= 0 and c.dt[k] != st:
+                return False
+            st = c.dt[k]
+    t.sdtype = dtype if st < 0 else st
+    if t.sdtype != dtype and not c_order:
+        return False
+    t.key = c.key0 + <uint64_t>i * FO_KEY_STEP
+    return True
+
+
 cdef int _emit_step(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
                     bint c_order, void **p) except -1:
     cdef fo_step_tensor *t = (<fo_step_tensor *>c.ts) + i
@@ -38,6 +57,8 @@ cdef int _emit_step(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
     t.dtype = dtype
     t.gdtype = c.dt[1]
     t.wdtype = c.dt[5] if p[5] != NULL else 0
+    if not _states_type(c, i, 2, dtype, p, t, c_order):
+        return 0
     return _step_index(c, i, t)
 
 
@@ -56,6 +77,8 @@ cdef int _emit_plan(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
     t.dtype = dtype
     t.gdtype = dtype
     t.wdtype = c.dt[4] if p[4] != NULL else 0
+    if not _states_type(c, i, 1, dtype, p, t, c_order):
+        return 0
     return _step_index(c, i, t)
 
 
@@ -70,10 +93,10 @@ cdef int _emit_grad(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
 
 
 #          roles:  x  g  s1 s2 s3 w (lower case: may be None)
-cdef Op OP_STEP = _op(5, "WGwww", sizeof(fo_step_tensor), _emit_step, NULL)
-cdef Op OP_STEP_COPY = _op(6, "WGwwwc", sizeof(fo_step_tensor), _emit_step, NULL)
-cdef Op OP_PLAN = _op(4, "Wwww", sizeof(fo_step_tensor), _emit_plan, NULL)
-cdef Op OP_PLAN_COPY = _op(5, "Wwwwc", sizeof(fo_step_tensor), _emit_plan, NULL)
+cdef Op OP_STEP = _op(5, "WGsss", sizeof(fo_step_tensor), _emit_step, NULL)
+cdef Op OP_STEP_COPY = _op(6, "WGsssc", sizeof(fo_step_tensor), _emit_step, NULL)
+cdef Op OP_PLAN = _op(4, "Wsss", sizeof(fo_step_tensor), _emit_plan, NULL)
+cdef Op OP_PLAN_COPY = _op(5, "Wsssc", sizeof(fo_step_tensor), _emit_plan, NULL)
 cdef Op OP_NORM = _op(1, "G", sizeof(fo_step_tensor), _emit_grad, NULL)
 cdef Op OP_CLIP = _op(1, "H", sizeof(fo_step_tensor), _emit_grad, NULL)
 
@@ -159,13 +182,14 @@ cdef int _norm_lists(Call *c, Py_ssize_t nt, const void ***gp, int64_t **ns,
 def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
          tuple groups, double grad_scale, double max_norm, double clip_value,
          int clip, int norm_type, bint check_finite, n_threads,
-         double given_norm=NAN, tuple ws=None):
+         double given_norm=NAN, tuple ws=None, uint64_t seed=0):
     """Fast path of the fused step (fo_step). Every tuple but groups has one
     entry per tensor; given_norm (not NaN) is the global norm already
     measured by global_norm on the same gradients; ws, the arrays that
     receive the new parameters rounded (None in it: no copy of that
-    tensor). Returns (applied, norm, finite), or None to decline (nothing
-    written)."""
+    tensor); seed, the stochastic rounding's (tensor i's key is
+    seed + i * 0x9E3779B97F4A7C15 mod 2**64). Returns (applied, norm,
+    finite), or None to decline (nothing written)."""
     cdef Call c
     cdef fo_step_opts o
     cdef fo_step_result res
@@ -191,6 +215,7 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
     _init(&c)
     c.index = <PyObject *>index
     c.ng = ng
+    c.key0 = seed
     try:
         grp = <fo_step_group *>PyMem_Malloc((ng + 1) * sizeof(fo_step_group))
         if grp == NULL:

@@ -32,7 +32,7 @@ import numpy as np
 from . import _ext
 from . import _validation as _v
 from ._dispatch import Op, accept
-from ._rules import AMSGRAD, MAXIMIZE, NESTEROV, needs  # noqa: F401 (re-exported)
+from ._rules import AMSGRAD, MAXIMIZE, NESTEROV, OWN_TYPE_STATES, needs  # noqa: F401
 from ._rules import ID as RULES  # noqa: F401 (re-exported)
 
 CLIP = {"torch": 1, "optax": 2}
@@ -142,8 +142,9 @@ def _check_n_threads(at: int):
 
 def _step_fast(arrays, scalars):
     """arrays: x, g, s1..s3 and, when copies are written, w."""
-    out = _ext.step(*arrays[:5], *scalars, ws=arrays[5] if len(arrays) > 5 else None)
-    if out is None and scalars[-1] != scalars[-1] and (scalars[7] or scalars[5]):
+    out = _ext.step(*arrays[:5], *scalars[:-1], ws=arrays[5] if len(arrays) > 5 else None,
+                    seed=scalars[-1])
+    if out is None and scalars[-2] != scalars[-2] and (scalars[7] or scalars[5]):
         return _step_measured(arrays, scalars)
     return out
 
@@ -153,7 +154,7 @@ def _step_measured(arrays, scalars):
     declined (some tensor is F-ordered: the norm sums each gradient in its
     logical order, whatever its layout): the norm of the gradients' C-ordered
     copies, then the step with that norm given."""
-    index, groups, scale, max_norm, clip_value, clip, norm_type, check, nth, _ = scalars
+    index, groups, scale, max_norm, clip_value, clip, norm_type, check, nth, _, seed = scalars
     gs = tuple(g if g.flags.c_contiguous else np.ascontiguousarray(g) for g in arrays[1])
     measured = _ext.global_norm(gs, scale, norm_type, nth)
     if measured is None:
@@ -162,7 +163,8 @@ def _step_measured(arrays, scalars):
     if check and not finite:
         return (False, norm, False)             # skipped: nothing written
     out = _ext.step(*arrays[:5], index, groups, scale, max_norm, clip_value, clip,
-                    norm_type, False, nth, norm, arrays[5] if len(arrays) > 5 else None)
+                    norm_type, False, nth, norm, arrays[5] if len(arrays) > 5 else None,
+                    seed)
     return None if out is None else (out[0], norm, finite)
 
 
@@ -174,10 +176,10 @@ def _needs_of(scalars) -> list:
 
 # The step and the gradient-list functions as rows of the dispatch's table.
 # Their scalars: (index, groups, grad_scale, max_norm, clip_value, clip,
-# norm_type, check_finite, n_threads, given_norm) for the step, as
+# norm_type, check_finite, n_threads, given_norm, seed) for the step, as
 # _ext.global_norm's and _ext.clip_grads' after the gradients for the others.
 STEP = Op("fastopt step", _step_fast, ("x", "g", "s1", "s2", "s3", "w"),
-          _check_n_threads(-2), wrote=itemgetter(0), needs=_needs_of, mixed=True)
+          _check_n_threads(-3), wrote=itemgetter(0), needs=_needs_of, mixed=True)
 GLOBAL_NORM = Op("fastopt.global_norm", lambda a, s: _ext.global_norm(a[0], *s), ("g",),
                  _check_n_threads(-1), mixed=True)
 CLIP_GRADS = Op("fastopt.clip_grads", lambda a, s: _ext.clip_grads(a[0], *s), ("g",),
@@ -186,7 +188,7 @@ CLIP_GRADS = Op("fastopt.clip_grads", lambda a, s: _ext.clip_grads(a[0], *s), ("
 
 def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
         labels=None, given_norm: float = math.nan, precheck=None,
-        copies=None) -> StepInfo:
+        copies=None, seed: int = 0) -> StepInfo:
     """The step over tensors xs/gs with states (three lists, None where a
     rule has no such state), tensor i in group index[i]: the fast path, else
     ``_dispatch.accept``. labels: role -> list of names for messages (roles
@@ -196,17 +198,39 @@ def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
     opts.check_finite must be False). precheck: called first when the fast
     path declines (a caller's own checks, for its own messages). copies:
     None, or per tensor an array that receives the new parameters rounded
-    to its 16-bit dtype (None: no copy of that tensor)."""
+    to its 16-bit dtype (None: no copy of that tensor). seed: the
+    stochastic rounding's of bfloat16 states (tensor i's key is
+    seed + i * 0x9E3779B97F4A7C15 mod 2**64; docs/semantics.md)."""
     arrays = (tuple(xs), tuple(gs), *(tuple(s) for s in states))
     scalars = (tuple(index), tuple(groups), opts.grad_scale, opts.max_norm,
                opts.clip_value, opts.clip, opts.norm_type, opts.check_finite, n_threads,
-               given_norm)
+               given_norm, seed)
     if copies is not None:
         arrays += (tuple(copies),)
-    out = _ext.step(*arrays[:5], *scalars, ws=arrays[5] if copies is not None else None)
+    out = _ext.step(*arrays[:5], *scalars[:-1], ws=arrays[5] if copies is not None else None,
+                    seed=seed)
     if out is None:
+        _check_own_type_states(f, arrays, index, groups, labels)
         out = accept(STEP, arrays, scalars, f, labels, precheck)
     return StepInfo(*out)
+
+
+def _check_own_type_states(f, arrays, index, groups, labels) -> None:
+    """A tensor of a rule in OWN_TYPE_STATES whose states are not of its
+    parameter's dtype raises TypeError (the checks of every other dtype are
+    the dispatch's)."""
+    for i, j in enumerate(index):
+        x = arrays[0][i]
+        if groups[j][0] not in OWN_TYPE_STATES or not isinstance(x, np.ndarray):
+            continue
+        for k in range(3):
+            s = arrays[2 + k][i]
+            if isinstance(s, np.ndarray) and s.dtype != x.dtype:
+                names = labels() if callable(labels) else labels or {}
+                lab = names.get(f"s{k + 1}", [f"state {k + 1} of tensor {i}"] * (i + 1))[i]
+                raise TypeError(f"{f}: {lab} has dtype {s.dtype} but its parameter has "
+                                f"{x.dtype}; LAMB's and LARS's states keep their "
+                                f"parameter's dtype (their trust pass reads them as stored)")
 
 
 # ---- the front ends' lists, run as one step -----------------------------------------
@@ -251,7 +275,7 @@ def step_count(f, step):
 
 
 def run_lists(f, params, grads, states, group, names, n_threads, param_copies=None,
-              **options):
+              seed=0, **options):
     opts = check_options(f, **options)
     ls = lists(f, params, grads, *zip(names, states))
     xs, gs, sts = ls[0], ls[1], ls[2:] + [[None] * len(ls[0])] * (5 - len(ls))
@@ -265,7 +289,7 @@ def run_lists(f, params, grads, states, group, names, n_threads, param_copies=No
             out[f"s{k + 1}"] = [f"{name}[{i}]" for i in range(n)]
         return out
     return run(f, xs, gs, sts[:3], (0,) * n, (group,), opts, n_threads, labels,
-               copies=copies)
+               copies=copies, seed=seed)
 
 
 def copy_list(f, param_copies, n) -> list:
@@ -288,10 +312,34 @@ STEP_DEFAULTS = (("grad_scale", None), ("max_grad_norm", None), ("norm_type", 2.
 STEP_OPTIONS = tuple(name for name, _ in STEP_DEFAULTS)
 
 
+#: state_rounding's values -> the group flags (FO_STEP_ROUND_*, fastopt.h)
+ROUNDING = {"auto": 0, "nearest": 16, "stochastic": 32}
+
+
+def rounding_flags(f, state_rounding) -> int:
+    """The group flags of a state_rounding argument (raises ValueError)."""
+    if not isinstance(state_rounding, str) or state_rounding not in ROUNDING:
+        raise ValueError(f"{f}: state_rounding must be 'auto', 'nearest' or "
+                         f"'stochastic', got {state_rounding!r}")
+    return ROUNDING[state_rounding]
+
+
+def check_seed(f, seed) -> int:
+    """A stochastic rounding seed: an integer in [0, 2**64)."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"{f}: seed must be an integer, got {type(seed).__name__}")
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"{f}: seed must be in [0, 2**64), got {seed}")
+    return int(seed)
+
+
 def run_form(f, a, states, group, names):
-    """run_lists for a torch-form function whose arguments are the dict a."""
+    """run_lists for a torch-form function whose arguments are the dict a:
+    its state_rounding joins the group's flags, and its seed the call."""
+    group = (group[0], group[1] | rounding_flags(f, a["state_rounding"])) + group[2:]
     return run_lists(f, a["params"], a["grads"], states, group, names, a["n_threads"],
-                     a["param_copies"], **{k: a[k] for k in STEP_OPTIONS})
+                     a["param_copies"], seed=check_seed(f, a["seed"]),
+                     **{k: a[k] for k in STEP_OPTIONS})
 
 
 def step_options(grad_scale, max_grad_norm, norm_type, clip_convention, clip_value,

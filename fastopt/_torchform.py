@@ -63,6 +63,17 @@ _OPTIONS_DOC = """
         float32 parameters; None: none for that parameter) that receives
         the new parameters rounded to nearest-even in the same pass, on an
         applied step only: the half-precision copy of fp32 master weights.
+    state_rounding : {"auto", "nearest", "stochastic"}, default "auto"
+        How bfloat16 states (of float32 parameters) are rounded when stored:
+        "auto" rounds stochastically the states that nearest rounding would
+        stall (sums of squares, and averages whose decay exceeds
+        1 - 2**-8 = 0.99609375, as beta2 = 0.999), the rest to nearest;
+        the others round every state one way. No effect on float32/float64
+        states. See docs/semantics.md, "bfloat16 states".
+    seed : int, default 0
+        The stochastic rounding's seed (0 <= seed < 2**64): with the step
+        count, the tensor's index and the element's index it fixes every
+        random bit, so results are the same for every thread count.
     n_threads : int, optional
         Threads for the C call (None: the current default, -1: all cores).
 
@@ -192,7 +203,8 @@ def adamw(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
           maximize: bool = False, step: int, max_exp_avg_sqs: ArrayOrList | None = None,
           grad_scale=None, max_grad_norm=None, norm_type=2.0, clip_convention="torch",
           clip_value=None, skip_if_nonfinite=False,
-          param_copies=None, n_threads: int | None = None) -> StepInfo:
+          param_copies=None, state_rounding="auto", seed=0,
+          n_threads: int | None = None) -> StepInfo:
     """torch.optim.AdamW's update, in place, in one C call.
 
     For each tensor, with u the unscaled, clipped (and, for maximize,
@@ -209,8 +221,9 @@ def adamw(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
     params, grads, exp_avgs, exp_avg_sqs : ndarray or list/tuple of ndarray
         Parameters (float32/float64, may mix), gradients (only read;
         broadcastable; of the parameter's dtype, or bfloat16/float16),
-        first and second moments (start from zeros), all updated in place
-        but the gradients.
+        first and second moments (start from zeros; of the parameter's
+        dtype, or bfloat16 for float32 parameters: see state_rounding), all
+        updated in place but the gradients.
     lr : float, default 1e-3
         Learning rate (>= 0).
     betas : (float, float), default (0.9, 0.999)
@@ -237,7 +250,7 @@ def adam(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
          maximize: bool = False, decoupled_weight_decay: bool = False, step: int,
          max_exp_avg_sqs: ArrayOrList | None = None, grad_scale=None, max_grad_norm=None,
          norm_type=2.0, clip_convention="torch", clip_value=None,
-         skip_if_nonfinite=False, param_copies=None,
+         skip_if_nonfinite=False, param_copies=None, state_rounding="auto", seed=0,
          n_threads: int | None = None) -> StepInfo:
     """torch.optim.Adam's update (torch's epsilon placement), in place.
 
@@ -263,7 +276,7 @@ def sgd(params: ArrayOrList, grads: ArrayOrList,
         dampening: float = 0, weight_decay: float = 0, nesterov: bool = False,
         maximize: bool = False, step: int, grad_scale=None, max_grad_norm=None,
         norm_type=2.0, clip_convention="torch", clip_value=None,
-        skip_if_nonfinite=False, param_copies=None,
+        skip_if_nonfinite=False, param_copies=None, state_rounding="auto", seed=0,
         n_threads: int | None = None) -> StepInfo:
     """torch.optim.SGD's update, in place, in one C call.
 
@@ -313,7 +326,8 @@ def adagrad(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrList, *,
             eps: float = 1e-10, maximize: bool = False, step: int, grad_scale=None,
             max_grad_norm=None, norm_type=2.0, clip_convention="torch",
             clip_value=None, skip_if_nonfinite=False,
-            param_copies=None, n_threads: int | None = None) -> StepInfo:
+            param_copies=None, state_rounding="auto", seed=0,
+            n_threads: int | None = None) -> StepInfo:
     """torch.optim.Adagrad's update, in place, in one C call.
 
     With ``u_r = u + weight_decay * x`` and ``clr = lr / (1 + (step - 1) *
@@ -341,7 +355,8 @@ def adagrad(params: ArrayOrList, grads: ArrayOrList, state_sums: ArrayOrList, *,
 
 # ---- the rules of fastopt._rules.TORCH_RULES: one generic function each ----------
 
-_STEP_DEFAULTS = STEP_DEFAULTS + (("param_copies", None), ("n_threads", None))
+_STEP_DEFAULTS = STEP_DEFAULTS + (("param_copies", None), ("state_rounding", "auto"),
+                                  ("seed", 0), ("n_threads", None))
 
 
 def check_hyper(f, rule, values) -> dict:
@@ -416,7 +431,9 @@ def _rule_doc(rule) -> str:
               "    Parameters (float32/float64, may mix), gradients (only read;",
               "    broadcastable; of the parameter's dtype, or bfloat16/float16)",
               f"    and torch's {', '.join(f'``{n}``' for n in given)}",
-              "    states (start from zeros), all updated in place but the gradients."]
+              "    states (start from zeros; of the parameter's dtype, or bfloat16",
+              "    for float32 parameters: see state_rounding), all updated in place",
+              "    but the gradients."]
     for arg in rule.args:
         if arg.check is not None:
             lines += [f"{arg.name} : {_rules.doc_type(arg)}, default {arg.default!r}",

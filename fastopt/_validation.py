@@ -12,8 +12,8 @@ afterwards. Nothing is written to any array before every check has passed.
 One checker per concept: lr, t, real, mode, layout, clipping, n_threads,
 array (check_array), an array written in place (check_written), a gradient,
 state or copy against its parameter (_check_role), the tensors of any call
-(tensors), overlaps (sharing_pairs, _overlaps, _clip_overlaps), and one
-normaliser (_normalise).
+(tensors), overlaps (sharing_pairs, _overlaps, _clip_overlaps: in
+``fastopt._overlaps``, re-exported here), and one normaliser (_normalise).
 
 Labels: the tensor checkers name arrays by role ("x", "g", "v", "h") and
 index, as in ``g[3]``. A caller with its own names (``fastopt.optim``: say
@@ -31,11 +31,15 @@ import sys
 import numpy as np
 
 from . import _dtypes
-
-try:  # NumPy >= 2.0
-    from numpy.lib.array_utils import byte_bounds as _byte_bounds
-except ImportError:  # pragma: no cover - NumPy 1.x
-    _byte_bounds = np.byte_bounds  # noqa: NPY201 (the NumPy 1.x name)
+from ._overlaps import (  # noqa: F401 (the overlap checks are part of this module's API)
+    _clip_overlaps,
+    _extent,
+    _overlaps,
+    _same_view,
+    _self_overlapping,
+    _sharing_read,
+    sharing_pairs,
+)
 
 _FLOATS = _dtypes.NUMPY
 MAX_THREADS = 1024   # as MAX_THREADS in _accept.pxi
@@ -338,94 +342,6 @@ def _lists(fname: str, arrays: dict, labels):
     return lists, len(xs), single, labeler(labels, single)
 
 
-def _extent(a: np.ndarray):
-    if a.size == 0:
-        return None
-    return _byte_bounds(a)
-
-
-def _self_overlapping(a: np.ndarray) -> bool:
-    """Whether two elements of a may share memory (a broadcast or as_strided
-    view). Sufficient test: in order of stride size, every stride must clear
-    the extent spanned by the smaller ones. (Exotic interleaved layouts that
-    pass numpy's exact test but fail this one are rejected too.)"""
-    if a.size <= 1 or a.flags.c_contiguous or a.flags.f_contiguous:
-        return False
-    dims = sorted((abs(s), n) for s, n in zip(a.strides, a.shape) if n > 1)
-    extent = a.itemsize
-    for stride, n in dims:
-        if stride < extent:
-            return True
-        extent = stride * (n - 1) + extent
-    return False
-
-
-def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
-    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-            and a.shape == b.shape and a.strides == b.strides
-            and a.dtype.itemsize == b.dtype.itemsize)
-
-
-def sharing_pairs(items):
-    """items: (label, array, is_output). Yield (j, k), indices into items, for
-    every pair that shares memory with at least one of the two written, found
-    by a sweep over byte ranges sorted by start (exact np.shares_memory only
-    where the ranges intersect)."""
-    ranges = []
-    for k, (_, a, _) in enumerate(items):
-        ext = _extent(a)
-        if ext is not None:
-            ranges.append((ext[0], ext[1], k))
-    ranges.sort()
-    active = []
-    for lo, hi, k in ranges:
-        active = [(h, j) for h, j in active if h > lo]
-        for _, j in active:
-            if (items[j][2] or items[k][2]) and np.shares_memory(items[j][1], items[k][1]):
-                yield j, k
-        active.append((hi, k))
-
-
-def _sharing_read(fname: str, items, why: str):
-    """The pairs (j, k) of items (label, array, is_written) sharing memory
-    of which one is only read; raise for two written ones sharing memory."""
-    for j, k in sharing_pairs(items):
-        if items[j][2] and items[k][2]:
-            raise ValueError(f"{fname}: {items[j][0]} and {items[k][0]} share memory; {why}")
-        yield j, k
-
-
-def _overlaps(fname: str, items):
-    """items: (label, array, is_output). Raise for any output sharing memory
-    with another array, except a gradient that is exactly an output's view,
-    which is returned (by index into items) to be copied first."""
-    copy_g = set()
-    for j, k in _sharing_read(fname, items, "every parameter and state must "
-                              "have memory of its own"):
-        (la, a, oa), (lb, b, _) = items[j], items[k]
-        gk = j if not oa else k
-        if _same_view(a, b):
-            copy_g.add(gk)  # reading an exact alias is fine once copied
-            continue
-        gl, ol = (la, lb) if gk == j else (lb, la)
-        raise ValueError(
-            f"{fname}: {gl} partially overlaps {ol}, which is written; pass "
-            f"a copy of the gradient")
-    return copy_g
-
-
-def _clip_overlaps(fname: str, items) -> None:
-    """items: (label, array, is_written). Raise if a clipped gradient shares
-    memory with any other array of the call."""
-    for j, k in _sharing_read(fname, items, "every gradient is clipped in "
-                              "place and must have memory of its own"):
-        (la, _, oa), (lb, _, _) = items[j], items[k]
-        gl, xl = (la, lb) if oa else (lb, la)
-        raise ValueError(
-            f"{fname}: {gl} shares memory with {xl}; the gradient is clipped "
-            f"in place while the parameter is read, so pass a copy of one")
-
-
 def _doing(role: str) -> str:
     """What fastopt does to a written array of a role, for messages."""
     return "clipped" if role == "g" else "updated"
@@ -459,6 +375,8 @@ def _check_role(fname, lab, xlab, a, xi, role, is_out, mixed=False) -> None:
         table, of = ((_dtypes.COPIES_OF, "a rounded copy of") if role == "w"
                      else (_dtypes.GRADS_OF, "the gradient of"))
         _check_type(fname, lab, xlab, a, xi, table.get(x_type, ()), of)
+    elif mixed and len(_dtypes.STATES_OF.get(x_type, ())) > 1:
+        _check_type(fname, lab, xlab, a, xi, _dtypes.STATES_OF[x_type], "a state of")
     elif not _native_in(a.dtype, (x_type,)):
         raise TypeError(f"{fname}: {lab} has dtype {a.dtype} but {xlab} has "
                         f"{xi.dtype}; {what} must match its parameter")
@@ -479,10 +397,19 @@ def _check_role(fname, lab, xlab, a, xi, role, is_out, mixed=False) -> None:
                          f"broadcast to {xlab}'s shape {xi.shape}")
 
 
+def _check_state_types(fname, lab, a, first) -> None:
+    """The states of one tensor share one dtype (they are stored alike)."""
+    if first is not None and a.dtype.newbyteorder("=") != first[1]:
+        raise TypeError(f"{fname}: {lab} has dtype {a.dtype} but {first[0]} has "
+                        f"{first[1]}; the states of a parameter must have one dtype")
+
+
 def _check_type(fname, lab, xlab, a, xi, types, what) -> None:
     if not _native_in(a.dtype, types):
         can = f"must be {_dtypes.phrase(types)}" if types else "cannot be written (its " \
             "dtype has no 16-bit copy)"
+        if what == "a state of" and a.dtype == np.float16:
+            can += " (float16 states are refused: squared gradients underflow in them)"
         raise TypeError(f"{fname}: {lab} has dtype {a.dtype}; {what} {xlab} "
                         f"({xi.dtype}) {can}")
 
@@ -514,6 +441,7 @@ def tensors(fname: str, arrays: dict, labels=None, written=None, needs=None,
     written = [r for r in lists if r != "g"] if written is None else written
     lead_types = _dtypes.GRADS if mixed and lead == "g" else _FLOATS
     items, where = [], []   # (label, array, is_written) for the overlap check; (role, i)
+    apart = set()           # the tensors whose states are stored apart
     held = []               # the caller's arrays, replaced by views of our own (_own)
     for i in range(n):
         xi, xlab = lists[lead][i], label(lead, i)
@@ -526,6 +454,7 @@ def tensors(fname: str, arrays: dict, labels=None, written=None, needs=None,
         items.append((xlab, xi, lead in written))
         where.append((lead, i))
         have = len(rest) if needs is None else 1 + needs[i]
+        first_state = None                 # (label, dtype) of the tensor's first state
         for role in rest[have:]:
             lists[role][i] = None          # a state the tensor's rule does not use
         for role in rest[:have]:
@@ -536,6 +465,11 @@ def tensors(fname: str, arrays: dict, labels=None, written=None, needs=None,
                 held.append(a)
                 a = lists[role][i] = _own(a)
             _check_role(fname, lab, xlab, a, xi, role, role in written, mixed)
+            if mixed and role != "g" and a is not None:
+                _check_state_types(fname, lab, a, first_state)
+                first_state = first_state or (lab, a.dtype.newbyteorder("="))
+                if first_state[1] != xi.dtype.newbyteorder("="):
+                    apart.add(i)           # states stored apart: C order (see _normalise)
             items.append((lab, a, role in written))
             where.append((role, i))
         if copies and lists["w"][i] is not None:
@@ -551,7 +485,7 @@ def tensors(fname: str, arrays: dict, labels=None, written=None, needs=None,
         copy = set()
     else:
         copy = {where[k] for k in _overlaps(fname, items)}
-    prep = _normalise(lists, single, written, copy)
+    prep = _normalise(lists, single, written, copy, apart)
     prep.held = held
     return prep
 
@@ -564,11 +498,13 @@ def _own(a: np.ndarray) -> np.ndarray:
     return a.view(np.ndarray)
 
 
-def _normalise(lists, single, written, copy) -> Prepared:
+def _normalise(lists, single, written, copy, apart=()) -> Prepared:
     """Every check passed: the fast-path form of a call. Copies only here:
     each array not native, aligned and contiguous in its lead's order (a
     broadcast gradient, or one in ``copy``, a written array's alias) goes
-    through a scratch copy, written back afterwards if its role is written."""
+    through a scratch copy, written back afterwards if its role is written.
+    A tensor in ``apart`` (states stored apart, whose stochastic rounding
+    numbers the elements in C order) goes in C order."""
     prep = Prepared(single, {r: [] for r in lists})
     lead = next(iter(lists))
     for i, xi in enumerate(lists[lead]):
@@ -577,7 +513,7 @@ def _normalise(lists, single, written, copy) -> Prepared:
         # x), else C; only the arrays not already in that form are copied.
         # Gradients alone (global_norm, clip_grads) always go in C order: the
         # global norm sums each gradient in its logical order.
-        order = "C" if lead == "g" else _fast_layout(xi) or "C"
+        order = "C" if lead == "g" or i in apart else _fast_layout(xi) or "C"
         flag = "c_contiguous" if order == "C" else "f_contiguous"
         for role, seq in lists.items():
             a = seq[i]

@@ -236,7 +236,8 @@ static int tensor_in(const fastopt_tensor *pt, int64_t k, const fo_step_group *g
         is_out[r] = r != 1;
     }
     *t = (fo_step_tensor){pt->x, pt->g, pt->s1, pt->s2, pt->s3, pt->w, pt->n, pt->dtype,
-                          pt->group, pt->gdtype, pt->w != NULL ? pt->wdtype : 0};
+                          pt->group, pt->gdtype, pt->w != NULL ? pt->wdtype : 0,
+                          pt->dtype, 0};
     if (!fo_step_states_ok(t, &gs[pt->group]))   /* the first missing state */
         TEN_FAIL(FASTOPT_EINVAL, t->s1 == NULL ? FASTOPT_FIELD_S1
                                  : t->s2 == NULL ? FASTOPT_FIELD_S2 : FASTOPT_FIELD_S3);

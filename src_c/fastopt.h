@@ -271,7 +271,13 @@ extern "C" {
 #define FO_STEP_AMSGRAD 2        /* Adam(W) torch: s3 required */
 #define FO_STEP_MAXIMIZE 4       /* every rule: the rule sees -u */
 #define FO_STEP_CENTERED 8       /* RMSprop: the centered variance (grad_avg) */
-#define FO_STEP_FLAGS 15         /* every flag: a group's flags are within it */
+/* How states stored apart (sdtype: bfloat16) are rounded back: by default
+ * each state slot to nearest, but stochastically where nearest rounding
+ * loses its updates (an accumulator; an average whose decay's complement
+ * is below 2**-8, half a bfloat16 ulp); these force one way for all. */
+#define FO_STEP_ROUND_NEAREST 16
+#define FO_STEP_ROUND_STOCHASTIC 32
+#define FO_STEP_FLAGS 63         /* every flag: a group's flags are within it */
 
 /* Clipping by the global norm. */
 #define FO_CLIP_NONE 0
@@ -327,12 +333,16 @@ typedef struct fo_step_group {
 } fo_step_group;
 
 /* One tensor of a step: x updated in place, g only read, states s1..s3 as
- * the rule needs (NULL otherwise), n elements each; x and the states of
- * type dtype, g of type gdtype (the pair (dtype, gdtype) a row of
- * FO_PAIR_TABLE: the same type, or 16-bit gradients for float or double
- * parameters, widened exactly as they are read). w, if not NULL, receives
- * the new x rounded to type wdtype (a row of FO_COPY_TABLE) in the same
- * pass, on an applied step only. */
+ * the rule needs (NULL otherwise), n elements each; x of type dtype, g of
+ * type gdtype (the pair (dtype, gdtype) a row of FO_PAIR_TABLE: the same
+ * type, or 16-bit gradients for float or double parameters, widened
+ * exactly as they are read), the states of type sdtype: dtype, or a row of
+ * FO_SPAIR_TABLE (bfloat16 states of float parameters, widened as they are
+ * read and rounded as the group's flags say; a stochastic rounding draws
+ * its bits from key, the group's t, the state's slot and the element's
+ * index: docs/semantics.md). w, if not NULL, receives the new x rounded to
+ * type wdtype (a row of FO_COPY_TABLE) in the same pass, on an applied
+ * step only. */
 typedef struct fo_step_tensor {
     void *x;
     const void *g;
@@ -345,7 +355,14 @@ typedef struct fo_step_tensor {
     int32_t group;   /* index into the groups */
     int32_t gdtype;  /* the gradient's element type */
     int32_t wdtype;  /* the copy's element type (with w) */
+    int32_t sdtype;  /* the states' element type */
+    uint64_t key;    /* the stochastic rounding's key (states apart) */
 } fo_step_tensor;
+
+/* The keys fastopt's bindings give the tensors of a call: tensor i's is
+ * seed + i * FO_KEY_STEP (mod 2**64; the golden ratio's 64 bits, as
+ * SplitMix64 steps its counter). */
+#define FO_KEY_STEP 0x9E3779B97F4A7C15ull
 
 /* Step-wide options. grad_scale 1 unscales nothing; clip_value 0 means no
  * value clipping (else > 0); max_norm > 0 when clip != FO_CLIP_NONE.

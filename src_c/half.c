@@ -18,6 +18,43 @@ STEP_CONVERT(step_widen_bf16, uint16_t, float, fo_bf16_to_f32)
 STEP_CONVERT(step_widen_f16, uint16_t, float, fo_f16_to_f32)
 #undef STEP_CONVERT
 
+/* States stored apart as bfloat16 (step.c): widen a tile, and round one
+ * back to nearest or stochastically, element k's bits those of index
+ * i0 + k in the stream h (fo_sr_bits; the loop runs over pieces whose
+ * indices share their high 32 bits, so that its body is 32-bit integer
+ * arithmetic, which vectorizes). */
+void step_states_widen(int64_t n, const uint16_t *s, float *out)
+{
+    step_widen_bf16(n, s, out);
+}
+
+void step_states_nearest(int64_t n, const float *v, uint16_t *s)
+{
+    step_copy_bf16(n, v, s);
+}
+
+FO_KERNEL static void step_sr_piece(int64_t n, const float *restrict v,
+                                    uint16_t *restrict s, uint32_t lo, uint32_t c)
+{
+    for (int64_t k = 0; k < n; k++)
+        s[k] = fo_f32_to_bf16_sr(v[k], fo_mix32((lo + (uint32_t)k) ^ c) >> 16);
+}
+
+void step_states_stochastic(int64_t n, const float *v, uint16_t *s, uint64_t h,
+                            uint64_t i0)
+{
+    while (n > 0) {
+        uint64_t room = ((i0 >> 32) + 1) * 0x100000000ull - i0;   /* to the next 2**32 */
+        int64_t m = (uint64_t)n < room ? n : (int64_t)room;
+        uint32_t c = (uint32_t)h ^ fo_mix32((uint32_t)(i0 >> 32) ^ (uint32_t)(h >> 32));
+        step_sr_piece(m, v, s, (uint32_t)i0, c);
+        v += m;
+        s += m;
+        n -= m;
+        i0 += (uint64_t)m;
+    }
+}
+
 /* The rounded copy as type wt, a row of FO_COPY_TABLE's float parameters. */
 void step_copy_out(int32_t wt, int64_t n, const float *x, void *w)
 {

@@ -53,6 +53,53 @@ static inline uint16_t fo_f32_to_bf16(float f)
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
+/* float -> bfloat16, rounded stochastically with the 16 random bits r
+ * (< 2**16): adding them to the dropped half carries into the kept half
+ * with probability (dropped half) / 2**16, so the expected result is f
+ * itself (on the magnitude: the sign is apart); a carry past the largest
+ * finite value gives inf. A NaN becomes the quiet NaN fo_f32_to_bf16 makes. */
+static inline uint16_t fo_f32_to_bf16_sr(float f, uint32_t r)
+{
+    uint32_t u = fo_f32_bits(f);
+    uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : (u + r) >> 16);
+}
+
+/* The stochastic rounding's generator (docs/semantics.md): a counter-based
+ * hash, so an element's bits depend only on its key, step, slot and index,
+ * never on the thread that rounds it. fo_mix64 is SplitMix64's finalizer,
+ * fo_mix32 Wellons' "lowbias32" (each a bijection). */
+static inline uint64_t fo_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline uint32_t fo_mix32(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+/* The stream of state slot `slot` (0..2) of a tensor with key `key` at
+ * step t: h = mix64(key + mix64(4*t + slot)); element i's 16 bits are
+ * mix32(lo32(i) ^ lo32(h) ^ mix32(hi32(i) ^ hi32(h))) >> 16. */
+static inline uint64_t fo_sr_stream(uint64_t key, int64_t t, int slot)
+{
+    return fo_mix64(key + fo_mix64(((uint64_t)t << 2) + (uint64_t)slot));
+}
+
+static inline uint32_t fo_sr_bits(uint64_t h, uint64_t i)
+{
+    uint32_t c = (uint32_t)h ^ fo_mix32((uint32_t)(i >> 32) ^ (uint32_t)(h >> 32));
+    return fo_mix32((uint32_t)i ^ c) >> 16;
+}
+
 /* binary16 -> float, exactly. A normal value moves its exponent from bias
  * 15 to bias 127; a subnormal one is its 10-bit fraction times 2**-24
  * (an exact integer conversion and an exact scaling); inf and NaN keep

@@ -65,14 +65,26 @@ typedef struct {
 #include "types.inc"
 #undef FO_TEMPLATE
 
+#include "step_apart.inc"
+
 /* ---- checks and coefficients ---------------------------------------------- */
+
+static FO_INLINE int step_rule_coefs(const fo_step_group *g, step_gcoef *c);
 
 /* Check one group and derive its coefficients. */
 static FO_INLINE int step_group_coefs(const fo_step_group *g, step_gcoef *c)
 {
     fo_rule_facts facts = fo_rule_info(g->rule);
-    if (facts.name == NULL || (g->flags & ~FO_STEP_FLAGS) != 0 || g->t < facts.t0)
+    if (facts.name == NULL || (g->flags & ~FO_STEP_FLAGS) != 0 || g->t < facts.t0
+            || (g->flags & FO_STEP_ROUND_NEAREST && g->flags & FO_STEP_ROUND_STOCHASTIC))
         return FO_EINVAL;
+    c->srmask = step_round_mask(g);
+    c->t = g->t;
+    return step_rule_coefs(g, c);
+}
+
+static FO_INLINE int step_rule_coefs(const fo_step_group *g, step_gcoef *c)
+{
     c->rule = g->rule;
     c->tf = g->flags & FO_STEP_MAXIMIZE ? STEP_TF_NEG : 0;
     c->nesterov = (g->flags & FO_STEP_NESTEROV) != 0;
@@ -289,11 +301,15 @@ static void step_piece_cb(const fo_tensor *t, int64_t lo, int64_t hi,
 {
     const step_plan *p = (const step_plan *)ctx;
     const fo_step_tensor *st = &p->ts[t - p->base];
-    switch (fo_pair(st->dtype, st->gdtype)) {
+    switch (fo_spair(st->dtype, st->gdtype, st->sdtype)) {
 #define FO_X_PAIR(name, xt, gt) \
     case FO_PAIR_##name: step_piece_##name(p, st, lo, hi); break;
     FO_PAIR_TABLE(FO_X_PAIR)
 #undef FO_X_PAIR
+#define FO_X_SPAIR(name, xt, gt, st_, pair) \
+    case FO_SPAIR_##name: step_piece_apart(p, st, lo, hi, step_tile_##name); break;
+    FO_SPAIR_TABLE(FO_X_SPAIR)
+#undef FO_X_SPAIR
     default: break;
     }
 }
@@ -474,7 +490,8 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
         const fo_step_tensor *t = &ts[k];
         int pair = fo_pair(t->dtype, t->gdtype);
         if (pair < 0 || t->n < 0 || (t->w != NULL && !fo_copy_ok(t->dtype, t->wdtype))
-                || t->group < 0 || t->group >= ng || !step_has_states(t, &gs[t->group]))
+                || t->group < 0 || t->group >= ng || !step_has_states(t, &gs[t->group])
+                || !step_states_ok(t, &gs[t->group]))
             goto out;
         step_grad_add(&gr[k], t->g, t->n, t->gdtype, pair, &nb, &bytes);
         step_view(&view[k], t->x, t->g, t->s1, t->s2, t->n, t->dtype);

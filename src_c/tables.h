@@ -65,6 +65,20 @@
     X(F64_F16, F64, F16)
 
 /*
+ * States stored apart from their parameters: X(NAME, XT, GT, ST, PAIR),
+ * parameters of type XT, gradients of type GT and states of type ST. A
+ * tile of the states is widened to the compute type, the rules of the pair
+ * PAIR (XT with GT) update it, and it is rounded back as its group says
+ * (step.c: to nearest, or stochastically); FO_SPAIR_NAME follows the
+ * pairs' ids. The rules with a trust pass (LAMB, LARS) read states in it
+ * and keep theirs in their parameters' type.
+ */
+#define FO_SPAIR_TABLE(X) \
+    X(F32_SBF16, F32, F32, BF16, F32) \
+    X(F32_BF16_SBF16, F32, BF16, BF16, F32_BF16) \
+    X(F32_F16_SBF16, F32, F16, BF16, F32_F16)
+
+/*
  * Gradients alone (the global norm, the clip in place): X(GT, PAIR), a
  * gradient of type GT is computed in the pair PAIR: its own type's, a
  * 16-bit one's in float.
@@ -101,7 +115,12 @@ enum {
 #define FO_X_PAIR(name, xt, gt) FO_PAIR_##name,
     FO_PAIR_TABLE(FO_X_PAIR)
 #undef FO_X_PAIR
-    FO_N_PAIRS
+    FO_N_PAIRS,
+    FO_SPAIR_BEFORE_ = FO_N_PAIRS - 1,
+#define FO_X_SPAIR(name, xt, gt, st, pair) FO_SPAIR_##name,
+    FO_SPAIR_TABLE(FO_X_SPAIR)
+#undef FO_X_SPAIR
+    FO_N_ALL_PAIRS
 };
 
 /* The pair of parameters of type xt and gradients of type gt; -1 if the
@@ -116,6 +135,20 @@ static inline int fo_pair(int32_t xt, int32_t gt)
 #undef FO_X_PAIR
     default: return -1;
     }
+}
+
+/* The update's pair for parameters of type xt, gradients of type gt and
+ * states of type st: fo_pair's when st is xt, else a row of
+ * FO_SPAIR_TABLE; -1 if the update pass is not built for them. */
+static inline int fo_spair(int32_t xt, int32_t gt, int32_t st)
+{
+    if (st == xt)
+        return fo_pair(xt, gt);
+#define FO_X_SPAIR(N, X, G, S, P) \
+    if (xt == FO_##X && gt == FO_##G && st == FO_##S) return FO_SPAIR_##N;
+    FO_SPAIR_TABLE(FO_X_SPAIR)
+#undef FO_X_SPAIR
+    return -1;
 }
 
 /* The pair a gradient of type gt alone is computed in (FO_GRAD_TABLE);

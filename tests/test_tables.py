@@ -37,6 +37,7 @@ def test_pairs_and_copies_agree_with_the_c_table():
     assert t["pairs"] == sorted(_dtypes.PAIRS, key=lambda p: [
         [d.name for d in _dtypes.DTYPES].index(n) for n in p])
     assert sorted(t["copies"]) == sorted(_dtypes.COPIES)
+    assert sorted(t["states"]) == sorted(_dtypes.STATES)
     # every type may be a gradient alone (the norm, the clip)
     assert t["grads"] == {d.name: True for d in _dtypes.DTYPES}
     # the types fastopt updates are those paired with themselves
