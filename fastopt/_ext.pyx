@@ -113,7 +113,8 @@ cdef struct Call:
     # caller) and the number of groups
     PyObject *index
     Py_ssize_t ng
-    uint64_t key0      # tensor i's stochastic rounding key: key0 + i * FO_KEY_STEP
+    uint64_t key0      # tensor i's stochastic rounding key: key0 + i * FO_KEY_STEP,
+    PyObject *keys     # or keys[i] (a tuple of ints held by the caller; NULL: none)
     # AGC only: per-tensor clipping (a tuple held by the caller, or NULL for
     # clip_all on every tensor) and the unit layout
     PyObject *clips

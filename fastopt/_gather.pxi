@@ -8,6 +8,7 @@ cdef inline void _init(Call *c) noexcept nogil:
     c.cap = STACK_TENSORS
     c.c_only = False
     c.key0 = 0
+    c.keys = NULL
 
 
 cdef int _reserve(Call *c, Py_ssize_t nt, size_t rec_size) except -1:

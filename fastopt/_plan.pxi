@@ -135,10 +135,11 @@ cdef class StepPlan:
 
     @staticmethod
     def make(tuple xs, tuple s1s, tuple s2s, tuple s3s, tuple index, Py_ssize_t ng,
-             tuple ws=None, uint64_t seed=0):
+             tuple ws=None, seed=0):
         """ws: per tensor the array that receives its new parameters rounded
         (the step's param_copies; None in it: no copy), or None for none;
-        seed, the stochastic rounding's of states stored apart (as step's)."""
+        seed, the stochastic rounding's of states stored apart (as step's:
+        an int, or a tuple of one key per tensor)."""
         cdef StepPlan p = StepPlan.__new__(StepPlan)
         cdef Call c
         cdef PyObject *arrays[5]
@@ -167,11 +168,11 @@ cdef class StepPlan:
         _init(&c)
         c.index = <PyObject *>index
         c.ng = ng
-        c.key0 = seed
         try:
             # the written arrays alone: the gradients come per step
-            if not _step_call(&c, op, arrays, nt, False):
+            if not (_set_keys(&c, seed, nt) and _step_call(&c, op, arrays, nt, False)):
                 return None
+            _keys_into(&c, nt)
             p._fill(&c, op.n_roles)
         finally:
             _release(&c)

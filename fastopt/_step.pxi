@@ -44,6 +44,36 @@ cdef inline bint _states_type(Call *c, Py_ssize_t i, int k0, int dtype, void **p
     return True
 
 
+cdef int _set_keys(Call *c, seed, Py_ssize_t nt) except -1:
+    """A call's stochastic rounding keys from its seed: an int (tensor i's
+    key is seed + i * FO_KEY_STEP, mod 2**64), or a tuple of nt ints in
+    [0, 2**64), one key per tensor. 0 to decline."""
+    cdef Py_ssize_t i
+    if type(seed) is tuple:
+        if PyTuple_GET_SIZE(seed) != nt:
+            return 0
+        for i in range(nt):
+            k = <object>PyTuple_GET_ITEM(seed, i)
+            if type(k) is not int or not 0 <= k < 2**64:
+                return 0
+        c.keys = <PyObject *>seed
+        return 1
+    if type(seed) is not int or not 0 <= seed < 2**64:
+        return 0
+    c.key0 = <uint64_t>seed
+    return 1
+
+
+cdef inline void _keys_into(Call *c, Py_ssize_t nt) noexcept:
+    """The gathered records' keys from c.keys (if any)."""
+    cdef Py_ssize_t i
+    cdef fo_step_tensor *t = <fo_step_tensor *>c.ts
+    if c.keys == NULL:
+        return
+    for i in range(nt):
+        t[i].key = <uint64_t>(<object>PyTuple_GET_ITEM(<object>c.keys, i))
+
+
 cdef int _emit_step(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
                     bint c_order, void **p) except -1:
     cdef fo_step_tensor *t = (<fo_step_tensor *>c.ts) + i
@@ -182,14 +212,15 @@ cdef int _norm_lists(Call *c, Py_ssize_t nt, const void ***gp, int64_t **ns,
 def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
          tuple groups, double grad_scale, double max_norm, double clip_value,
          int clip, int norm_type, bint check_finite, n_threads,
-         double given_norm=NAN, tuple ws=None, uint64_t seed=0):
+         double given_norm=NAN, tuple ws=None, seed=0):
     """Fast path of the fused step (fo_step). Every tuple but groups has one
     entry per tensor; given_norm (not NaN) is the global norm already
     measured by global_norm on the same gradients; ws, the arrays that
     receive the new parameters rounded (None in it: no copy of that
-    tensor); seed, the stochastic rounding's (tensor i's key is
-    seed + i * 0x9E3779B97F4A7C15 mod 2**64). Returns (applied, norm,
-    finite), or None to decline (nothing written)."""
+    tensor); seed, the stochastic rounding's: an int (tensor i's key is
+    seed + i * 0x9E3779B97F4A7C15 mod 2**64) or a tuple of one key per
+    tensor. Returns (applied, norm, finite), or None to decline (nothing
+    written)."""
     cdef Call c
     cdef fo_step_opts o
     cdef fo_step_result res
@@ -215,14 +246,14 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
     _init(&c)
     c.index = <PyObject *>index
     c.ng = ng
-    c.key0 = seed
     try:
         grp = <fo_step_group *>PyMem_Malloc((ng + 1) * sizeof(fo_step_group))
         if grp == NULL:
             raise MemoryError()
-        if not (_step_groups(groups, grp)
+        if not (_set_keys(&c, seed, nt) and _step_groups(groups, grp)
                 and _step_call(&c, op, arrays, nt, _measures(&o))):
             return None
+        _keys_into(&c, nt)
         with nogil:
             rc = fo_step(<fo_step_tensor *>c.ts, nt, grp, ng, &o, &res, nth)
     finally:

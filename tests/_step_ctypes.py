@@ -33,15 +33,19 @@ class Tensor(ct.Structure):
     _fields_ = [("x", ct.c_void_p), ("g", ct.c_void_p), ("s1", ct.c_void_p),
                 ("s2", ct.c_void_p), ("s3", ct.c_void_p), ("w", ct.c_void_p),
                 ("n", ct.c_int64), ("dtype", ct.c_int32), ("group", ct.c_int32),
-                ("gdtype", ct.c_int32), ("wdtype", ct.c_int32)]
+                ("gdtype", ct.c_int32), ("wdtype", ct.c_int32), ("sdtype", ct.c_int32),
+                ("key", ct.c_uint64)]
 
 
-def tensor(x, g, states, j, w=None):
+def tensor(x, g, states, j, w=None, key=0):
     """The record of parameter x with gradient g (its own dtype), states
-    (up to three, None where absent), group j and copy w."""
+    (up to three, None where absent; of the first one's dtype), group j,
+    copy w and stochastic rounding key."""
     s = (tuple(states) + (None, None, None))[:3]
+    first = next((a for a in s if a is not None), x)
     return Tensor(_ptr(x), _ptr(g), _ptr(s[0]), _ptr(s[1]), _ptr(s[2]), _ptr(w), x.size,
-                  _dt(x), j, _dt(g if g is not None else x), 0 if w is None else _dt(w))
+                  _dt(x), j, _dt(g if g is not None else x), 0 if w is None else _dt(w),
+                  _dt(first), key)
 
 
 class Guard(ct.Structure):

@@ -209,3 +209,141 @@ def test_bad_states_raise_and_write_nothing():
             call()
         for a, b in zip((x, m, v), before):
             np.testing.assert_array_equal(bits(a), bits(b))
+
+
+# ---- fastopt.optim: state_dtype="bfloat16" ------------------------------------
+
+OPT_SHAPES = [(30, 20), (7,), (5000,)]
+OPTIMIZERS = [
+    ("AdamW", dict(lr=1e-2, weight_decay=0.1), fastopt.adamw, ("exp_avg", "exp_avg_sq"),
+     dict(lr=1e-2, weight_decay=0.1)),
+    ("SGD", dict(lr=0.1, momentum=0.9), fastopt.sgd, ("momentum_buffer",),
+     dict(lr=0.1, momentum=0.9)),
+    ("Adagrad", dict(lr=0.1), fastopt.adagrad, ("sum",), dict(lr=0.1)),
+    ("AdEMAMix", dict(lr=1e-2), fastopt.ademamix,
+     ("exp_avg_fast", "exp_avg_slow", "exp_avg_sq"), dict(lr=1e-2)),
+]
+
+
+def _functional(fn, names, kw, x0, grads, seed, present):
+    """The optimizer's steps replayed with the public function: tensor k
+    keyed as the optimizer keys params[k] (seed + k * KEY_STEP), whichever
+    tensors a step leaves out."""
+    xs = [a.copy() for a in x0]
+    states = {n: [np.zeros(a.shape, BF16) for a in x0] for n in names}
+    for t, (gs, pr) in enumerate(zip(grads, present), 1):
+        for k in range(len(xs)):
+            if not pr[k]:
+                continue
+            args = [states[n][k] for n in names]
+            fn(xs[k], gs[k], *args, **kw, step=t, seed=H.key(seed, k))
+    return xs, states
+
+
+@pytest.mark.parametrize("cls,okw,fn,names,fkw", OPTIMIZERS, ids=[o[0] for o in OPTIMIZERS])
+def test_an_optimizer_with_bf16_states_steps_as_the_public_function(cls, okw, fn, names, fkw):
+    from fastopt import optim
+    rng = np.random.default_rng(4)
+    x0 = [rng.standard_normal(s).astype(np.float32) for s in OPT_SHAPES]
+    grads = [[rng.standard_normal(s).astype(np.float32) for s in OPT_SHAPES]
+             for _ in range(6)]
+    # a step without the first gradient: the others keep their keys
+    present = [[True] * 3, [True] * 3, [False, True, True], [True] * 3, [True] * 3,
+               [True, False, True]]
+    want_x, want_s = _functional(fn, names, fkw, x0, grads, 77, present)
+    for nth in (1, 2, 3):
+        xs = [a.copy() for a in x0]
+        opt = getattr(optim, cls)(xs, **okw, state_dtype="bfloat16", seed=77, n_threads=nth)
+        for gs, pr in zip(grads, present):
+            opt.step([g if p else None for g, p in zip(gs, pr)])
+        for a, b in zip(xs, want_x):
+            np.testing.assert_array_equal(a, b)
+        for n in names:
+            assert all(a.dtype == BF16 for a in opt.state[n])
+            for a, b in zip(opt.state[n], want_s[n]):
+                np.testing.assert_array_equal(bits(a), bits(b))
+
+
+def test_bf16_states_round_trip_through_a_checkpoint_as_raw_words(tmp_path):
+    from fastopt import optim
+    rng = np.random.default_rng(6)
+    x0 = [rng.standard_normal(s).astype(np.float32) for s in OPT_SHAPES]
+    grads = [[rng.standard_normal(s).astype(np.float32) for s in OPT_SHAPES]
+             for _ in range(4)]
+    a = optim.AdamW([x.copy() for x in x0], lr=1e-2, state_dtype="bfloat16", seed=1)
+    for gs in grads[:2]:
+        a.step(gs)
+    path = tmp_path / "c.npz"
+    a.save(path)
+    # readable without ml_dtypes: uint16 words, and the header's dtype tag
+    with np.load(path) as z:
+        entries = {k: z[k] for k in z.files}
+    import json
+    assert json.loads(str(entries["meta"]))["state_dtype"] == "bfloat16"
+    assert all(v.dtype == np.uint16 for k, v in entries.items() if k.startswith("state."))
+    b = optim.AdamW([x.copy() for x in a.params], lr=1e-2, state_dtype="bfloat16", seed=1)
+    b.load(path)
+    for gs in grads[2:]:
+        a.step(gs)
+        b.step(gs)
+    for n in ("exp_avg", "exp_avg_sq"):
+        for u, w in zip(a.state[n], b.state[n]):
+            assert w.dtype == BF16
+            np.testing.assert_array_equal(bits(u), bits(w))
+    for u, w in zip(a.params, b.params):
+        np.testing.assert_array_equal(u, w)
+    # a file of float32 states is refused by a bfloat16 optimizer and the
+    # reverse, with nothing changed
+    f32 = optim.AdamW([x.copy() for x in x0], lr=1e-2)
+    before = [s.copy() for s in b.state["exp_avg"]]
+    f32.save(tmp_path / "f.npz")
+    from fastopt.optim import CheckpointError
+    with pytest.raises(CheckpointError, match="the checkpoint holds states of their "
+                       "parameters' dtype; this optimizer keeps bfloat16 states"):
+        b.load(tmp_path / "f.npz")
+    with pytest.raises(CheckpointError, match="the checkpoint holds bfloat16 states; this "
+                       "optimizer keeps states of their parameters' dtype"):
+        f32.load(path)
+    for u, w in zip(before, b.state["exp_avg"]):
+        np.testing.assert_array_equal(bits(u), bits(w))
+
+
+def test_bf16_states_with_master_weights():
+    from fastopt import optim
+    rng = np.random.default_rng(2)
+    x32 = [rng.standard_normal(s).astype(np.float32) for s in OPT_SHAPES]
+    model = [x.astype(BF16) for x in x32]
+    opt = optim.AdamW(model, lr=1e-2, master_weights=True, state_dtype="bfloat16")
+    masters = [x.copy() for x in opt.params]
+    ref = optim.AdamW(masters, lr=1e-2, state_dtype="bfloat16")
+    for _ in range(3):
+        gs = [rng.standard_normal(s).astype(BF16) for s in OPT_SHAPES]
+        opt.step(gs)
+        ref.step(gs)
+    for a, b, m in zip(opt.params, ref.params, model):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(bits(m), bits(b.astype(BF16)))
+
+
+def test_bad_state_dtype_options_raise():
+    from fastopt import optim
+    x = [np.zeros(8, np.float32)]
+    cases = [
+        (lambda: optim.AdamW(x, state_dtype="float16"),
+         r"fastopt.optim.AdamW: state_dtype must be None, 'float32' or 'bfloat16', "
+         r"got 'float16'"),
+        (lambda: optim.AdamW([np.zeros(8)], state_dtype="bfloat16"),
+         r"state_dtype='bfloat16' needs float32 parameters \(or master_weights=True\); "
+         r"param_groups\[0\]\['params'\]\[0\] is float64"),
+        (lambda: optim.LAMB(x, state_dtype="bfloat16"),
+         r"state_dtype='bfloat16' is not available for LAMB"),
+        (lambda: optim.OnnxMomentum(x, lr=0.1, clipping=0.01, state_dtype="bfloat16"),
+         r"state_dtype='bfloat16' does not combine with AGC clipping"),
+        (lambda: optim.AdamW(x, state_dtype="bfloat16", state_rounding="down"),
+         r"state_rounding must be 'auto', 'nearest' or 'stochastic', got 'down'"),
+        (lambda: optim.AdamW(x, state_dtype="bfloat16", seed=2**64),
+         r"seed must be in \[0, 2\*\*64\)"),
+    ]
+    for make, match in cases:
+        with pytest.raises(ValueError, match=match):
+            make()

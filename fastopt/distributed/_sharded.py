@@ -97,6 +97,9 @@ class ShardedOptimizer:
             raise ValueError(f"{f}: bucket_bytes must be an int >= 64, got {bucket_bytes!r}")
         raw, as_groups = _parse_groups(f, params)
         kwargs = dict(kwargs)
+        if kwargs.get("state_dtype") not in (None, "float32"):
+            raise ValueError(f"{f}: state_dtype={kwargs['state_dtype']!r} is not available "
+                             f"sharded: the shards' states keep their parameters' dtype")
         if kwargs.get("n_threads", _MISSING) is _MISSING:
             kwargs["n_threads"] = threads
         self._cls, self._args, self._kwargs = cls, tuple(args), kwargs

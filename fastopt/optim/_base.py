@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import _interrupt, _step
 from .. import _validation as _v
-from . import _compiled, _fused, _grads, _masters, checkpoint
+from . import _compiled, _fused, _grads, _masters, _states, checkpoint
 from ._checks import as_bool
 from ._checks import schedule as _schedule
 from ._groups import allocate, make_groups
@@ -36,8 +36,13 @@ class _Optimizer:
 
     def __init__(self, params, defaults: dict, *, contiguous_state: bool = False,
                  n_threads: Optional[int] = None, broadcast_grads: bool = False,
-                 master_weights: bool = False):
+                 master_weights: bool = False, state_dtype=None,
+                 state_rounding: str = "auto", seed: int = 0):
         f = self._fname()
+        self.state_dtype = _states.check_dtype(f, state_dtype)
+        self.state_rounding = state_rounding
+        self._round_flags = _step.rounding_flags(f, state_rounding)
+        self.seed = _step.check_seed(f, seed)
         self.n_threads = _v.check_n_threads(f, n_threads)
         self.contiguous_state = as_bool(f, "contiguous_state", contiguous_state)
         self.broadcast_grads = as_bool(f, "broadcast_grads", broadcast_grads)
@@ -56,6 +61,7 @@ class _Optimizer:
                              f"the learning rate of every step")
         self.param_groups = make_groups(self, f, params)
         self._check_distinct(f)
+        _states.check_apart(self, f)
         self._state, self.arenas = allocate(self)
         self._param_tuples = [g["params"] for g in self.param_groups]
         self._extents = _grads.written_extents(self)
@@ -309,7 +315,7 @@ class _Optimizer:
                 given, o = pre[0], o._replace(check_finite=False)
         kws = [self._group_kwargs(f, group, gi)
                for gi, group in enumerate(self.param_groups)]
-        groups = [self._group_tuple(kw) for kw in kws]
+        groups = [_states.with_flags(self, self._group_tuple(kw)) for kw in kws]
         if None in groups:                   # a group that cannot be fused (AGC)
             if per is None:
                 per = _grads.split(self, f, grads)

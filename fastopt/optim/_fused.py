@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import _dtypes, _ext, _step
 from .. import _validation as _v
-from . import _compiled, _grads, _masters
+from . import _compiled, _grads, _masters, _states
 
 
 def options(opt, f, grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
@@ -68,7 +68,7 @@ def flat(opt, per, groups):
             k += len(group["params"])
         xs, states, index = tuple(xs), (tuple(s1), tuple(s2), tuple(s3)), tuple(index)
         plan = _ext.StepPlan.make(xs, *states, index, len(groups),
-                                  _masters.copies_of(opt, where))
+                                  _masters.copies_of(opt, where), _states.keys(opt, where))
         cached = (key, xs, states, index, tuple(where), plan)
         opt._flat = cached
     _, xs, states, index, where, plan = cached
@@ -112,7 +112,8 @@ def remember(opt, kws, groups):
         cached = opt._cache.get(gi)
         if cached is None or cached[1]["schedule"] is not None or g[2] != kw["t"]:
             return
-        if opt._group_tuple(dict(kw, t=kw["t"] + 1)) != g[:2] + (kw["t"] + 1,) + g[3:]:
+        nxt = _states.with_flags(opt, opt._group_tuple(dict(kw, t=kw["t"] + 1)))
+        if nxt != g[:2] + (kw["t"] + 1,) + g[3:]:
             return
         parts.append((g[:2], g[3:]))
     opt._fast = (opt._opts_cache[0], tuple(opt._cache[gi][0] for gi in range(len(kws))),
@@ -159,7 +160,7 @@ def run(opt, f, grads, per, groups, o, given_norm=float("nan")):
     xs, gs, states, index, lab, _ = flat(opt, per, groups)
     return _step.run(f, xs, gs, states, index, groups, o, opt.n_threads, lab, given_norm,
                      lambda: _grads.check_grads(opt, f, per),
-                     _masters.copies_of(opt, opt._flat[4]))
+                     _masters.copies_of(opt, opt._flat[4]), _states.keys(opt, opt._flat[4]))
 
 
 def pre_clip(opt, f, per, o):

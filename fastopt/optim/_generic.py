@@ -94,7 +94,8 @@ def _init(self, params, a):
     _Optimizer.__init__(self, params, dict(hyper, schedule=a["schedule"]),
                         contiguous_state=a["contiguous_state"],
                         broadcast_grads=a["broadcast_grads"], n_threads=a["n_threads"],
-                        master_weights=a["master_weights"])
+                        master_weights=a["master_weights"], state_dtype=a["state_dtype"],
+                        state_rounding=a["state_rounding"], seed=a["seed"])
 
 
 def _doc(rule) -> str:
@@ -109,7 +110,8 @@ def _doc(rule) -> str:
         if arg.check is not None:
             lines += [f"{arg.name} : {_rules.doc_type(arg)}, default {arg.default!r}",
                       f"    {arg.doc}"]
-    lines += ["schedule, contiguous_state, broadcast_grads, n_threads, master_weights",
+    lines += ["schedule, contiguous_state, broadcast_grads, n_threads, master_weights,",
+              "state_dtype, state_rounding, seed",
               "    As in :class:`Momentum`.", "", "Notes", "-----",
               f"States, as torch names them: {', '.join(repr(s) for s in rule.states)};",
               "the ones no group uses are not allocated, and a group may not turn one",
@@ -128,7 +130,8 @@ def make_class(rule: _rules.TorchRule) -> type:
     """fastopt.optim.<rule.cls>."""
     params = ["self", "params"] + [f"{k}=D[{k!r}]" for k in _rules.defaults(rule)]
     params += ["schedule=None", "*", "contiguous_state=False", "broadcast_grads=False",
-               "n_threads=None", "master_weights=False"]
+               "n_threads=None", "master_weights=False", "state_dtype=None",
+               "state_rounding='auto'", "seed=0"]
     init = _rules.define("__init__", params, "init(self, params, locals())",
                          {"D": _rules.defaults(rule), "init": _init}, "fastopt.optim")
     hyper = _c.from_spec(_rules.spec(rule))

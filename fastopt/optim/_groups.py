@@ -5,7 +5,8 @@ import numpy as np
 
 from .. import _dtypes
 from .._groups import group_params
-from ._checks import native, order
+from ._checks import order
+from ._states import dtype_of
 
 _ALIGN = 64  # bytes: state views in the optional arena start on cache lines
 _FLOATS = _dtypes.NUMPY
@@ -66,7 +67,7 @@ def allocate(opt):
             for name in opt._STATES:
                 fill = opt._initial(group, name)
                 for p in group["params"]:
-                    a = np.zeros(p.shape, native(p.dtype), order=order(p))
+                    a = np.zeros(p.shape, dtype_of(opt, p), order=order(p))
                     if fill:
                         a.fill(fill)
                     gs[name].append(a)
@@ -77,7 +78,7 @@ def allocate(opt):
     for name in opt._STATES:
         for gi, group in enumerate(opt.param_groups):
             for p in group["params"]:
-                dt = native(p.dtype)
+                dt = dtype_of(opt, p)
                 step = _ALIGN // dt.itemsize
                 off = sizes.get(dt, 0)
                 layout.append((gi, name, dt, off, p))

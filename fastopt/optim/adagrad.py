@@ -30,7 +30,8 @@ class Adagrad(_Optimizer):
         The fill of the ``"sum"`` state (>= 0).
     eps : float, default 1e-10
     maximize : bool, default False
-    schedule, contiguous_state, n_threads, broadcast_grads, master_weights
+    schedule, contiguous_state, n_threads, broadcast_grads, master_weights,
+    state_dtype, state_rounding, seed
         As in :class:`OnnxMomentum`.
 
     Notes
@@ -55,7 +56,8 @@ class Adagrad(_Optimizer):
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
                  initial_accumulator_value=0, eps=1e-10, maximize=False, schedule=None, *,
                  contiguous_state=False, n_threads=None, broadcast_grads=False,
-                 master_weights=False):
+                 master_weights=False,
+                 state_dtype=None, state_rounding="auto", seed=0):
         if schedule is not None and lr == 1e-2:
             lr = None                   # the schedule supplies the rate
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
@@ -63,7 +65,8 @@ class Adagrad(_Optimizer):
                                       eps=eps, maximize=maximize, schedule=schedule),
                          contiguous_state=contiguous_state, n_threads=n_threads,
                          broadcast_grads=broadcast_grads,
-                         master_weights=master_weights)
+                         master_weights=master_weights, state_dtype=state_dtype,
+                         state_rounding=state_rounding, seed=seed)
 
     def _initial(self, group, name):
         return group["initial_accumulator_value"]

@@ -40,7 +40,8 @@ class AdamW(_Optimizer):
         Keep the running maximum of the second moment (state
         ``"max_exp_avg_sq"``, allocated when any group asks for it).
     maximize : bool, default False
-    schedule, contiguous_state, n_threads, broadcast_grads, master_weights
+    schedule, contiguous_state, n_threads, broadcast_grads, master_weights,
+    state_dtype, state_rounding, seed
         As in :class:`Momentum`.
 
     Notes
@@ -67,7 +68,8 @@ class AdamW(_Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  amsgrad=False, maximize=False, schedule=None, *, contiguous_state=False,
-                 n_threads=None, broadcast_grads=False, master_weights=False):
+                 n_threads=None, broadcast_grads=False, master_weights=False,
+                 state_dtype=None, state_rounding="auto", seed=0):
         if schedule is not None and lr == 1e-3:
             lr = None                   # the schedule supplies the rate
         groups = params if isinstance(params, (list, tuple)) else [params]
@@ -80,7 +82,8 @@ class AdamW(_Optimizer):
                              amsgrad=amsgrad, maximize=maximize, schedule=schedule)),
                          contiguous_state=contiguous_state, n_threads=n_threads,
                          broadcast_grads=broadcast_grads,
-                         master_weights=master_weights)
+                         master_weights=master_weights, state_dtype=state_dtype,
+                         state_rounding=state_rounding, seed=seed)
 
     def _defaults(self, hyper):
         return hyper
@@ -130,12 +133,14 @@ class Adam(AdamW):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  amsgrad=False, maximize=False, decoupled_weight_decay=False,
                  schedule=None, *, contiguous_state=False, n_threads=None,
-                 broadcast_grads=False, master_weights=False):
+                 broadcast_grads=False, master_weights=False,
+                 state_dtype=None, state_rounding="auto", seed=0):
         self._decoupled = decoupled_weight_decay
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, schedule,
                          contiguous_state=contiguous_state, n_threads=n_threads,
                          broadcast_grads=broadcast_grads,
-                         master_weights=master_weights)
+                         master_weights=master_weights, state_dtype=state_dtype,
+                         state_rounding=state_rounding, seed=seed)
 
     def _defaults(self, hyper):
         return dict(hyper, decoupled_weight_decay=self._decoupled)

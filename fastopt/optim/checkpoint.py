@@ -171,7 +171,7 @@ def _check_state(opt, f, state) -> None:
             if not isinstance(a, np.ndarray):
                 raise CheckpointError(f"{f}: the checkpoint's state {sname!r} of "
                                       f"params[{i}] is not an array")
-            _state_spec(f, sname, i, p)(a)
+            _state_spec(f, sname, i, p, dtype=opt.state_dtype if _apart(opt) else None)(a)
 
 
 def checked_state_dict(opt, f, sd):
@@ -245,10 +245,12 @@ def save(opt, path, params=False) -> None:
     params = as_bool(f"{opt._fname()}.save", "params", params)
     sd = state_dict(opt)
     meta = {k: sd[k] for k in ("format", "version", "optimizer", "steps", "param_groups")}
+    if _apart(opt):                 # the tag of the raw words below
+        meta["state_dtype"] = opt.state_dtype.name
     arrays = {_META_KEY: np.array(json.dumps(meta))}
     for sname, arrs in sd["state"].items():
         for i, a in enumerate(arrs):
-            arrays[f"state.{sname}.{i}"] = a
+            arrays[f"state.{sname}.{i}"] = a.view(np.uint16) if _apart(opt) else a
     if params:
         for i, p in enumerate(opt.params):
             arrays[f"{_PARAM_PREFIX}{i}"] = p
@@ -337,19 +339,31 @@ def _meta_spec(f):
     return check
 
 
-def _state_spec(f, sname, i, p, what=None):
+def _state_spec(f, sname, i, p, what=None, dtype=None):
     """The header check of state ``sname`` of parameter ``i`` (before its data);
-    ``what`` names the entry otherwise (the saved parameter itself)."""
+    ``what`` names the entry otherwise (the saved parameter itself). The
+    entry has p's dtype, or ``dtype`` (states stored apart: as the optimizer
+    keeps them, or their raw words in a file)."""
     what = what or f"state {sname!r} of params[{i}]"
 
     def check(h):
         if h.shape != p.shape:
             raise CheckpointError(f"{f}: the checkpoint's {what} has shape "
                                   f"{h.shape} but params[{i}] has shape {p.shape}")
-        if native(h.dtype) != native(p.dtype):
+        if dtype is not None and native(h.dtype) != native(dtype):
+            raise CheckpointError(f"{f}: the checkpoint's {what} has dtype {h.dtype} "
+                                  f"but the optimizer keeps it as {dtype} (state_dtype)")
+        if dtype is None and native(h.dtype) != native(p.dtype):
             raise CheckpointError(f"{f}: the checkpoint's {what} has dtype "
                                   f"{h.dtype} but params[{i}] has {p.dtype}")
     return check
+
+
+def _apart(opt) -> bool:
+    """Does opt keep states of another dtype than their parameters'
+    (bfloat16 ones, stored apart)? Its files then hold their raw 16-bit
+    words and say so in the header (``state_dtype``)."""
+    return opt.state_dtype is not None and opt.state_dtype != np.float32
 
 
 def _read_meta(opt, f, r) -> dict:
@@ -395,6 +409,19 @@ def _param_specs(opt, f, names, want) -> dict:
             for i, (k, p) in enumerate(zip(keys, opt.params))}
 
 
+def _words(opt, f, tag):
+    """The dtype of a file's state entries when the optimizer stores its
+    states apart (their raw 16-bit words: uint16), else None; the header's
+    ``state_dtype`` tag must say the same as the optimizer's."""
+    mine = opt.state_dtype.name if _apart(opt) else None
+    if tag != mine:
+        def says(d):
+            return f"{d} states" if d else "states of their parameters' dtype"
+        raise CheckpointError(f"{f}: the checkpoint holds {says(tag)!s:.80}; this "
+                              f"optimizer keeps {says(mine)} (state_dtype)")
+    return np.dtype(np.uint16) if mine else None
+
+
 def read_npz(opt, f, fh, params=None) -> tuple:
     """(the state dict, the saved parameters or None) held by an open .npz
     checkpoint file. Every entry's header is checked against opt before any
@@ -403,6 +430,7 @@ def read_npz(opt, f, fh, params=None) -> tuple:
     (True: the file must hold them)."""
     with _npz.NpzReader(fh, max_bytes=_max_file_bytes(opt)) as r:
         meta = _read_meta(opt, f, r)
+        words = _words(opt, f, meta.pop("state_dtype", None))
         names = set(r.keys)
         n = len(opt.params)
         specs = {}
@@ -414,7 +442,7 @@ def read_npz(opt, f, fh, params=None) -> tuple:
                     f"{f}: the file has no {absent[0]!r} entry ({len(absent)} of the "
                     f"{n} {sname!r} arrays missing)")
             for i, (key, p) in enumerate(zip(keys, opt.params)):
-                specs[key] = _state_spec(f, sname, i, p)
+                specs[key] = _state_spec(f, sname, i, p, dtype=words)
         pspecs = _param_specs(opt, f, names, params)
         skipped = {k for k in names if k.startswith(_PARAM_PREFIX)} if params is False \
             else set()
@@ -427,6 +455,8 @@ def read_npz(opt, f, fh, params=None) -> tuple:
             r.header(key, spec)
         state = {sname: [r.read(f"state.{sname}.{i}", specs[f"state.{sname}.{i}"])
                          for i in range(n)] for sname in opt._STATES}
+        if words is not None:       # the raw words as the optimizer's states
+            state = {k: [a.view(opt.state_dtype) for a in v] for k, v in state.items()}
         saved = [r.read(k, spec) for k, spec in pspecs.items()] or None
     sd = dict(meta)
     sd["state"] = state

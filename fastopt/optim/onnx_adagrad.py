@@ -27,7 +27,8 @@ class OnnxAdagrad(_Optimizer):
         L2 coefficient (torch ``weight_decay``).
     initial_accumulator_value : float, default 0.0
         Initial fill of H (>= 0), as in torch.
-    schedule, contiguous_state, n_threads, broadcast_grads, master_weights
+    schedule, contiguous_state, n_threads, broadcast_grads, master_weights,
+    state_dtype, state_rounding, seed
         As in :class:`OnnxMomentum`.
     """
 
@@ -46,14 +47,16 @@ class OnnxAdagrad(_Optimizer):
     def __init__(self, params, lr=None, decay_factor=0.0, epsilon=1e-6,
                  norm_coefficient=0.0, initial_accumulator_value=0.0, schedule=None, *,
                  contiguous_state=False, n_threads=None, broadcast_grads=False,
-                 master_weights=False):
+                 master_weights=False,
+                 state_dtype=None, state_rounding="auto", seed=0):
         super().__init__(params, dict(lr=lr, decay_factor=decay_factor, epsilon=epsilon,
                                       norm_coefficient=norm_coefficient,
                                       initial_accumulator_value=initial_accumulator_value,
                                       schedule=schedule),
                          contiguous_state=contiguous_state, n_threads=n_threads,
                          broadcast_grads=broadcast_grads,
-                         master_weights=master_weights)
+                         master_weights=master_weights, state_dtype=state_dtype,
+                         state_rounding=state_rounding, seed=seed)
 
     def _initial(self, group, name):
         return group["initial_accumulator_value"]

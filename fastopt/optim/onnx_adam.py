@@ -26,7 +26,8 @@ class OnnxAdam(_Optimizer):
         L2 coefficient folded into the gradient (torch Adam ``weight_decay``).
     norm_coefficient_post : float, default 0.0
         Decay after the step: ``x *= 1 - norm_coefficient_post``.
-    schedule, contiguous_state, n_threads, broadcast_grads, master_weights
+    schedule, contiguous_state, n_threads, broadcast_grads, master_weights,
+    state_dtype, state_rounding, seed
         As in :class:`OnnxMomentum`.
     """
 
@@ -46,14 +47,16 @@ class OnnxAdam(_Optimizer):
     def __init__(self, params, lr=None, alpha=0.9, beta=0.999, epsilon=1e-6,
                  norm_coefficient=0.0, norm_coefficient_post=0.0, schedule=None, *,
                  contiguous_state=False, n_threads=None, broadcast_grads=False,
-                 master_weights=False):
+                 master_weights=False,
+                 state_dtype=None, state_rounding="auto", seed=0):
         super().__init__(params, dict(lr=lr, alpha=alpha, beta=beta, epsilon=epsilon,
                                       norm_coefficient=norm_coefficient,
                                       norm_coefficient_post=norm_coefficient_post,
                                       schedule=schedule),
                          contiguous_state=contiguous_state, n_threads=n_threads,
                          broadcast_grads=broadcast_grads,
-                         master_weights=master_weights)
+                         master_weights=master_weights, state_dtype=state_dtype,
+                         state_rounding=state_rounding, seed=seed)
 
     def _kwargs(self, group):
         return dict(alpha=float(group["alpha"]), beta=float(group["beta"]),

@@ -65,6 +65,21 @@ class OnnxMomentum(_Optimizer):
         or float32. :meth:`save` then always writes the masters (they are
         the optimizer's state) and :meth:`load` restores them and rewrites
         the 16-bit parameters from them.
+    state_dtype : {None, "float32", "bfloat16"}, default None
+        The states' dtype: None keeps each parameter's own; "bfloat16"
+        halves their memory for float32 parameters (or masters): each step
+        widens them exactly, updates them as float32 states and rounds them
+        back (docs/semantics.md, "bfloat16 states"). Not with AGC clipping,
+        nor for LAMB and LARS, whose states keep their parameters' dtype.
+    state_rounding : {"auto", "nearest", "stochastic"}, default "auto"
+        How bfloat16 states are rounded back (as :func:`fastopt.adamw`'s
+        argument): "auto" rounds stochastically the states nearest rounding
+        would stall (Adam's second moment at beta2 = 0.999, Adagrad's sums).
+    seed : int, default 0
+        The stochastic rounding's seed (0 <= seed < 2**64); with the step
+        count, the parameter's index and the element's index it fixes every
+        random bit, so a run is reproducible and the same for every thread
+        count.
     """
 
     _OLD_NAMES = ("Momentum",)     # checkpoints saved under its former name
@@ -85,14 +100,16 @@ class OnnxMomentum(_Optimizer):
     def __init__(self, params, lr=None, alpha=0.9, beta=1.0, norm_coefficient=0.0,
                  nesterov=False, clipping=None, clip_eps=1e-3, clip_layout="oi",
                  schedule=None, *, contiguous_state=False, n_threads=None,
-                 broadcast_grads=False, master_weights=False):
+                 broadcast_grads=False, master_weights=False,
+                 state_dtype=None, state_rounding="auto", seed=0):
         super().__init__(params, dict(lr=lr, alpha=alpha, beta=beta,
                                       norm_coefficient=norm_coefficient, nesterov=nesterov,
                                       clipping=clipping, clip_eps=clip_eps,
                                       clip_layout=clip_layout, schedule=schedule),
                          contiguous_state=contiguous_state, n_threads=n_threads,
                          broadcast_grads=broadcast_grads,
-                         master_weights=master_weights)
+                         master_weights=master_weights, state_dtype=state_dtype,
+                         state_rounding=state_rounding, seed=seed)
 
     def _check_extra(self, f, group, where):
         c = group["clipping"]

@@ -31,7 +31,8 @@ class SGD(_Optimizer):
     nesterov : bool, default False
         Needs momentum > 0 and dampening 0.
     maximize : bool, default False
-    schedule, contiguous_state, n_threads, broadcast_grads, master_weights
+    schedule, contiguous_state, n_threads, broadcast_grads, master_weights,
+    state_dtype, state_rounding, seed
         As in :class:`OnnxMomentum`.
 
     Notes
@@ -55,7 +56,8 @@ class SGD(_Optimizer):
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
                  nesterov=False, maximize=False, schedule=None, *, contiguous_state=False,
-                 n_threads=None, broadcast_grads=False, master_weights=False):
+                 n_threads=None, broadcast_grads=False, master_weights=False,
+                 state_dtype=None, state_rounding="auto", seed=0):
         if schedule is not None and lr == 1e-3:
             lr = None                   # the schedule supplies the rate
         groups = params if isinstance(params, (list, tuple)) else [params]
@@ -66,7 +68,8 @@ class SGD(_Optimizer):
                                       maximize=maximize, schedule=schedule),
                          contiguous_state=contiguous_state, n_threads=n_threads,
                          broadcast_grads=broadcast_grads,
-                         master_weights=master_weights)
+                         master_weights=master_weights, state_dtype=state_dtype,
+                         state_rounding=state_rounding, seed=seed)
 
     def _check_extra(self, f, group, where):
         label = (lambda k: k) if where == "params" else (lambda k: f"{where}['{k}']")

@@ -26,6 +26,15 @@ from bad_inputs.builders import (
 
 # Messages are exact; {L} in `what` is replaced by the long-list size.
 
+
+def adw(m=None, v=None, **kw):
+    """adamw (and lamb) arguments: float32 parameters with bfloat16 states."""
+    from fastopt._dtypes import DTYPES
+    bf16 = DTYPES[2].numpy
+    m = np.zeros(3, bf16) if m is None else m
+    v = np.zeros(3, bf16) if v is None else v
+    return (arr(), arr(fill=0.5), m, v), dict({"step": 1}, **kw)
+
 #: The advice after a number, NumPy scalar or list of numbers given for an array.
 NUMBERS_HINT = "; convert it with np.asarray(..., dtype=...) to an array of its parameter's dtype"
 
@@ -325,6 +334,27 @@ CASES = [
          lambda: long_adam(lambda xs, gs, vs, hs: setitem(hs, LAST, arr((1,), F64))),
          TypeError, f"fastopt.onnx_adam: h[{LAST}] has dtype float64 but x[{LAST}] has "
                     f"float32; the state must match its parameter"),
+    # --- bfloat16 states of float32 parameters (fastopt.adamw stands for every rule)
+    Case("adamw", "a state of a bfloat16 look-alike dtype (fields)",
+         lambda: adw(m=np.zeros(3, [("bits", "<u2")])), TypeError,
+         "fastopt.adamw: exp_avgs[0] has dtype [('bits', '<u2')]; a state of params[0] "
+         "(float32) must be float32 or bfloat16"),
+    Case("adamw", "an int16 state", lambda: adw(m=np.zeros(3, np.int16)), TypeError,
+         "fastopt.adamw: exp_avgs[0] has dtype int16; a state of params[0] (float32) must "
+         "be float32 or bfloat16"),
+    Case("adamw", "float16 states", lambda: adw(m=arr(dtype=np.float16), v=arr(dtype=np.float16)),
+         TypeError, "fastopt.adamw: exp_avgs[0] has dtype float16; a state of params[0] "
+         "(float32) must be float32 or bfloat16 (float16 states are refused: squared "
+         "gradients underflow in them)"),
+    Case("adamw", "states of two dtypes for one parameter", lambda: adw(v=arr()), TypeError,
+         "fastopt.adamw: exp_avg_sqs[0] has dtype float32 but exp_avgs[0] has bfloat16; the "
+         "states of a parameter must have one dtype"),
+    Case("adamw", "state_rounding = 'even'", lambda: adw(state_rounding="even"), ValueError,
+         "fastopt.adamw: state_rounding must be 'auto', 'nearest' or 'stochastic', got 'even'"),
+    Case("lamb", "bfloat16 states", lambda: adw(), TypeError,
+         "fastopt.lamb: exp_avgs[0] has dtype bfloat16 but its parameter has float32; LAMB's "
+         "and LARS's states keep their parameter's dtype (their trust pass reads them as "
+         "stored)"),
     # --- the thread-count context manager
     Case("set_num_threads", "n_threads = 0", lambda: ((0,), {}), ValueError,
          "fastopt.set_num_threads: n_threads must be a positive int up to 1024, -1 (all "

@@ -77,6 +77,16 @@ OPTIM_CASES = [
     Case("optim.OnnxAdam", "an int64 parameter",
          lambda: (([arr(), arr(dtype=np.int64)],), {"lr": 0.1}), TypeError,
          OP + "OnnxAdam: params[1] has dtype int64; fastopt updates float32 or float64 arrays"),
+    Case("optim.AdamW", "state_dtype = 'float16'", opt_ctor(arr(), state_dtype="float16"),
+         ValueError, OP + "AdamW: state_dtype must be None, 'float32' or 'bfloat16', got "
+                          "'float16'"),
+    Case("optim.AdamW", "state_dtype = 'bfloat16' for float64 parameters",
+         opt_ctor(arr(dtype=F64), state_dtype="bfloat16"), ValueError,
+         OP + "AdamW: state_dtype='bfloat16' needs float32 parameters (or "
+              "master_weights=True); param_groups[0]['params'][0] is float64"),
+    Case("optim.LAMB", "state_dtype = 'bfloat16'", opt_ctor(arr(), state_dtype="bfloat16"),
+         ValueError, OP + "LAMB: state_dtype='bfloat16' is not available for LAMB: its trust "
+                          "pass reads the states in their parameters' dtype"),
     Case("optim.OnnxMomentum", "nesterov = 1 (not a bool)", opt_ctor(arr(), lr=0.1, nesterov=1),
          TypeError, OP + "OnnxMomentum: nesterov must be True or False, got int"),
     Case("optim.OnnxMomentum", "schedule not callable", opt_ctor(arr(), schedule=0.1), TypeError,
