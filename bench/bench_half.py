@@ -9,6 +9,9 @@ float32 masters and states; per element, the bytes each variant must move
     fp32 + copy     fp32, plus the bf16 copy of x written               30 B
     offload         bf16 grads read twice (norm, update), bf16 copy    30 B
     bf16 + astype   bf16 grads, then x.astype(bf16) into the copy     26 + 6 B
+    bf16 states     m, v stored as bfloat16 (v rounded stochastically)  20 B
+    bf16 st+grads   bf16 states and bf16 grads                          18 B
+    st+g nearest    the same, every state rounded to nearest            18 B
     ceiling         the probe over 4 read and 3 written float32 arrays  28 B
 
 The offload step is the CPU half of offloaded training in one call:
@@ -37,7 +40,8 @@ from bench_torch import rotating  # noqa: E402
 
 ADAMW = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
 BYTES = {"fp32": 28, "bf16 grads": 26, "f16 grads": 26, "fp32 + copy": 30, "offload": 30,
-         "bf16 + astype": 32, "ceiling": 28}
+         "bf16 + astype": 32, "bf16 states": 20, "bf16 st+grads": 18, "st+g nearest": 18,
+         "ceiling": 28}
 
 
 def calls(shapes, nth, seed=0):
@@ -73,6 +77,12 @@ def calls(shapes, nth, seed=0):
         for w, x in zip(wa, xa):
             np.copyto(w, x, casting="unsafe")
     out["bf16 + astype"] = then_astype
+    for name, gs, how in (("bf16 states", g32, "auto"), ("bf16 st+grads", g16, "auto"),
+                          ("st+g nearest", g16, "nearest")):
+        xs = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+        ms, vs = ([np.zeros(s, bf16) for s in shapes] for _ in range(2))
+        out[name] = (lambda xs=xs, gs=gs, ms=ms, vs=vs, how=how: fastopt.adamw(
+            xs, gs, ms, vs, step=1, **ADAMW, state_rounding=how, n_threads=nth))
     n = sum(int(np.prod(s)) for s in shapes)
     bufs = [np.ones(n, np.float32) for _ in range(4)]
     out["ceiling"] = lambda: _probe.probe(bufs, nth)
