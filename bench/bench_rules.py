@@ -1,0 +1,163 @@
+"""The table rules (RMSprop, Adamax, Adadelta, RAdam, Lion, NAdam, AdEMAMix,
+LAMB, LARS) against their byte floor and against torch.optim, in one run.
+
+Out of cache (1x5e7 float32, ``fastopt.optim.X.step``): each rule's time
+over its byte floor, the ceiling probe's time for the bytes the rule must
+move. The probe moves 3 arrays read and 2 written, or 4 and 3; a rule that
+moves other counts is scaled by bytes (AdEMAMix: 5 read and 4 written, 9/7
+of the 4-and-3 probe; LAMB and LARS add a first pass that reads x, g and
+LAMB's two states: (4 + 7)/7 and (2 + 5)/5 of their update's probe):
+
+    rule       update reads/writes   first pass   floor
+    RMSprop    3 / 2                 -            probe(3, 2)
+    Adamax, Adadelta, RAdam, NAdam   4 / 3        probe(4, 3)
+    Lion       3 / 2                 -            probe(3, 2)
+    AdEMAMix   5 / 4                 -            probe(4, 3) * 9/7
+    LAMB       4 / 3                 4 reads      probe(4, 3) * 11/7
+    LARS       3 / 2                 2 reads      probe(3, 2) * 7/5
+
+On 1000 tensors of 1e3 (float32 torch Parameters with .grad):
+``fastopt.torch.X`` and ``fastopt.optim.X`` against ``torch.optim.X`` in its
+default for-loop form and with ``foreach=True`` (torch has no Lion,
+AdEMAMix, LAMB or LARS). Each workload's calls are interleaved, one call
+each per round in a rotating order; ratios are medians of per-round
+quotients. Nothing is asserted; speed lives in bench/RESULTS.md.
+
+    PYTHONPATH=$PWD python bench/bench_rules.py                  # both workloads
+    PYTHONPATH=$PWD python bench/bench_rules.py --seconds 3 --threads 1
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+import fastopt.optim
+from fastopt._cli import _probe
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_torch import rotating  # noqa: E402
+
+# rule: (probe arrays read/written, byte scale over that probe, torch.optim class or None)
+RULES = {
+    "RMSprop": ((3, 2), 1.0, "RMSprop"),
+    "Adamax": ((4, 3), 1.0, "Adamax"),
+    "Adadelta": ((4, 3), 1.0, "Adadelta"),
+    "RAdam": ((4, 3), 1.0, "RAdam"),
+    "Lion": ((3, 2), 1.0, None),
+    "NAdam": ((4, 3), 1.0, "NAdam"),
+    "AdEMAMix": ((4, 3), 9 / 7, None),
+    "LAMB": ((4, 3), 11 / 7, None),
+    "LARS": ((3, 2), 7 / 5, None),
+}
+
+
+def out_of_cache(n, nth, seed=0):
+    """{name: callable}: each rule's optimizer step on one tensor of n
+    float32 elements, and the two probes."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in RULES:
+        x = rng.standard_normal(n, dtype=np.float32)
+        g = rng.standard_normal(n, dtype=np.float32) * np.float32(1e-2)
+        opt = getattr(fastopt.optim, name)([x], lr=1e-3, n_threads=nth)
+        out[name] = (lambda opt=opt, g=g: opt.step([g]))
+    for r, w in {(3, 2), (4, 3)}:
+        bufs = [np.ones(n, np.float32) for _ in range(r)]
+        out[f"probe {r}/{w}"] = (lambda bufs=bufs: _probe.probe(bufs, nth))
+    for f in out.values():
+        f()
+    return out
+
+
+def report_floor(label, times, out=sys.stdout):
+    print(f"{label}: {len(times['RMSprop'])} rounds, load average "
+          f"{os.getloadavg()[0]:.2f}", file=out)
+    print(f"  {'rule':10s} {'p50 ms':>8s} {'p99 ms':>8s} {'/ floor':>8s}", file=out)
+    for name, ((r, w), scale, _) in RULES.items():
+        v = np.array(times[name])
+        floor = np.array(times[f"probe {r}/{w}"]) * scale
+        print(f"  {name:10s} {np.median(v) * 1e3:8.2f} {np.percentile(v, 99) * 1e3:8.2f} "
+              f"{np.median(v / floor):8.3f}", file=out)
+
+
+def many_small(shapes, nth, seed=0):
+    """{name: callable}: per torch rule, fastopt.torch.X, fastopt.optim.X,
+    torch.optim.X (for-loop) and torch.optim.X(foreach=True), each on its
+    own tensors."""
+    import torch
+
+    import fastopt.torch as ft
+    out = {}
+    for name, (_, _, tname) in RULES.items():
+        if tname is None:
+            continue
+        for kind in ("fastopt.torch", "fastopt.optim", "torch", "torch foreach"):
+            gen = torch.Generator().manual_seed(seed)
+            ps = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
+            for p in ps:
+                p.grad = torch.randn(p.shape, generator=gen) * 1e-2
+            if kind == "fastopt.optim":
+                xs = [p.detach().numpy() for p in ps]
+                gs = [p.grad.numpy() for p in ps]
+                opt = getattr(fastopt.optim, name)(xs, lr=1e-3, n_threads=nth)
+                out[f"{name} {kind}"] = (lambda opt=opt, gs=gs: opt.step(gs))
+                continue
+            if kind == "fastopt.torch":
+                opt = getattr(ft, name)(ps, lr=1e-3, n_threads=nth)
+            else:
+                opt = getattr(torch.optim, tname)(ps, lr=1e-3,
+                                                  foreach=kind == "torch foreach")
+            out[f"{name} {kind}"] = opt.step
+    torch.set_num_threads(nth)
+    for f in out.values():
+        f()
+    return out
+
+
+def report_small(label, times, out=sys.stdout):
+    print(f"{label}: load average {os.getloadavg()[0]:.2f}", file=out)
+    print(f"  {'rule':10s} {'fastopt.torch ms':>16s} {'torch / it':>10s} "
+          f"{'foreach / it':>12s} {'fastopt.optim ms':>16s}", file=out)
+    for name, (_, _, tname) in RULES.items():
+        if tname is None:
+            continue
+        a = np.array(times[f"{name} fastopt.torch"])
+        print(f"  {name:10s} {np.median(a) * 1e3:16.3f} "
+              f"{np.median(np.array(times[f'{name} torch']) / a):10.1f} "
+              f"{np.median(np.array(times[f'{name} torch foreach']) / a):12.1f} "
+              f"{np.median(times[f'{name} fastopt.optim']) * 1e3:16.3f}", file=out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--workloads", nargs="+", default=["1x5e7", "1000x1e3"])
+    args = ap.parse_args(argv)
+    for nth in args.threads:
+        if "1x5e7" in args.workloads:
+            fs = out_of_cache(50_000_000, nth)
+            report_floor(f"1x5e7, {nth} thread(s)", rotating(fs, args.seconds, 9))
+            del fs
+        if "1000x1e3" in args.workloads:
+            fs = many_small([(1000,)] * 1000, nth)
+            report_small(f"1000x1e3, {nth} thread(s)", rotating(fs, args.seconds, 9))
+            del fs
+
+
+def test_bench_rules_smoke():
+    times = rotating(out_of_cache(1000, 1), 0.0, 2)
+    assert set(RULES) <= set(times)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return
+    times = rotating(many_small([(10,)] * 3, 1), 0.0, 2)
+    assert "RMSprop torch foreach" in times
+
+
+if __name__ == "__main__":
+    main()
