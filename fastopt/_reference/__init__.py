@@ -11,6 +11,8 @@ and the benchmarks compare every fast path with, a module per topic:
 - ``schedules`` Angel's decays (stateful emulation) and the optax/torch family
 - ``optim``     the optimizer objects' contract, replayed tensor by tensor
 - ``onnx``      ONNX training nodes (op names and attribute dicts) in float64
+- ``half``      bfloat16 states: their rounding, to nearest and stochastic
+- ``bnb8``      bitsandbytes' blockwise 8-bit states: maps, codes, absmax
 
 The update rules are re-exported here for the common case::
 
