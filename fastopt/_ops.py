@@ -134,6 +134,21 @@ def _half(x, g) -> bool:
 _HALF = tuple(d for d in _dtypes.GRADS if d not in _dtypes.NUMPY)
 
 
+def _own_type_states(f, roles, x, states) -> None:
+    """The ONNX operators keep their states in their parameters' dtype
+    (whichever route the call takes): a state of another dtype, such as the
+    bfloat16 ones the torch-form functions store apart, raises TypeError."""
+    xs = _arrays(x)
+    for role, st in zip(roles, states):
+        for i, (xi, a) in enumerate(zip(xs, _arrays(st))):
+            if (isinstance(a, np.ndarray) and isinstance(xi, np.ndarray)
+                    and a.dtype.newbyteorder("=") != xi.dtype.newbyteorder("=")):
+                lab, xlab = ((role, "x") if isinstance(x, np.ndarray)
+                             else (f"{role}[{i}]", f"x[{i}]"))
+                raise TypeError(f"{f}: {lab} has dtype {a.dtype} but {xlab} has {xi.dtype}; "
+                                f"the state must match its parameter")
+
+
 def _onnx(op, arrays, scalars, steps):
     """An ONNX rule's call that its fast path declined: without step options
     through the dispatch (check, normalise, run); with them, or with 16-bit
@@ -145,6 +160,7 @@ def _onnx(op, arrays, scalars, steps):
         accept(op, arrays, scalars)
         return None
     f = op.fname
+    _own_type_states(f, op.roles[2:], x, states)
     if op is MOMENTUM_CLIP:
         group = _momentum_group(_momentum_scalars(f, (x,), scalars[:6] + scalars[-1:]))
         clipping, eps, layout, nth = scalars[6:]

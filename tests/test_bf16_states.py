@@ -347,3 +347,18 @@ def test_bad_state_dtype_options_raise():
     for make, match in cases:
         with pytest.raises(ValueError, match=match):
             make()
+
+
+@pytest.mark.parametrize("gdt", [np.float32, BF16], ids=["f32 grads", "bf16 grads"])
+def test_the_onnx_functions_refuse_bf16_states_on_every_route(gdt):
+    x = np.ones(300, np.float32)
+    g = np.full(300, 0.5, np.float32).astype(gdt)
+    v = np.zeros(300, BF16)
+    for call, lab in ((lambda: fastopt.onnx_momentum(x, g, v, lr=0.1, t=1), "v"),
+                      (lambda: fastopt.onnx_adagrad(x, g, v, lr=0.1, t=1), "h"),
+                      (lambda: fastopt.onnx_adam(x, g, np.zeros(300, np.float32), v, lr=0.1,
+                                                 t=1, max_grad_norm=1.0), "h")):
+        with pytest.raises(TypeError, match=f"{lab} has dtype bfloat16 but x has float32; "
+                                            "the state must match its parameter"):
+            call()
+        assert (x == 1).all() and (bits(v) == 0).all()
