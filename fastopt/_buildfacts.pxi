@@ -47,7 +47,9 @@ def tables():
     states = [(names[x], names[s]) for x in range(n) for s in range(n)
               if fo_spair(x, x, s) >= 0]
     return {"rules": rules, "dtypes": dtypes, "pairs": pairs, "copies": copies,
-            "grads": alone, "states": states, "step_extra": FO_STEP_EXTRA}
+            "grads": alone, "states": states, "step_extra": FO_STEP_EXTRA,
+            "key_step": FO_KEY_STEP, "round_nearest": FO_STEP_ROUND_NEAREST,
+            "round_stochastic": FO_STEP_ROUND_STOCHASTIC}
 
 
 def convert(cnp.ndarray src, cnp.ndarray dst):

@@ -271,8 +271,10 @@ cdef class StepPlan:
                     continue
                 if fo_data(o) != self.guards[i * self.npg + r].want[0]:
                     return False
-                if k == 4:          # a copy, of its own 16-bit type
-                    if (_dtype_code(fo_type(o)) != self.ts[i].wdtype
+                if k == 4 or (k > 0 and self.ts[i].sdtype != self.ts[i].dtype):
+                    # a copy, or a state stored apart: of its own type
+                    if (_dtype_code(fo_type(o)) != (self.ts[i].wdtype if k == 4
+                                                    else self.ts[i].sdtype)
                             or not fo_plan_arr(o, cnp.PyArray_DESCR(<cnp.ndarray>o),
                                                fo_type(o), t.wflags, t.ndim, t.dims)
                             or not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>o)):

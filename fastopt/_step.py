@@ -188,7 +188,7 @@ CLIP_GRADS = Op("fastopt.clip_grads", lambda a, s: _ext.clip_grads(a[0], *s), ("
 
 def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
         labels=None, given_norm: float = math.nan, precheck=None,
-        copies=None, seed: int = 0) -> StepInfo:
+        copies=None, seed=0) -> StepInfo:
     """The step over tensors xs/gs with states (three lists, None where a
     rule has no such state), tensor i in group index[i]: the fast path, else
     ``_dispatch.accept``. labels: role -> list of names for messages (roles
@@ -199,8 +199,9 @@ def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
     path declines (a caller's own checks, for its own messages). copies:
     None, or per tensor an array that receives the new parameters rounded
     to its 16-bit dtype (None: no copy of that tensor). seed: the
-    stochastic rounding's of bfloat16 states (tensor i's key is
-    seed + i * 0x9E3779B97F4A7C15 mod 2**64; docs/semantics.md)."""
+    stochastic rounding's of bfloat16 states, an int (tensor i's key is
+    seed + i * 0x9E3779B97F4A7C15 mod 2**64; docs/semantics.md) or a
+    tuple of one key per tensor."""
     arrays = (tuple(xs), tuple(gs), *(tuple(s) for s in states))
     scalars = (tuple(index), tuple(groups), opts.grad_scale, opts.max_norm,
                opts.clip_value, opts.clip, opts.norm_type, opts.check_finite, n_threads,
@@ -313,7 +314,8 @@ STEP_OPTIONS = tuple(name for name, _ in STEP_DEFAULTS)
 
 
 #: state_rounding's values -> the group flags (FO_STEP_ROUND_*, fastopt.h)
-ROUNDING = {"auto": 0, "nearest": 16, "stochastic": 32}
+ROUNDING = {"auto": 0, "nearest": _ext.tables()["round_nearest"],
+            "stochastic": _ext.tables()["round_stochastic"]}
 
 
 def rounding_flags(f, state_rounding) -> int:

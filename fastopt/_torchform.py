@@ -73,7 +73,9 @@ _OPTIONS_DOC = """
     seed : int, default 0
         The stochastic rounding's seed (0 <= seed < 2**64): with the step
         count, the tensor's index and the element's index it fixes every
-        random bit, so results are the same for every thread count.
+        random bit, so results are the same for every thread count. A rule
+        without a ``step`` argument (rmsprop, adadelta, lion) draws the same
+        bits for the same seed: give it a new seed every call.
     n_threads : int, optional
         Threads for the C call (None: the current default, -1: all cores).
 

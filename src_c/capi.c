@@ -173,7 +173,10 @@ static int group_in(const fastopt_group *pg, int64_t j, fo_step_group *g, fastop
     int rc = prefix_check(pg, pg->size, sizeof(fastopt_group));
     if (rc != FASTOPT_OK)
         GRP_FAIL(rc, SIZE);
-    if (pg->reserved != 0 || (pg->flags & ~FO_STEP_FLAGS) != 0)
+    /* the published flags only (the core's own, such as the rounding of
+     * states stored apart, are not part of ABI 1) */
+    if (pg->reserved != 0 || (pg->flags & ~(FASTOPT_NESTEROV | FASTOPT_AMSGRAD
+                                            | FASTOPT_MAXIMIZE | FASTOPT_CENTERED)) != 0)
         GRP_FAIL(FASTOPT_EUNSUPPORTED, FLAGS);
     fo_rule_facts facts = fo_rule_info(pg->rule);
     if (facts.name == NULL)

@@ -213,7 +213,7 @@ def test_bad_states_raise_and_write_nothing():
 
 # ---- fastopt.optim: state_dtype="bfloat16" ------------------------------------
 
-OPT_SHAPES = [(30, 20), (7,), (5000,)]
+OPT_SHAPES = [(30, 20), (7,), (100_000,)]     # the last big enough for the pool
 OPTIMIZERS = [
     ("AdamW", dict(lr=1e-2, weight_decay=0.1), fastopt.adamw, ("exp_avg", "exp_avg_sq"),
      dict(lr=1e-2, weight_decay=0.1)),
@@ -362,3 +362,68 @@ def test_the_onnx_functions_refuse_bf16_states_on_every_route(gdt):
                                             "the state must match its parameter"):
             call()
         assert (x == 1).all() and (bits(v) == 0).all()
+
+
+# "auto" with decays past 1 - 2**-8: (function, states, keyword arguments,
+# which slots round stochastically)
+DECAYS = [
+    (fastopt.sgd, ["momentum_buffers"], dict(lr=0.1, momentum=0.999, step=3), [True]),
+    (fastopt.rmsprop, ["square_avgs", "momentum_buffers", "grad_avgs"],
+     dict(lr=1e-2, alpha=0.999, momentum=0.5, centered=True), [True, False, True]),
+    (fastopt.rmsprop, ["square_avgs", "grad_avgs"],
+     dict(lr=1e-2, alpha=0.999, centered=True), [True, True]),
+    (fastopt.rmsprop, ["square_avgs", "momentum_buffers"],
+     dict(lr=1e-2, alpha=0.9, momentum=0.999), [False, True]),
+    (fastopt.adadelta, ["square_avgs", "acc_deltas"], dict(rho=0.999), [True, True]),
+    (fastopt.lion, ["exp_avgs"], dict(lr=1e-3, betas=(0.9, 0.999)), [True]),
+]
+
+
+@pytest.mark.parametrize("fn,names,kw,sto", DECAYS, ids=[
+    "sgd-0.999", "rmsprop-centered-momentum", "rmsprop-centered", "rmsprop-momentum-0.999",
+    "adadelta-0.999", "lion-0.999"])
+def test_auto_rounds_stochastically_the_slots_whose_decay_stalls(fn, names, kw, sto):
+    rng = np.random.default_rng(12)
+    x0 = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+    g = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+    named = {n: [np.abs(rng.standard_normal(s)).astype(BF16) for s in SHAPES] for n in names}
+    t = kw.get("step", 1) - (fn is fastopt.sgd)
+    xe = [a.copy() for a in x0]
+    wide = {n: [a.astype(np.float32) for a in v] for n, v in named.items()}
+    fn(xe, g, **wide, **kw)
+    xs = [a.copy() for a in x0]
+    got = {n: [a.copy() for a in v] for n, v in named.items()}
+    fn(xs, g, **got, **kw, seed=5, n_threads=2)
+    for a, b in zip(xs, xe):
+        np.testing.assert_array_equal(a, b)
+    for k, n in enumerate(names):
+        for i, (a, w) in enumerate(zip(got[n], wide[n])):
+            want = H.store(w, sto[k], H.key(5, i), t, k)
+            np.testing.assert_array_equal(bits(a), bits(want))
+
+
+@pytest.mark.parametrize("tag", ["float16", 5, "", None, "bfloat16 "])
+def test_a_checkpoint_with_a_hostile_state_dtype_tag_is_refused(tmp_path, tag):
+    import json
+
+    from fastopt import optim
+    from fastopt.optim import CheckpointError
+    x = [np.ones(300, np.float32)]
+    opt = optim.AdamW(x, lr=1e-2, state_dtype="bfloat16")
+    opt.step([np.full(300, 0.5, np.float32)])
+    opt.save(tmp_path / "good.npz")
+    with np.load(tmp_path / "good.npz") as z:
+        entries = {k: z[k] for k in z.files}
+    meta = json.loads(str(entries["meta"]))
+    if tag is None:
+        del meta["state_dtype"]
+    else:
+        meta["state_dtype"] = tag
+    entries["meta"] = np.array(json.dumps(meta))
+    np.savez(tmp_path / "bad.npz", **entries)
+    before = [a.copy() for a in opt.state["exp_avg"] + opt.state["exp_avg_sq"]] + [x[0].copy()]
+    with pytest.raises(CheckpointError, match="the checkpoint holds .*; this optimizer keeps "
+                                              "bfloat16 states"):
+        opt.load(tmp_path / "bad.npz")
+    for a, b in zip(opt.state["exp_avg"] + opt.state["exp_avg_sq"] + [x[0]], before):
+        np.testing.assert_array_equal(bits(a), bits(b))

@@ -38,6 +38,10 @@ def test_pairs_and_copies_agree_with_the_c_table():
         [d.name for d in _dtypes.DTYPES].index(n) for n in p])
     assert sorted(t["copies"]) == sorted(_dtypes.COPIES)
     assert sorted(t["states"]) == sorted(_dtypes.STATES)
+    from fastopt._reference import half
+    assert t["key_step"] == half.KEY_STEP == 0x9E3779B97F4A7C15
+    assert _step.ROUNDING == {"auto": 0, "nearest": t["round_nearest"],
+                              "stochastic": t["round_stochastic"]}
     # every type may be a gradient alone (the norm, the clip)
     assert t["grads"] == {d.name: True for d in _dtypes.DTYPES}
     # the types fastopt updates are those paired with themselves

@@ -23,7 +23,7 @@ import ml_dtypes
 import numpy as np
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-KEY_STEP = 0x9E3779B97F4A7C15
+KEY_STEP = 0x9E3779B97F4A7C15       # FO_KEY_STEP (tests/test_tables.py)
 _M64 = (1 << 64) - 1
 
 

@@ -39,10 +39,10 @@ class _Optimizer:
                  master_weights: bool = False, state_dtype=None,
                  state_rounding: str = "auto", seed: int = 0):
         f = self._fname()
-        self.state_dtype = _states.check_dtype(f, state_dtype)
-        self.state_rounding = state_rounding
+        self._state_dtype = _states.check_dtype(f, state_dtype)
         self._round_flags = _step.rounding_flags(f, state_rounding)
-        self.seed = _step.check_seed(f, seed)
+        self._state_rounding = state_rounding
+        self._seed = _step.check_seed(f, seed)
         self.n_threads = _v.check_n_threads(f, n_threads)
         self.contiguous_state = as_bool(f, "contiguous_state", contiguous_state)
         self.broadcast_grads = as_bool(f, "broadcast_grads", broadcast_grads)
@@ -111,6 +111,23 @@ class _Optimizer:
         return 0.0
 
     # ----------------------------------------------------------- inspection
+
+    @property
+    def state_dtype(self):
+        """The states' dtype as built (``state_dtype=``; None: each
+        parameter's own). Fixed for the optimizer's life."""
+        return self._state_dtype
+
+    @property
+    def state_rounding(self) -> str:
+        """How bfloat16 states are rounded back (``state_rounding=``)."""
+        return self._state_rounding
+
+    @property
+    def seed(self) -> int:
+        """The stochastic rounding's seed (``seed=``). Not saved in
+        checkpoints: a resumed run passes it again to draw the same bits."""
+        return self._seed
 
     @property
     def params(self) -> list:

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _dtypes, _rules
+from .. import _dtypes, _ext, _rules
 
 #: the names state_dtype takes, and their dtypes (None: the parameter's own)
-_NAMES = {"float32": np.dtype(np.float32), "bfloat16": _dtypes.DTYPES[2].numpy}
+_NAMES = {"float32": np.dtype(np.float32),
+          "bfloat16": next(d.numpy for d in _dtypes.DTYPES if d.name == "BF16")}
 _M64 = (1 << 64) - 1
-KEY_STEP = 0x9E3779B97F4A7C15      # FO_KEY_STEP (src_c/fastopt.h)
+KEY_STEP = _ext.tables()["key_step"]      # FO_KEY_STEP (src_c/fastopt.h)
 
 
 def check_dtype(f, state_dtype):
@@ -24,7 +25,7 @@ def check_dtype(f, state_dtype):
         return _NAMES[state_dtype]
     try:
         dt = np.dtype(state_dtype)
-    except TypeError:
+    except (TypeError, ValueError, KeyError):
         dt = None
     if dt is not None and dt in _NAMES.values():
         return dt
@@ -40,8 +41,8 @@ def check_apart(opt, f) -> None:
         return
     for gi, group in enumerate(opt.param_groups):
         for i, p in enumerate(group["params"]):
-            if dt != p.dtype.newbyteorder("=") and (p.dtype != np.float32 or dt != _NAMES[
-                    "bfloat16"]):
+            native = p.dtype.newbyteorder("=")
+            if dt != native and (native != np.float32 or dt != _NAMES["bfloat16"]):
                 raise ValueError(f"{f}: state_dtype={dt.name!r} needs float32 parameters "
                                  f"(or master_weights=True); param_groups[{gi}]['params']"
                                  f"[{i}] is {p.dtype}")
@@ -62,11 +63,17 @@ def dtype_of(opt, p) -> np.dtype:
     return opt.state_dtype if opt.state_dtype is not None else p.dtype.newbyteorder("=")
 
 
+def apart(opt) -> bool:
+    """Does opt keep states of another dtype than their parameters'
+    (bfloat16 ones, stored apart)?"""
+    return opt.state_dtype is not None and opt.state_dtype != np.float32
+
+
 def keys(opt, where):
     """The stochastic rounding keys of the work list's tensors, params[k]
     for k in where: seed + k * KEY_STEP (mod 2**64), whichever tensors a
     step leaves out (0, no keys, when no state is stored apart)."""
-    if opt.state_dtype is None or opt.state_dtype == np.float32:
+    if not apart(opt):
         return 0
     return tuple((opt.seed + k * KEY_STEP) & _M64 for k in where)
 

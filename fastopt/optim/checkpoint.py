@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import _npz
 from ._checks import as_bool, native
+from ._states import apart as _states_apart
 
 try:
     import fcntl
@@ -360,10 +361,9 @@ def _state_spec(f, sname, i, p, what=None, dtype=None):
 
 
 def _apart(opt) -> bool:
-    """Does opt keep states of another dtype than their parameters'
-    (bfloat16 ones, stored apart)? Its files then hold their raw 16-bit
-    words and say so in the header (``state_dtype``)."""
-    return opt.state_dtype is not None and opt.state_dtype != np.float32
+    """Does opt keep states stored apart (_states.apart)? Its files then hold
+    their raw 16-bit words and say so in the header (``state_dtype``)."""
+    return _states_apart(opt)
 
 
 def _read_meta(opt, f, r) -> dict:
@@ -416,8 +416,8 @@ def _words(opt, f, tag):
     mine = opt.state_dtype.name if _apart(opt) else None
     if tag != mine:
         def says(d):
-            return f"{d} states" if d else "states of their parameters' dtype"
-        raise CheckpointError(f"{f}: the checkpoint holds {says(tag)!s:.80}; this "
+            return "states of their parameters' dtype" if d is None else f"{d!s:.40} states"
+        raise CheckpointError(f"{f}: the checkpoint holds {says(tag)}; this "
                               f"optimizer keeps {says(mine)} (state_dtype)")
     return np.dtype(np.uint16) if mine else None
 
