@@ -427,3 +427,17 @@ def test_a_checkpoint_with_a_hostile_state_dtype_tag_is_refused(tmp_path, tag):
         opt.load(tmp_path / "bad.npz")
     for a, b in zip(opt.state["exp_avg"] + opt.state["exp_avg_sq"] + [x[0]], before):
         np.testing.assert_array_equal(bits(a), bits(b))
+
+
+@pytest.mark.parametrize("sdt", ["bfloat16", BF16])
+def test_sharded_optimizers_refuse_bf16_states(sdt):
+    pytest.importorskip("mpi4py")
+    from mpi4py import MPI
+
+    from fastopt import optim
+    from fastopt.distributed import ShardedOptimizer
+    with pytest.raises(ValueError, match="state_dtype='bfloat16' is not available sharded"):
+        ShardedOptimizer(optim.AdamW, [np.ones(10, np.float32)], lr=0.1, state_dtype=sdt,
+                         comm=MPI.COMM_SELF)
+    ShardedOptimizer(optim.AdamW, [np.ones(10, np.float32)], lr=0.1, state_dtype=np.float32,
+                     comm=MPI.COMM_SELF)

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import _ext, _interrupt
 from .._groups import split_counts as _split_counts
+from ..optim._states import check_dtype as check_state_dtype
 from . import _checkpoint
 from ._checks import (
     _first_difference,
@@ -97,9 +98,10 @@ class ShardedOptimizer:
             raise ValueError(f"{f}: bucket_bytes must be an int >= 64, got {bucket_bytes!r}")
         raw, as_groups = _parse_groups(f, params)
         kwargs = dict(kwargs)
-        if kwargs.get("state_dtype") not in (None, "float32"):
-            raise ValueError(f"{f}: state_dtype={kwargs['state_dtype']!r} is not available "
-                             f"sharded: the shards' states keep their parameters' dtype")
+        sdt = check_state_dtype(f, kwargs.get("state_dtype"))
+        if sdt is not None and sdt != np.float32:
+            raise ValueError(f"{f}: state_dtype={sdt.name!r} is not available sharded: the "
+                             f"shards' states keep their parameters' dtype")
         if kwargs.get("n_threads", _MISSING) is _MISSING:
             kwargs["n_threads"] = threads
         self._cls, self._args, self._kwargs = cls, tuple(args), kwargs
