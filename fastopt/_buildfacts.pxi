@@ -71,3 +71,19 @@ def convert(cnp.ndarray src, cnp.ndarray dst):
     if rc != FO_OK:
         raise ValueError(f"fastopt._ext.convert: no conversion from {src.dtype} to "
                          f"{dst.dtype}")
+
+
+def round_stochastic(cnp.ndarray src, cnp.ndarray dst, uint64_t h, uint64_t i0):
+    """dst[...] = src (float32) rounded stochastically to bfloat16 (dst:
+    their bits, uint16) as a step rounds a state slot of stream h whose
+    first element has index i0 (the tests compare it with
+    fastopt/_reference/half.py). Both C-contiguous and of one size."""
+    if not (src.dtype == np.float32 and dst.dtype == np.uint16 and src.flags.c_contiguous
+            and dst.flags.c_contiguous and dst.flags.writeable and src.size == dst.size):
+        raise ValueError("fastopt._ext.round_stochastic: a C-contiguous float32 array and "
+                         "a writeable C-contiguous uint16 array of its size")
+    cdef const float *sp = <const float *>cnp.PyArray_DATA(src)
+    cdef uint16_t *dp = <uint16_t *>cnp.PyArray_DATA(dst)
+    cdef int64_t n = src.size
+    with nogil:
+        fo_round_stochastic(sp, dp, n, h, i0)

@@ -3,7 +3,7 @@
 # (as PyWavelets' c_wt.pxd mirrors wt.h): change both together. The
 # comments of each block live in the header; only declarations here.
 
-from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint16_t, uint64_t
 
 
 cdef extern from "fastopt.h" nogil:
@@ -227,5 +227,6 @@ cdef extern from "fastopt.h" nogil:
 
 
 cdef extern from "step.h" nogil:
-    # the kernels' own 16-bit conversions (for the tests)
+    # the kernels' own 16-bit conversions and stochastic rounding (for the tests)
     int fo_convert(const void *src, int32_t st, void *dst, int32_t dt, int64_t n)
+    int fo_round_stochastic(const float *v, uint16_t *s, int64_t n, uint64_t h, uint64_t i0)

@@ -46,7 +46,7 @@ from cpython.ref cimport PyObject
 from cpython.sequence cimport PySequence_Fast_ITEMS as _items
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.math cimport NAN, isfinite
-from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint16_t, uint64_t, uintptr_t
 
 cimport numpy as cnp
 
@@ -62,7 +62,7 @@ from fastopt._cfastopt cimport (
     fo_clip_grads, fo_global_norm, fo_step, fo_step_guard, fo_step_group, fo_step_opts,
     fo_step_result, fo_step_tensor, FO_N_RULES, FO_N_DTYPES, FO_STEP_FLAGS, FO_STEP_EXTRA,
     fo_rule_info, fo_rule_facts, fo_dtype_name, fo_dtype_size, fo_pair, fo_grad_pair,
-    fo_copy_ok, fo_spair, fo_convert, FO_KEY_STEP, FO_STEP_ROUND_NEAREST,
+    fo_copy_ok, fo_spair, fo_convert, fo_round_stochastic, FO_KEY_STEP, FO_STEP_ROUND_NEAREST,
     FO_STEP_ROUND_STOCHASTIC)
 
 import numpy as np

@@ -79,3 +79,10 @@ int fo_convert(const void *src, int32_t st, void *dst, int32_t dt, int64_t n)
     return FO_OK;
 }
 
+int fo_round_stochastic(const float *v, uint16_t *s, int64_t n, uint64_t h, uint64_t i0)
+{
+    if (n < 0)
+        return FO_EINVAL;
+    step_states_stochastic(n, v, s, h, i0);
+    return FO_OK;
+}

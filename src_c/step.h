@@ -151,6 +151,11 @@ void step_states_stochastic(int64_t n, const float *v, uint16_t *s, uint64_t h,
  * or FO_EINVAL for another pair of types or n < 0. */
 int fo_convert(const void *src, int32_t st, void *dst, int32_t dt, int64_t n);
 
+/* For the tests: n float32 values v rounded stochastically to bfloat16
+ * states s as a step rounds a slot of stream h whose first element has
+ * index i0 (step_states_stochastic). FO_OK, or FO_EINVAL for n < 0. */
+int fo_round_stochastic(const float *v, uint16_t *s, int64_t n, uint64_t h, uint64_t i0);
+
 int step_grad_list(const void *const *gs, const int64_t *ns,
                    const int32_t *dtypes, int64_t nt, step_grad *gr,
                    fo_tensor *view, int64_t *nb, int64_t *bytes);

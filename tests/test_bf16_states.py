@@ -441,3 +441,20 @@ def test_sharded_optimizers_refuse_bf16_states(sdt):
                          comm=MPI.COMM_SELF)
     ShardedOptimizer(optim.AdamW, [np.ones(10, np.float32)], lr=0.1, state_dtype=np.float32,
                      comm=MPI.COMM_SELF)
+
+
+def test_the_generator_is_the_reference_across_the_2_32_index_boundary():
+    """The kernels' loop runs over pieces whose indices share their high 32
+    bits; a tile that crosses 2**32 is split there, and every element keeps
+    the bits of its own 64-bit index."""
+    from fastopt import _ext
+    rng = np.random.default_rng(1)
+    v = rng.standard_normal(3000).astype(np.float32)
+    v[7] = np.nan
+    v[8] = -np.inf
+    for h in (0, 0x0123456789ABCDEF, 2**64 - 1):
+        for i0 in (0, 12345, 2**32 - 1000, 2**33 - 5, 2**63):
+            out = np.empty(v.size, np.uint16)
+            _ext.round_stochastic(v, out, h, i0)
+            want = H.round_stochastic(v, H.random_bits(h, v.size, i0))
+            np.testing.assert_array_equal(out, want.view(np.uint16))

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from .._groups import group_params
+from ..optim._states import check_dtype
 
 
 def _positive(f, label, value, *, allow_none=True):
@@ -84,3 +85,12 @@ def _first_difference(a: str, b: str, r: int) -> str:
                     return (f"param_groups[{gi}]['{k}'] is {x[k]} on rank 0 but {y.get(k)} "
                             f"on rank {r}")
     return f"bucket_bytes is {da['bucket_bytes']} on rank 0 but {db['bucket_bytes']} on rank {r}"
+
+
+def check_state_dtype(f, state_dtype) -> None:
+    """The inner optimizer's state_dtype: the shards' states keep their
+    parameters' dtype (bfloat16 states stored apart are not sharded yet)."""
+    dt = check_dtype(f, state_dtype)
+    if dt is not None and dt != np.float32:
+        raise ValueError(f"{f}: state_dtype={dt.name!r} is not available sharded: the "
+                         f"shards' states keep their parameters' dtype")

@@ -11,7 +11,6 @@ import numpy as np
 
 from .. import _ext, _interrupt
 from .._groups import split_counts as _split_counts
-from ..optim._states import check_dtype as check_state_dtype
 from . import _checkpoint
 from ._checks import (
     _first_difference,
@@ -19,6 +18,7 @@ from ._checks import (
     _positive,
     advance_carried,
     check_shardable,
+    check_state_dtype,
 )
 from ._comm import default_n_threads, mpi, mpi_type, raise_agreed
 from ._layout import Layout, agc_cut_rule
@@ -98,10 +98,7 @@ class ShardedOptimizer:
             raise ValueError(f"{f}: bucket_bytes must be an int >= 64, got {bucket_bytes!r}")
         raw, as_groups = _parse_groups(f, params)
         kwargs = dict(kwargs)
-        sdt = check_state_dtype(f, kwargs.get("state_dtype"))
-        if sdt is not None and sdt != np.float32:
-            raise ValueError(f"{f}: state_dtype={sdt.name!r} is not available sharded: the "
-                             f"shards' states keep their parameters' dtype")
+        check_state_dtype(f, kwargs.get("state_dtype"))
         if kwargs.get("n_threads", _MISSING) is _MISSING:
             kwargs["n_threads"] = threads
         self._cls, self._args, self._kwargs = cls, tuple(args), kwargs
