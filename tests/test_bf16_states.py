@@ -458,3 +458,19 @@ def test_the_generator_is_the_reference_across_the_2_32_index_boundary():
             _ext.round_stochastic(v, out, h, i0)
             want = H.round_stochastic(v, H.random_bits(h, v.size, i0))
             np.testing.assert_array_equal(out, want.view(np.uint16))
+
+
+def test_a_skipped_step_rounds_and_writes_nothing():
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal(5000).astype(np.float32)
+    g = rng.standard_normal(5000).astype(np.float32)
+    g[4321] = np.inf
+    m = rng.standard_normal(5000).astype(BF16)
+    v = np.abs(rng.standard_normal(5000)).astype(BF16)
+    before = [bits(a).copy() for a in (x, m, v)]
+    for nth in (1, 2):
+        info = fastopt.adamw(x, g, m, v, step=3, skip_if_nonfinite=True, seed=4,
+                             state_rounding="stochastic", n_threads=nth)
+        assert not info.applied and not info.finite
+        for a, b in zip((x, m, v), before):
+            np.testing.assert_array_equal(bits(a), b)
