@@ -234,3 +234,45 @@ def test_a_bad_product_in_a_group_or_a_torch_state_is_named():
     del opt.state[p]["mu_product"]
     with pytest.raises(ValueError, match="is missing"):
         opt.step()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_drop_in_prepared_step_equals_its_full_step(dtype):
+    """After one full step the drop-in takes its prepared step, which reads
+    and advances each parameter's mu_product: the same bits as the full
+    step every time, also when a product is edited between steps (its
+    parameter then regroups) or is invalid (the full step names it)."""
+    torch = pytest.importorskip("torch")
+    import fastopt.torch as ft
+    dt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(40, 30), (7,), (1000,)]
+    base = [torch.randn(s, generator=gen, dtype=dt) for s in shapes]
+    grads = [[torch.randn(s, generator=gen, dtype=dt) for s in shapes] for _ in range(6)]
+    pa = [torch.nn.Parameter(b.clone()) for b in base]
+    pb = [torch.nn.Parameter(b.clone()) for b in base]
+    a = ft.NAdam(pa, lr=1e-2, weight_decay=0.01)
+    b = ft.NAdam(pb, lr=1e-2, weight_decay=0.01)
+    prepared = 0
+    for step, gs in enumerate(grads):
+        for p, q, g in zip(pa, pb, gs):
+            p.grad, q.grad = g.clone(), g.clone()
+        if step == 3:                       # one product edited between steps
+            for o, ps in ((a, pa), (b, pb)):
+                o.state[ps[1]]["mu_product"].fill_(0.5)
+        a.step()
+        prepared += a._prep is not None
+        b._prep = None                      # b: the full step every time
+        b.step()
+        for p, q in zip(pa, pb):
+            assert torch.equal(p, q)
+            for k in ("exp_avg", "exp_avg_sq", "mu_product", "step"):
+                assert torch.equal(a.state[p][k], b.state[q][k]), k
+    assert prepared >= 4
+    a.state[pa[0]]["mu_product"].fill_(2.0)
+    for p, g in zip(pa, grads[0]):
+        p.grad = g.clone()
+    before = [p.detach().clone() for p in pa]
+    with pytest.raises(ValueError, match=r"mu_product"):
+        a.step()
+    assert all(torch.equal(p, q) for p, q in zip(pa, before))

@@ -377,8 +377,8 @@ def test_gradient_storages_are_held_through_the_call():
     s = Pair("AdamW").run(2)
     prep = s.a._prep
     s.grads()
-    ptrs, _, pins, _ = _compiled.torch_gather(prep.groups, True, 1, prep.nk, torch.strided,
-                                         torch.Tensor)
+    ptrs, _, pins, *_ = _compiled.torch_gather(prep.groups, True, 1, prep.nk, torch.strided,
+                                          torch.Tensor)
     for p in s.pa:
         p.grad.set_()
     assert [q.data_ptr() for q in pins if q.nbytes()] == [

@@ -70,8 +70,8 @@ def torch_gather(tuple groups, bint counted, Py_ssize_t add, Py_ssize_t nk,
     gradient of a subclass, whose attributes a __torch_function__ could
     answer, declines; build took parameters, states and counts of torch's
     own classes only)."""
-    cdef list ptrs = [], pins = [], counts = []
-    cdef list ts = [None] * nk
+    cdef list ptrs = [], pins = [], counts = [], carried = []
+    cdef list ts = [None] * nk, held = [None] * nk
     cdef tuple grp, recs, rec, params
     cdef Py_ssize_t gi, i, n, k
     cdef int64_t t
@@ -120,11 +120,45 @@ def torch_gather(tuple groups, bint counted, Py_ssize_t add, Py_ssize_t nk,
                 ts[k] = t
             elif ts[k] != t:
                 return 1                    # counts diverged: regroup
+            if PyTuple_GET_SIZE(rec) > 8:   # a carried scalar (NAdam's mu_product)
+                t = _torch_held(st, <tuple>PyTuple_GET_ITEM(rec, 8), held, k, carried)
+                if t != 0:
+                    return 0 if t == 2 else 1   # 2: the value (this step's input)
             # the storage, not the tensor: set_() or .data = on the gradient
             # from another thread cannot free what C reads
             pins.append(g.untyped_storage())
             ptrs.append(g.data_ptr())
-    return tuple(ptrs), ts, pins, counts
+    return tuple(ptrs), ts, pins, counts, held, carried
+
+
+cdef int _torch_held(dict st, tuple crec, list held, Py_ssize_t k, list carried) except -1:
+    """A parameter's carried scalar (crec: its name, tensor, address, dtype,
+    0-d NumPy view): its value joins C group k's (held[k]), its view the
+    ones written after the step (carried). 0, or 1 when the tensor is no
+    longer the plan's or the group's values differ (regroup: the full step
+    splits them), or 0-decline as the full step would refuse the value."""
+    c = st.get(<object>PyTuple_GET_ITEM(crec, 0))
+    if (c is not <object>PyTuple_GET_ITEM(crec, 1)
+            or c.data_ptr() != <object>PyTuple_GET_ITEM(crec, 2)
+            or c.dtype is not <object>PyTuple_GET_ITEM(crec, 3)):
+        return 1
+    view = <cnp.ndarray>PyTuple_GET_ITEM(crec, 4)
+    v = view[()]
+    if not 0.0 <= v <= 1.0:
+        return 2                            # the full step says what is wrong
+    if held[k] is None:
+        held[k] = v
+    elif held[k] != v:
+        return 1
+    carried.append((view, k))
+    return 0
+
+
+def torch_carry(list carried, list after):
+    """Each carried scalar's view set to its C group's value after an
+    applied step (after[k], of the view's type)."""
+    for view, k in carried:
+        (<cnp.ndarray>view)[()] = after[k]
 
 
 cdef int64_t _torch_t(dict st, object cnt, bint counted, Py_ssize_t add,

@@ -87,8 +87,8 @@ def make_class(rule: _rules.TorchRule) -> type:
                          "fastopt.torch")
     cls = type(rule.cls, (_RuleDropin,), {
         "__init__": init, "__doc__": _doc(rule), "__module__": "fastopt.torch",
-        "_RULE": rule, "_SPEC": _rules.spec(rule), "_PREPARE": rule.carry is None,
-        "_FLAT_CALL": not rule.per_tensor})
+        "_RULE": rule, "_SPEC": _rules.spec(rule),
+        "_FLAT_CALL": not rule.per_tensor and rule.carry is None})
     init.__qualname__ = f"{rule.cls}.__init__"
     return cls
 

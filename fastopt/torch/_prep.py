@@ -34,7 +34,11 @@ between steps, with the fewest torch calls that decide it:
   and contiguity checked here, so its own storage covers what is written;
 - every step count: the same 0-d tensor at the same address, of the same
   dtype (read and advanced through its NumPy view), or a Python int; a
-  whole number in [0, 2**53); the counts of one C group (its own t) equal.
+  whole number in [0, 2**53); the counts of one C group (its own t) equal;
+- every carried scalar (NAdam's ``mu_product``): the same 0-d float tensor at
+  the same address, of the same dtype, its value in [0, 1] and the same
+  across its C group (read, and written after an applied step, through its
+  NumPy view).
 
 Anything else declines with nothing written (None), and the full step
 runs, raises, or rebuilds the plan. A declined gradient or count value
@@ -60,6 +64,7 @@ _STRIDED = torch.strided
 _TENSOR = torch.Tensor
 _DTYPES = torch_dtypes(torch)
 _PARAM_TYPES = (torch.Tensor, torch.nn.Parameter)
+_CARRIED = (torch.float32, torch.float64)
 
 
 class Prepared:
@@ -85,16 +90,18 @@ class Prepared:
         if len(pgs) != len(self.groups):
             self.stale = True
             return None
-        fields = []
+        fields, hypers = [], []
         for gi, (group, (gdict, plist, _)) in enumerate(zip(pgs, self.groups)):
             if group is not gdict or group["params"] is not plist:
                 self.stale = True
                 return None
-            fl, names = opt._group(opt._checked(f, group, gi))
+            h = opt._checked(f, group, gi)
+            fl, names = opt._group(h)
             if names != self.names[gi]:
                 self.stale = True
                 return None
             fields.append(fl)
+            hypers.append(h)
         if not _compiled.torch_state_same(opt.state, self.snap):
             self.stale = True
             return None
@@ -104,9 +111,10 @@ class Prepared:
             if got == 1:
                 self.stale = True
             return None
-        ptrs, ts, pins, counts = got
-        groups = tuple(_step.group_tuple(t=ts[k], **fields[self.k_gi[k]])
-                       for k in range(self.nk))
+        ptrs, ts, pins, counts, held, carried = got
+        made = [opt._group_at(fields[self.k_gi[k]], hypers[self.k_gi[k]], ts[k], held[k])
+                for k in range(self.nk)]
+        groups = tuple(m[0] for m in made)
         out = self.plan.run_pointers(ptrs, groups, opts.grad_scale, opts.max_norm,
                                      opts.clip_value, opts.clip, opts.norm_type,
                                      opts.check_finite, opt.n_threads)
@@ -116,6 +124,8 @@ class Prepared:
         info = _step.StepInfo(*out)
         if info.applied:
             _compiled.torch_advance(counts)
+            if carried:
+                _compiled.torch_carry(carried, [m[1] for m in made])
         return info
 
 
@@ -152,7 +162,16 @@ def _record(opt, p, names, k):
     if not all(s.is_contiguous() for _, s, _ in sts):
         return None
     storages = [p.untyped_storage()] + [s.untyped_storage() for _, s, _ in sts]
-    return (p, st, p.shape, p.dtype, p.data_ptr(), sts, cnt, k), storages
+    rec = (p, st, p.shape, p.dtype, p.data_ptr(), sts, cnt, k)
+    carry = getattr(getattr(opt, "_RULE", None), "carry", None)
+    if carry is not None:       # its scalar, read and written through a 0-d view
+        c = st.get(carry.name)
+        if not (type(c) is _TENSOR and c.dim() == 0 and c.dtype in _CARRIED and c.is_cpu
+                and c.layout is _STRIDED and not c.is_neg() and not c.requires_grad):
+            return None
+        rec += ((carry.name, c, c.data_ptr(), c.dtype, c.numpy()),)
+        storages.append(c.untyped_storage())
+    return rec, storages
 
 
 def build(opt, args, names_of, counted):
