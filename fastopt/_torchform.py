@@ -66,8 +66,9 @@ _OPTIONS_DOC = """
     state_rounding : {"auto", "nearest", "stochastic"}, default "auto"
         How bfloat16 states (of float32 parameters) are rounded when stored:
         "auto" rounds stochastically the states that nearest rounding would
-        stall (sums of squares, and averages whose decay exceeds
-        1 - 2**-8 = 0.99609375, as beta2 = 0.999), the rest to nearest;
+        stall (sums of squares, and averages and momentum buffers whose
+        decay exceeds 1 - 2**-8 = 0.99609375, as beta2 = 0.999), the rest to
+        nearest;
         the others round every state one way. No effect on float32/float64
         states. See docs/semantics.md, "bfloat16 states".
     seed : int, default 0
