@@ -26,7 +26,8 @@ def build_info():
 
 def tables():
     """The C core's tables (src_c/tables.h), as the C code sees them: rules
-    as (NAME, most states, smallest t) and element types as (NAME, bytes),
+    as (NAME, most states, smallest t, states may be stored apart) and
+    element types as (NAME, bytes),
     each in id order; the storage pairs a step updates (parameters' type,
     gradients' type), the pair a gradient alone is read in, the types of a
     parameter's rounded copy, and the types its states may have (with
@@ -37,7 +38,7 @@ def tables():
     rules = []
     for i in range(FO_N_RULES):
         r = fo_rule_info(i)
-        rules.append((r.name.decode(), r.states, r.t0))
+        rules.append((r.name.decode(), r.states, r.t0, r.apart != 0))
     dtypes = [(fo_dtype_name(i).decode(), fo_dtype_size(i)) for i in range(FO_N_DTYPES)]
     names = [d[0] for d in dtypes]
     n = FO_N_DTYPES

@@ -27,6 +27,7 @@ cdef extern from "fastopt.h" nogil:
         const char *name
         int32_t states
         int32_t t0
+        int32_t apart
     fo_rule_facts fo_rule_info(int32_t rule)
     const char *fo_dtype_name(int32_t dtype)
 

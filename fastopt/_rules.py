@@ -20,6 +20,7 @@ class Rule(NamedTuple):
     name: str
     states: tuple
     t0: int
+    apart: bool = True      # its states may be stored apart (bfloat16 of float32)
 
 
 # group flags (fo_step_group.flags)
@@ -40,15 +41,15 @@ RULES = (
     Rule("lion", ("exp_avg",), 1),
     Rule("nadam_torch", ("exp_avg", "exp_avg_sq"), 1),
     Rule("ademamix", ("exp_avg_fast", "exp_avg_slow", "exp_avg_sq"), 1),
-    Rule("lamb", ("exp_avg", "exp_avg_sq"), 1),
-    Rule("lars", ("momentum_buffer",), 1),
+    Rule("lamb", ("exp_avg", "exp_avg_sq"), 1, apart=False),
+    Rule("lars", ("momentum_buffer",), 1, apart=False),
 )
 
 #: name -> C id
 ID = {r.name: i for i, r in enumerate(RULES)}
-#: the rules whose states keep their parameters' dtype (their trust pass
-#: reads the states as stored; no bfloat16 states stored apart)
-OWN_TYPE_STATES = frozenset((ID["lamb"], ID["lars"]))
+#: the rules whose states keep their parameters' dtype (their rows' apart
+#: False: a trust pass reads the states as stored)
+OWN_TYPE_STATES = frozenset(i for i, r in enumerate(RULES) if not r.apart)
 
 
 def needs(group: tuple) -> int:

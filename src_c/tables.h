@@ -12,30 +12,32 @@
 #include <stdint.h>
 
 /*
- * Update rules, in id order: X(NAME, STATES, T0). NAME makes FO_RULE_NAME;
- * STATES is the most state arrays (s1..s3) the rule uses; T0 the smallest
- * count t a group of the rule may have (ONNX counts from 0, torch from 1;
- * torch SGD's t is its steps before this one).
+ * Update rules, in id order: X(NAME, STATES, T0, APART). NAME makes
+ * FO_RULE_NAME; STATES is the most state arrays (s1..s3) the rule uses; T0
+ * the smallest count t a group of the rule may have (ONNX counts from 0,
+ * torch from 1; torch SGD's t is its steps before this one); APART 1 if its
+ * states may be stored apart from its parameters (FO_SPAIR_TABLE), 0 if
+ * they keep the parameters' type (a trust pass reads them as stored).
  */
 #define FO_RULE_TABLE(X) \
-    X(MOMENTUM, 1, 0)       /* ONNX Momentum      s1 = V */ \
-    X(ADAGRAD, 1, 0)        /* ONNX Adagrad       s1 = H */ \
-    X(ADAM, 2, 0)           /* ONNX Adam          s1 = V, s2 = H */ \
-    X(SGD_TORCH, 1, 0)      /* torch SGD          s1 = momentum buffer */ \
-    X(ADAGRAD_TORCH, 1, 1)  /* torch Adagrad      s1 = sum */ \
-    X(ADAM_TORCH, 3, 1)     /* torch Adam         s1 = exp_avg, s2 = exp_avg_sq, */ \
-    X(ADAMW_TORCH, 3, 1)    /* torch AdamW           s3 = max_exp_avg_sq (amsgrad) */ \
-    X(RMSPROP_TORCH, 3, 1)  /* torch RMSprop      s1 = square_avg, then momentum_buffer \
+    X(MOMENTUM, 1, 0, 1)       /* ONNX Momentum      s1 = V */ \
+    X(ADAGRAD, 1, 0, 1)        /* ONNX Adagrad       s1 = H */ \
+    X(ADAM, 2, 0, 1)           /* ONNX Adam          s1 = V, s2 = H */ \
+    X(SGD_TORCH, 1, 0, 1)      /* torch SGD          s1 = momentum buffer */ \
+    X(ADAGRAD_TORCH, 1, 1, 1)  /* torch Adagrad      s1 = sum */ \
+    X(ADAM_TORCH, 3, 1, 1)     /* torch Adam         s1 = exp_avg, s2 = exp_avg_sq, */ \
+    X(ADAMW_TORCH, 3, 1, 1)    /* torch AdamW           s3 = max_exp_avg_sq (amsgrad) */ \
+    X(RMSPROP_TORCH, 3, 1, 1)  /* torch RMSprop      s1 = square_avg, then momentum_buffer \
                                (momentum > 0), then grad_avg (centered) */ \
-    X(ADAMAX_TORCH, 2, 1)   /* torch Adamax       s1 = exp_avg, s2 = exp_inf */ \
-    X(ADADELTA_TORCH, 2, 1) /* torch Adadelta     s1 = square_avg, s2 = acc_delta */ \
-    X(RADAM_TORCH, 2, 1)    /* torch RAdam        s1 = exp_avg, s2 = exp_avg_sq */ \
-    X(LION, 1, 1)           /* Lion (optax, bitsandbytes)  s1 = exp_avg */ \
-    X(NADAM_TORCH, 2, 1)    /* torch NAdam        s1 = exp_avg, s2 = exp_avg_sq */ \
-    X(ADEMAMIX, 3, 1)       /* AdEMAMix (optax)   s1 = exp_avg_fast, s2 = exp_avg_slow, \
+    X(ADAMAX_TORCH, 2, 1, 1)   /* torch Adamax       s1 = exp_avg, s2 = exp_inf */ \
+    X(ADADELTA_TORCH, 2, 1, 1) /* torch Adadelta     s1 = square_avg, s2 = acc_delta */ \
+    X(RADAM_TORCH, 2, 1, 1)    /* torch RAdam        s1 = exp_avg, s2 = exp_avg_sq */ \
+    X(LION, 1, 1, 1)           /* Lion (optax, bitsandbytes)  s1 = exp_avg */ \
+    X(NADAM_TORCH, 2, 1, 1)    /* torch NAdam        s1 = exp_avg, s2 = exp_avg_sq */ \
+    X(ADEMAMIX, 3, 1, 1)       /* AdEMAMix (optax)   s1 = exp_avg_fast, s2 = exp_avg_slow, \
                                s3 = exp_avg_sq */ \
-    X(LAMB, 2, 1)           /* LAMB (optax)       s1 = exp_avg, s2 = exp_avg_sq */ \
-    X(LARS, 1, 1)           /* LARS (optax)       s1 = momentum_buffer */
+    X(LAMB, 2, 1, 0)           /* LAMB (optax)       s1 = exp_avg, s2 = exp_avg_sq */ \
+    X(LARS, 1, 1, 0)           /* LARS (optax)       s1 = momentum_buffer */
 
 /*
  * Element types, in id order: X(NAME, CTYPE, SIZE). NAME makes FO_NAME;
@@ -70,8 +72,8 @@
  * tile of the states is widened to the compute type, the rules of the pair
  * PAIR (XT with GT) update it, and it is rounded back as its group says
  * (step.c: to nearest, or stochastically); FO_SPAIR_NAME follows the
- * pairs' ids. The rules with a trust pass (LAMB, LARS) read states in it
- * and keep theirs in their parameters' type.
+ * pairs' ids. A rule whose row has APART 0 keeps its states in its
+ * parameters' type.
  */
 #define FO_SPAIR_TABLE(X) \
     X(F32_SBF16, F32, F32, BF16, F32) \
@@ -98,7 +100,7 @@
     X(F32, F16)
 
 enum {
-#define FO_X_RULE(name, states, t0) FO_RULE_##name,
+#define FO_X_RULE(name, states, t0, apart) FO_RULE_##name,
     FO_RULE_TABLE(FO_X_RULE)
 #undef FO_X_RULE
     FO_N_RULES
@@ -178,14 +180,15 @@ typedef struct fo_rule_facts {
     const char *name;   /* the row's NAME, e.g. "ADAM_TORCH" */
     int32_t states;     /* the most state arrays it uses */
     int32_t t0;         /* the smallest count t of its groups */
+    int32_t apart;      /* its states may be stored apart */
 } fo_rule_facts;
 
 static inline fo_rule_facts fo_rule_info(int32_t rule)
 {
-    fo_rule_facts f = {0, 0, 0};
+    fo_rule_facts f = {0, 0, 0, 0};
     switch (rule) {
-#define FO_X_RULE(N, S, T) \
-    case FO_RULE_##N: f.name = #N; f.states = S; f.t0 = T; break;
+#define FO_X_RULE(N, S, T, A) \
+    case FO_RULE_##N: f.name = #N; f.states = S; f.t0 = T; f.apart = A; break;
     FO_RULE_TABLE(FO_X_RULE)
 #undef FO_X_RULE
     default: break;

@@ -50,8 +50,8 @@ def check_apart(opt, f) -> None:
             raise ValueError(f"{f}: state_dtype='bfloat16' does not combine with AGC "
                              f"clipping (param_groups[{gi}] clips)")
     rule = getattr(opt, "_RULE", None)
-    name = getattr(rule, "name", rule)
-    if dt == _NAMES["bfloat16"] and name in _rules.ID and _rules.ID[name] in \
+    row = getattr(rule, "row", rule)      # a table rule's C row, or the row's name
+    if dt == _NAMES["bfloat16"] and row in _rules.ID and _rules.ID[row] in \
             _rules.OWN_TYPE_STATES:
         raise ValueError(f"{f}: state_dtype='bfloat16' is not available for "
                          f"{type(opt).__name__}: its trust pass reads the states in "
