@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import _npz
 from ._checks import as_bool, native
-from ._states import apart as _states_apart
+from ._states import apart as _apart  # states stored apart: raw words + a header tag
 
 try:
     import fcntl
@@ -358,12 +358,6 @@ def _state_spec(f, sname, i, p, what=None, dtype=None):
             raise CheckpointError(f"{f}: the checkpoint's {what} has dtype "
                                   f"{h.dtype} but params[{i}] has {p.dtype}")
     return check
-
-
-def _apart(opt) -> bool:
-    """Does opt keep states stored apart (_states.apart)? Its files then hold
-    their raw 16-bit words and say so in the header (``state_dtype``)."""
-    return _states_apart(opt)
 
 
 def _read_meta(opt, f, r) -> dict:
