@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch_helpers import same, snapshot  # noqa: E402
+from torch_helpers import EXTRAS, same, snapshot  # noqa: E402
 
 import fastopt.torch as ft  # noqa: E402  (after the importorskip)
 
@@ -49,14 +49,14 @@ def train(opt, ps, steps, start=0):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_signature_is_torchs(name):
-    """Every torch argument, same kind, same default; fastopt adds n_threads
-    and flat (keyword-only, after torch's)."""
+    """Every torch argument, same kind, same default; fastopt adds n_threads,
+    flat and the mixed-precision options (keyword-only, after torch's)."""
     theirs = inspect.signature(getattr(torch.optim, name).__init__).parameters
     ours = dict(inspect.signature(getattr(ft, name).__init__).parameters)
-    assert list(ours)[-2:] == ["n_threads", "flat"]
-    assert ours.pop("n_threads").kind is inspect.Parameter.KEYWORD_ONLY
-    flat = ours.pop("flat")
-    assert flat.kind is inspect.Parameter.KEYWORD_ONLY and flat.default is False
+    assert tuple(ours)[-len(EXTRAS):] == EXTRAS
+    extras = [ours.pop(k) for k in EXTRAS]
+    assert all(e.kind is inspect.Parameter.KEYWORD_ONLY for e in extras)
+    assert [e.default for e in extras[1:]] == [False, False, None, "auto", 0]
     assert list(ours) == list(theirs)
     for k, p in theirs.items():
         assert ours[k].kind == p.kind, k

@@ -2,6 +2,9 @@
 and its comparison (test files import this after importorskip("torch"))."""
 import torch
 
+#: the keyword-only arguments every fastopt.torch drop-in adds after torch's
+EXTRAS = ("n_threads", "flat", "master_weights", "state_dtype", "state_rounding", "seed")
+
 
 def snapshot(opt, ps):
     """Every byte the step may write: parameters, states, counts."""

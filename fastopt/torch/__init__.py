@@ -19,7 +19,8 @@ fuses some multiply-adds). Everything else is torch's Optimizer:
 refused with an error, not approximated: ``foreach``, ``fused``,
 ``capturable`` or ``differentiable`` set to True, tensor hyperparameters of
 more than one element, parameters that are not CPU float32/float64 (complex
-included), sparse gradients.
+included; bfloat16 and float16 ones step through float32 masters, below),
+sparse gradients.
 
 :class:`OnnxMomentum`, :class:`OnnxAdagrad` and :class:`OnnxAdam` are the
 ONNX training operators with their own hyperparameter names (ONNX Adam adds
@@ -100,6 +101,29 @@ What changes for the user:
   tensors, not copies); checkpoints move between flat, non-flat and
   torch.optim optimizers both ways.
 
+Mixed precision
+---------------
+With ``master_weights=True`` an optimizer takes bfloat16 and float16
+parameters (a model cast with ``.to(torch.bfloat16)``): it keeps a float32
+master of each in ``state[p]['master_param']``, runs the rule on the
+masters with the 16-bit gradients widened exactly (the float32 step's bits),
+and writes each new master into its parameter, rounded as ``.to()``
+rounds, in the same C pass. float32/float64 parameters are their own
+masters. With ``state_dtype="bfloat16"`` (the drop-ins but LAMB and LARS)
+the rule's states are kept in bfloat16, for float32 parameters or masters:
+first moments round to nearest, and the slots that nearest rounding would
+stall round stochastically (``state_rounding``; parameter k's rounding is
+keyed by ``seed`` and k, docs/semantics.md, "bfloat16 states"). The steps of
+these optimizers take the checked route (no prepared step; ``flat=True`` is
+refused), ``state_dict()`` holds the masters and the states in their own
+dtypes, and ``load_state_dict`` keeps them so (torch's would cast them to
+the parameter's dtype).
+
+Every optimizer here works with ``torch.amp.GradScaler``: the scaler hands
+the step its scale and whether it found an inf or NaN, and the C call
+divides the scale out (the gradients keep their values) or the step is
+skipped, writing nothing.
+
 This module imports torch; ``import fastopt`` alone never does.
 """
 from typing import ClassVar as _ClassVar
@@ -160,6 +184,9 @@ class SGD(_FastoptOptimizer):
         Parameters, gradients and states in fastopt's flat buffers: a step
         is one C call after a short check (see the module, "The flat
         layout").
+    master_weights, state_dtype, state_rounding, seed
+        Mixed precision: bfloat16/float16 parameters through float32
+        masters, bfloat16 states (see the module, "Mixed precision").
 
     Notes
     -----
@@ -170,17 +197,20 @@ class SGD(_FastoptOptimizer):
     _SPEC: _ClassVar[dict] = {"lr": "lr", "momentum": {"low": 0.0}, "dampening": {},
                              "weight_decay": {"low": 0.0}, "nesterov": "bool", **_MAXIMIZE}
     _COUNTS = False
+    _ROW = "sgd_torch"
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
                  nesterov=False, *, maximize=False, foreach=None, differentiable=False,
-                 fused=None, n_threads=None, flat=False):
+                 fused=None, n_threads=None, flat=False, master_weights=False,
+                 state_dtype=None, state_rounding="auto", seed=0):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("fastopt.torch.SGD: nesterov needs a momentum > 0 and "
                              "dampening 0")
         d = {"lr": lr, "momentum": momentum, "dampening": dampening,
              "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize,
              "foreach": foreach, "differentiable": differentiable, "fused": fused}
-        super().__init__(params, d, n_threads, flat)
+        super().__init__(params, d, n_threads, flat,
+                         (master_weights, state_dtype, state_rounding, seed))
 
     def _group(self, h):
         mom = h["momentum"]
@@ -218,6 +248,9 @@ class Adagrad(_FastoptOptimizer):
         Parameters, gradients and states in fastopt's flat buffers: a step
         is one C call after a short check (see the module, "The flat
         layout").
+    master_weights, state_dtype, state_rounding, seed
+        Mixed precision: bfloat16/float16 parameters through float32
+        masters, bfloat16 states (see the module, "Mixed precision").
 
     Notes
     -----
@@ -232,18 +265,23 @@ class Adagrad(_FastoptOptimizer):
                              "weight_decay": {"low": 0.0},
                              "initial_accumulator_value": {"low": 0.0},
                              "eps": {"low": 0.0}, **_MAXIMIZE}
+    _ROW = "adagrad_torch"
 
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
                  initial_accumulator_value=0, eps=1e-10, foreach=None, *, maximize=False,
-                 differentiable=False, fused=None, n_threads=None, flat=False):
+                 differentiable=False, fused=None, n_threads=None, flat=False,
+                 master_weights=False, state_dtype=None, state_rounding="auto", seed=0):
         d = {"lr": lr, "lr_decay": lr_decay, "eps": eps, "weight_decay": weight_decay,
              "initial_accumulator_value": initial_accumulator_value, "foreach": foreach,
              "maximize": maximize, "differentiable": differentiable, "fused": fused}
-        super().__init__(params, d, n_threads, flat)
+        super().__init__(params, d, n_threads, flat,
+                         (master_weights, state_dtype, state_rounding, seed))
         for group in self.param_groups:
             for p in group["params"]:
                 if p.is_floating_point():   # the others are refused by step()
-                    self.state[p] = self._new_states(p, {}, ("sum",), None,
+                    like = p if not self._mixed.active else \
+                        torch.empty_like(p, dtype=self._mixed.states_dtype(p))
+                    self.state[p] = self._new_states(like, {}, ("sum",), None,
                                                      initial_accumulator_value)
 
     def share_memory(self) -> None:
@@ -293,6 +331,9 @@ class Adam(_FastoptOptimizer):
         Parameters, gradients and states in fastopt's flat buffers: a step
         is one C call after a short check (see the module, "The flat
         layout").
+    master_weights, state_dtype, state_rounding, seed
+        Mixed precision: bfloat16/float16 parameters through float32
+        masters, bfloat16 states (see the module, "Mixed precision").
 
     Notes
     -----
@@ -304,17 +345,20 @@ class Adam(_FastoptOptimizer):
     _SPEC: _ClassVar[dict] = {"lr": "lr", "betas": "betas", "eps": {"low": 0.0},
                              "weight_decay": {"low": 0.0}, "amsgrad": "bool", **_MAXIMIZE,
                              "decoupled_weight_decay": "bool"}
+    _ROW = "adam_torch"     # (or adamw_torch: the same table facts)
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  amsgrad=False, *, foreach=None, maximize=False, capturable=False,
                  differentiable=False, fused=None, decoupled_weight_decay=False,
-                 n_threads=None, flat=False):
+                 n_threads=None, flat=False, master_weights=False, state_dtype=None,
+                 state_rounding="auto", seed=0):
         d = {"lr": lr, "betas": tuple(betas) if isinstance(betas, list) else betas,
              "eps": eps, "weight_decay": weight_decay, "amsgrad": amsgrad,
              "maximize": maximize, "foreach": foreach, "capturable": capturable,
              "differentiable": differentiable,
              "fused": fused, "decoupled_weight_decay": decoupled_weight_decay}
-        super().__init__(params, d, n_threads, flat)
+        super().__init__(params, d, n_threads, flat,
+                         (master_weights, state_dtype, state_rounding, seed))
 
     def _group(self, h):
         b1, b2 = h["betas"]
@@ -349,11 +393,14 @@ class AdamW(Adam):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  amsgrad=False, *, maximize=False, foreach=None, capturable=False,
-                 differentiable=False, fused=None, n_threads=None, flat=False):
+                 differentiable=False, fused=None, n_threads=None, flat=False,
+                 master_weights=False, state_dtype=None, state_rounding="auto", seed=0):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
                          maximize=maximize, capturable=capturable,
                          differentiable=differentiable, fused=fused,
-                         decoupled_weight_decay=True, n_threads=n_threads, flat=flat)
+                         decoupled_weight_decay=True, n_threads=n_threads, flat=flat,
+                         master_weights=master_weights, state_dtype=state_dtype,
+                         state_rounding=state_rounding, seed=seed)
 
     def __setstate__(self, state):
         super().__setstate__(state)
@@ -400,6 +447,9 @@ class OnnxMomentum(_Onnx):
     nesterov : bool, default False
     n_threads : int, optional
         Threads for the C step (None: fastopt's current default).
+    master_weights : bool, default False
+        bfloat16/float16 parameters through float32 masters (see the
+        module, "Mixed precision").
 
     Notes
     -----
@@ -411,10 +461,10 @@ class OnnxMomentum(_Onnx):
                              "nesterov": "bool"}
 
     def __init__(self, params, lr, alpha=0.9, beta=1.0, norm_coefficient=0.0,
-                 nesterov=False, *, n_threads=None):
+                 nesterov=False, *, n_threads=None, master_weights=False):
         d = {"lr": lr, "alpha": alpha, "beta": beta, "norm_coefficient": norm_coefficient,
              "nesterov": nesterov}
-        super().__init__(params, d, n_threads)
+        super().__init__(params, d, n_threads, False, (master_weights, None, "auto", 0))
 
     def _fields(self, h):
         return {"rule": _step.RULES["momentum"], "lr": h["lr"], "alpha": h["alpha"],
@@ -437,6 +487,9 @@ class OnnxAdagrad(_Onnx):
         torch ``weight_decay``.
     initial_accumulator_value : float, default 0.0
     n_threads : int, optional
+    master_weights : bool, default False
+        bfloat16/float16 parameters through float32 masters (see the
+        module, "Mixed precision").
 
     Notes
     -----
@@ -449,11 +502,11 @@ class OnnxAdagrad(_Onnx):
                              "initial_accumulator_value": {"low": 0.0}}
 
     def __init__(self, params, lr, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0,
-                 initial_accumulator_value=0.0, *, n_threads=None):
+                 initial_accumulator_value=0.0, *, n_threads=None, master_weights=False):
         d = {"lr": lr, "decay_factor": decay_factor, "epsilon": epsilon,
              "norm_coefficient": norm_coefficient,
              "initial_accumulator_value": initial_accumulator_value}
-        super().__init__(params, d, n_threads)
+        super().__init__(params, d, n_threads, False, (master_weights, None, "auto", 0))
 
     def _fields(self, h):
         return {"rule": _step.RULES["adagrad"], "lr": h["lr"], "eps": h["epsilon"],
@@ -479,6 +532,9 @@ class OnnxAdam(_Onnx):
     norm_coefficient : float, default 0.0
     norm_coefficient_post : float, default 0.0
     n_threads : int, optional
+    master_weights : bool, default False
+        bfloat16/float16 parameters through float32 masters (see the
+        module, "Mixed precision").
 
     Notes
     -----
@@ -493,11 +549,12 @@ class OnnxAdam(_Onnx):
                              "norm_coefficient": {}, "norm_coefficient_post": {}}
 
     def __init__(self, params, lr, alpha=0.9, beta=0.999, epsilon=1e-6,
-                 norm_coefficient=0.0, norm_coefficient_post=0.0, *, n_threads=None):
+                 norm_coefficient=0.0, norm_coefficient_post=0.0, *, n_threads=None,
+                 master_weights=False):
         d = {"lr": lr, "alpha": alpha, "beta": beta, "epsilon": epsilon,
              "norm_coefficient": norm_coefficient,
              "norm_coefficient_post": norm_coefficient_post}
-        super().__init__(params, d, n_threads)
+        super().__init__(params, d, n_threads, False, (master_weights, None, "auto", 0))
 
     def _fields(self, h):
         return {"rule": _step.RULES["adam"], "lr": h["lr"], "alpha": h["alpha"],

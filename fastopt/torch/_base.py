@@ -15,12 +15,11 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-import numpy as np
 import torch
 
 from .. import _dtypes, _interrupt, _step
 from .. import _validation as _v
-from . import _flat, _prep
+from . import _flat, _mixed, _prep
 
 _DTYPES = _dtypes.torch_dtypes(torch)
 _UNSUPPORTED = ("foreach", "fused", "capturable", "differentiable")
@@ -83,11 +82,13 @@ def _betas_types(f, betas):
                          f"{type(b2).__name__})")
 
 
-def _check_param(f, where, p):
-    """A parameter that fastopt can update (raises)."""
+def _check_param(f, where, p, mixed=_mixed.NONE):
+    """A parameter that fastopt can update (raises); mixed: the
+    optimizer's mixed-precision options."""
     if p.device.type != "cpu":
         raise ValueError(f"{f}: {where} is on {p.device}; fastopt updates CPU tensors")
-    if p.dtype not in _DTYPES:
+    _mixed.check_param(f, where, p, mixed)
+    if p.dtype not in _DTYPES and p.dtype not in _mixed.HALF:
         kind = "complex " if p.is_complex() else ""
         raise TypeError(f"{f}: {where} has dtype {p.dtype}; fastopt updates float32 or "
                         f"float64 tensors, not {kind}{p.dtype}")
@@ -109,8 +110,9 @@ def _check_grad(f, where, p, g):
         raise ValueError(f"{f}: the gradient of {where} is on {g.device}")
 
 
-def _check_state(f, where, p, name, s):
-    """A state tensor of its parameter's dtype, device and shape (raises)."""
+def _check_state(f, where, p, name, s, dtype=None):
+    """A state tensor of its parameter's device and shape and of dtype
+    (None: the parameter's) (raises)."""
     lab = f"state[{name!r}] of {where}"
     if s is None:
         raise ValueError(f"{f}: {lab} is missing")
@@ -121,8 +123,12 @@ def _check_state(f, where, p, name, s):
     if s.device != p.device:
         raise ValueError(f"{f}: {lab} is on {s.device} but the parameter is on "
                          f"{p.device}")
-    if s.dtype != p.dtype:
-        raise TypeError(f"{f}: {lab} has dtype {s.dtype} but the parameter has {p.dtype}")
+    if s.dtype != (p.dtype if dtype is None else dtype):
+        if dtype is None or dtype == p.dtype:
+            raise TypeError(f"{f}: {lab} has dtype {s.dtype} but the parameter has "
+                            f"{p.dtype}")
+        raise TypeError(f"{f}: {lab} has dtype {s.dtype}; the optimizer keeps it in "
+                        f"{dtype} (master_weights, state_dtype)")
     if s.shape != p.shape:
         raise ValueError(f"{f}: {lab} has shape {tuple(s.shape)} but the parameter has "
                          f"{tuple(p.shape)} (a state_dict of another model?)")
@@ -170,12 +176,20 @@ class _FastoptOptimizer(torch.optim.Optimizer):
     _T_ADD = 1
     _PREPARE = True     # steps after a full one may take the prepared or flat route
     _FLAT_CALL = True   # flat=True steps may be one call over the buffers
+    # torch.amp.GradScaler sets grad_scale and found_inf (tensors) on the
+    # optimizer for its step(), which unscales in the C call or skips
+    _step_supports_amp_scaling = True
+    _ROW = ""           # the rule's row of fastopt._rules.RULES (drop-ins)
 
-    def __init__(self, params, defaults, n_threads, flat=False):
+    def __init__(self, params, defaults, n_threads, flat=False, mixed=None):
         name = f"fastopt.torch.{type(self).__name__}"
         self.n_threads = _v.check_n_threads(name, n_threads)
         if not isinstance(flat, bool):
             raise TypeError(f"{name}: flat must be True or False, got {type(flat).__name__}")
+        # the mixed-precision options (mixed: master_weights, state_dtype,
+        # state_rounding, seed as given), fastopt/torch/_mixed.py
+        self._mixed = _mixed.NONE if mixed is None else _mixed.check(
+            name, type(self), *mixed, flat)
         self.last_step = None
         # id(tensor) -> (tensor, data_ptr, shape, strides, NumPy view), of the
         # last step (_views) and, while a step plans, of the one before (_old)
@@ -227,12 +241,34 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         self._flat.zero_grad(self)
         return None
 
+    @property
+    def master_weights(self) -> bool:
+        """Whether bfloat16/float16 parameters step through float32 masters
+        (``state[p]['master_param']``)."""
+        return self._mixed.master_weights
+
+    @property
+    def state_dtype(self):
+        """The dtype the rule's states are kept in (None: the parameter's,
+        or its master's)."""
+        return self._mixed.state_dtype
+
+    def load_state_dict(self, state_dict) -> None:
+        """torch's load_state_dict; masters (and, with ``state_dtype``,
+        states) keep their dtype where torch would cast them to their
+        parameter's."""
+        saved = _mixed.saved_tensors(self, state_dict)
+        super().load_state_dict(state_dict)
+        _mixed.restore(self, saved)
+
     def __getstate__(self):
-        return {**super().__getstate__(), "n_threads": self.n_threads}
+        return {**super().__getstate__(), "n_threads": self.n_threads,
+                "_mixed": self._mixed}
 
     def __setstate__(self, state):
         super().__setstate__(state)
         self.__dict__.setdefault("n_threads", None)
+        self.__dict__.setdefault("_mixed", _mixed.NONE)
         self.last_step = None
         self._views = self._old = {}
         self._prep = None
@@ -267,7 +303,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 or e[2] != t.shape or e[3] != t.stride() or e[5] is not t.dtype:
             if not make:
                 return None
-            e = (t, t.data_ptr(), t.shape, t.stride(), t.detach().numpy(), t.dtype)
+            e = (t, t.data_ptr(), t.shape, t.stride(), _mixed.numpy_of(t), t.dtype)
         self._views[key] = e
         return e[4]
 
@@ -299,16 +335,33 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         no carried scalar), and the carried value after the step."""
         return _step.group_tuple(t=t, **fields), None
 
+    def _master(self, f, w, p, st, new, old):
+        """The float32 master of the 16-bit parameter p (made into new if it
+        has none) and its NumPy view (old: the last step's views, or
+        False when p was not among them)."""
+        x = st.get(_mixed.MASTER)
+        if x is None:
+            x = new[_mixed.MASTER] = _mixed.new_master(p)
+        xv = self._view(old, x) if old else None
+        if xv is None:
+            _check_state(f, w, p, _mixed.MASTER, x, torch.float32)
+            xv = self._view(old or {}, x, True)
+        return x, xv
+
     def _plan(self, f):
         """Everything the step needs, checked; nothing written."""
         xs, gs, s1, s2, s3, index, groups = [], [], [], [], [], [], []
         where, names_of, fresh, counted, carried, after = [], [], [], [], [], []
         keys, written = {}, set()
+        mixed, copies, seeds, pos = self._mixed, [], [], 0
         old = self._old = self._views
         self._views = {}
         for gi, group in enumerate(self.param_groups):
             h = self._checked(f, group, gi)
             fields, names = self._group(h)
+            if mixed.flags:
+                fields = {**fields, "flags": fields.get("flags", 0) | mixed.flags}
+            first, pos = pos, pos + len(group["params"])
             for i, p in enumerate(group["params"]):
                 if p.grad is None:
                     continue
@@ -316,21 +369,30 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 xv = self._view(old, p)   # None: not seen with this memory before
                 hit = xv is not None
                 if not hit:
-                    _check_param(f, w, p)
+                    _check_param(f, w, p, mixed)
                     xv = self._view(old, p, True)
                 g = p.grad
                 _check_grad(f, w, p, g)
                 st = self.state.get(p) or {}
-                new = self._new_states(p, st, names, h)
+                x, new = p, {}
+                copies.append(xv if mixed.master_of(p) else None)
+                if copies[-1] is not None:      # x: the master; p gets the copy
+                    written.add(p.untyped_storage().data_ptr())
+                    x, xv = self._master(f, w, p, st, new, hit and old)
+                sdt = mixed.states_dtype(p)
+                made = self._new_states(x, st, names, h)
+                if made:
+                    new.update(_mixed.retype(made, names, sdt) if mixed.active else made)
                 full = {**st, **new} if new else st
                 views = []
                 for name in names:
                     s = full[name] if name in new else st.get(name)
                     v = self._view(old, s) if hit and s is not None else None
                     if v is None:
-                        _check_state(f, w, p, name, s)
+                        _check_state(f, w, p, name, s, sdt)
                         v = self._view(old, s, True)
                     views.append(v)
+                seeds.append(mixed.key(first + i))
                 t = self._t(f, w, full, new)
                 held = self._carried(f, w, full)
                 k = keys.setdefault((gi, t) if held is None else
@@ -343,7 +405,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                     carried.append((held[0], after[k]))
                 index.append(k)
                 xs.append(xv)
-                written.add(p.untyped_storage().data_ptr())
+                written.add(x.untyped_storage().data_ptr())
                 if g.requires_grad:            # a gradient made with create_graph
                     g = g.detach()
                 gs.append(g.resolve_neg() if g.is_neg() else g)
@@ -359,9 +421,10 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 counted.append(p)
         # read every gradient before anything is written: one sharing memory
         # with a parameter or state of the step is copied first
-        gs = [(g.clone() if g.untyped_storage().data_ptr() in written else g).numpy()
+        gs = [_mixed.numpy_of(g.clone() if g.untyped_storage().data_ptr() in written else g)
               for g in gs]
-        return (xs, gs, (s1, s2, s3), index, groups), where, names_of, fresh, counted, carried
+        return ((xs, gs, (s1, s2, s3), index, groups), where, names_of, fresh, counted,
+                carried, mixed.run_args(copies, seeds))
 
     @torch.no_grad()
     def step(self, closure=None, *, grad_scale=None, max_grad_norm=None, norm_type=2.0,
@@ -405,6 +468,11 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         """
         f = f"fastopt.torch.{type(self).__name__}.step"
         opts = _NO_OPTIONS
+        amp = _mixed.amp_scale(f, self.__dict__, grad_scale)
+        if amp is False:                # GradScaler found an inf or NaN: no step
+            self.last_step = _step.StepInfo(False, math.nan, False)
+            return None
+        grad_scale = amp
         if (grad_scale, max_grad_norm, skip_if_nonfinite) != (None, None, False):
             opts = _step.check_options(f, grad_scale=grad_scale,
                                        max_grad_norm=max_grad_norm,
@@ -420,7 +488,8 @@ class _FastoptOptimizer(torch.optim.Optimizer):
     def _update(self, f, opts) -> None:
         """The update of step(), run whole (a KeyboardInterrupt meanwhile
         is raised after it: fastopt._interrupt)."""
-        if self._flat is not None and self._PREPARE and self._FLAT_CALL:
+        prepare = self._PREPARE and not self._mixed.active
+        if self._flat is not None and prepare and self._FLAT_CALL:
             info = self._flat.run(self, f, opts)
             if info is not None:
                 self.last_step = info
@@ -433,7 +502,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 return
             if prep.stale:
                 self._prep = None
-        args, where, names_of, fresh, counted, carried = self._plan(f)
+        args, where, names_of, fresh, counted, carried, extra = self._plan(f)
         if not args[0]:
             self.last_step = _step.StepInfo(True, 0.0, True)
             return
@@ -445,9 +514,9 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                                     for w, n in zip(where, names_of)]
             return out
 
-        self.last_step = info = _step.run(f, *args, opts, self.n_threads, labels)
+        self.last_step = info = _step.run(f, *args, opts, self.n_threads, labels, **extra)
         if not info.applied:
-            if self._prep is None and not fresh and self._PREPARE:
+            if self._prep is None and not fresh and prepare:
                 self._prep = _prep.build(self, args, names_of, counted)
             return
         for p, new in fresh:
@@ -467,7 +536,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                     e[4][()] = e[4][()] + 1
                 else:
                     st["step"] += 1
-        if self._prep is None and self._PREPARE:
+        if self._prep is None and prepare:
             self._prep = _prep.build(self, args, names_of, counted)
 
 
@@ -504,23 +573,6 @@ def _span(p, where, moves):
     lo = p.data_ptr() - p.element_size() * sum(
         (d - 1) * -s for d, s in zip(p.shape, p.stride()) if s < 0)
     return (lo, lo + n * p.element_size(), where, moves)
-
-
-def _carried(f, where, st, name):
-    """A carried scalar of the state st (NAdam's mu_product): a one-element
-    float32 or float64 CPU tensor, finite and in [0, 1]; returns (the tensor,
-    its value as a NumPy scalar of its type) or raises."""
-    lab = f"state[{name!r}] of {where}"
-    v = st.get(name)
-    if v is None:
-        raise ValueError(f"{f}: {lab} is missing")
-    if not isinstance(v, torch.Tensor) or v.numel() != 1 or v.dtype not in (
-            torch.float32, torch.float64) or v.device.type != "cpu":
-        raise TypeError(f"{f}: {lab} must be a one-element float32 or float64 CPU tensor, "
-                        f"got {v!r}")
-    value = v.item()
-    _v.check_real(f, lab, value, low=0.0, high=1.0)
-    return v, (np.float32 if v.dtype == torch.float32 else np.float64)(value)
 
 
 def _zeros(p):

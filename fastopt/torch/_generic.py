@@ -3,10 +3,12 @@ built from its table row: torch's constructor (names, defaults, order,
 keyword-only marks), state names and step count."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .. import _rules, _step
-from ._base import _carried, _FastoptOptimizer, _step_tensor, _zeros
+from .. import _validation as _v
+from ._base import _FastoptOptimizer, _step_tensor, _zeros
 
 
 class _RuleDropin(_FastoptOptimizer):
@@ -38,10 +40,32 @@ class _RuleDropin(_FastoptOptimizer):
         return _step.group_tuple(t=t, extra=extra, **fields), after
 
 
+#: the mixed-precision options every drop-in takes after flat (_mixed.check)
+_MIXED_ARGS = ("master_weights", "state_dtype", "state_rounding", "seed")
+
+
+def _carried(f, where, st, name):
+    """A carried scalar of the state st (NAdam's mu_product): a one-element
+    float32 or float64 CPU tensor, finite and in [0, 1]; returns (the tensor,
+    its value as a NumPy scalar of its type) or raises."""
+    lab = f"state[{name!r}] of {where}"
+    v = st.get(name)
+    if v is None:
+        raise ValueError(f"{f}: {lab} is missing")
+    if not isinstance(v, torch.Tensor) or v.numel() != 1 or v.dtype not in (
+            torch.float32, torch.float64) or v.device.type != "cpu":
+        raise TypeError(f"{f}: {lab} must be a one-element float32 or float64 CPU tensor, "
+                        f"got {v!r}")
+    value = v.item()
+    _v.check_real(f, lab, value, low=0.0, high=1.0)
+    return v, (np.float32 if v.dtype == torch.float32 else np.float64)(value)
+
+
 def _init(self, params, a):
     _FastoptOptimizer.__init__(self, params, {k: a[k] for k in
                                               (arg.name for arg in self._RULE.args)},
-                               a["n_threads"], a["flat"])
+                               a["n_threads"], a["flat"],
+                               tuple(a[k] for k in _MIXED_ARGS))
 
 
 def _doc(rule) -> str:
@@ -59,7 +83,11 @@ def _doc(rule) -> str:
               "flat : bool, default False",
               "    Parameters, gradients and states in fastopt's flat buffers: a step",
               "    is one C call after a short check (see the module, \"The flat",
-              "    layout\").", "", "Notes", "-----",
+              "    layout\").",
+              "master_weights, state_dtype, state_rounding, seed",
+              "    Mixed precision: bfloat16/float16 parameters through float32",
+              "    masters, bfloat16 states (see the module, \"Mixed precision\").",
+              "", "Notes", "-----",
               f"State, as torch's: ``'step'`` (a float scalar tensor) and "
               f"{', '.join(f'``{s!r}``' for s in rule.states)} as the group's",
               "hyperparameters ask for them, created from zeros on a parameter's",
@@ -82,12 +110,13 @@ def make_class(rule: _rules.TorchRule) -> type:
     params = ["self", "params", *_rules.torch_params(rule, "D")]
     params += ["n_threads=None", "flat=False"] if "*" in params else [
         "*", "n_threads=None", "flat=False"]
+    params += ["master_weights=False", "state_dtype=None", "state_rounding='auto'", "seed=0"]
     init = _rules.define("__init__", params, "init(self, params, locals())",
                          {"D": {a.name: a.default for a in rule.args}, "init": _init},
                          "fastopt.torch")
     cls = type(rule.cls, (_RuleDropin,), {
         "__init__": init, "__doc__": _doc(rule), "__module__": "fastopt.torch",
-        "_RULE": rule, "_SPEC": _rules.spec(rule),
+        "_RULE": rule, "_ROW": rule.row, "_SPEC": _rules.spec(rule),
         "_FLAT_CALL": not rule.per_tensor and rule.carry is None})
     init.__qualname__ = f"{rule.cls}.__init__"
     return cls

@@ -1,0 +1,185 @@
+"""Mixed precision in fastopt.torch: ``master_weights=True`` (bfloat16 or
+float16 parameters updated through float32 masters, which the optimizer
+keeps in ``state[p]['master_param']`` and rounds into the parameter in the
+same C pass) and ``state_dtype="bfloat16"`` (the rule's states kept in
+bfloat16, rounded by the step as docs/semantics.md, "bfloat16 states",
+says). The options' checks, the dtypes each tensor of a parameter has, the
+NumPy view of a tensor of any of them, and the repair of what torch's
+``load_state_dict`` casts to the parameter's dtype."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from .. import _dtypes, _ext, _rules, _step
+
+#: the state entry holding a 16-bit parameter's float32 master
+MASTER = "master_param"
+#: torch dtype -> NumPy dtype of the 16-bit types a float32 master is copied to
+HALF = {getattr(torch, d.torch): d.numpy for d in _dtypes.DTYPES
+        if d.numpy is not None and d.numpy in _dtypes.COPIES_OF[np.dtype(np.float32)]}
+_BF16 = torch.bfloat16
+_KEY_STEP = _ext.tables()["key_step"]   # the keys' stride (FO_KEY_STEP)
+_M64 = (1 << 64) - 1
+#: the names state_dtype takes
+_STATE_DTYPES = {"float32": torch.float32, "bfloat16": _BF16}
+
+
+class Mixed(NamedTuple):
+    """The checked options; the default (nothing mixed) is ``NONE``."""
+    master_weights: bool = False
+    state_dtype: torch.dtype | None = None     # None: the parameter's (or master's)
+    flags: int = 0                             # the group flags of state_rounding
+    seed: int = 0
+
+    @property
+    def active(self) -> bool:
+        """Does a step need what only the checked route gives (a copy to
+        write, a state of another dtype than its parameter's, a key)?"""
+        return self.master_weights or self.state_dtype is _BF16
+
+    def master_of(self, p) -> bool:
+        """Does parameter p step through a float32 master?"""
+        return self.master_weights and p.dtype in HALF
+
+    def key(self, k) -> int:
+        """The stochastic rounding key of the optimizer's k-th parameter
+        (in group order, whether it steps or not)."""
+        return (self.seed + k * _KEY_STEP) & _M64
+
+    def run_args(self, copies, keys) -> dict:
+        """_step.run's copies and seed for a step over tensors with those
+        copies (None where a parameter is its own master) and keys."""
+        out = {}
+        if any(c is not None for c in copies):
+            out["copies"] = copies
+        if self.state_dtype is _BF16:
+            out["seed"] = tuple(keys)
+        return out
+
+    def states_dtype(self, p) -> torch.dtype:
+        """The dtype of p's rule states."""
+        if self.state_dtype is not None:
+            return self.state_dtype
+        return torch.float32 if self.master_of(p) else p.dtype
+
+
+NONE = Mixed()
+
+
+def check(f, cls, master_weights, state_dtype, state_rounding, seed, flat) -> Mixed:
+    """The mixed-precision options of the drop-in cls (raises)."""
+    if not isinstance(master_weights, bool):
+        raise TypeError(f"{f}: master_weights must be True or False, got "
+                        f"{type(master_weights).__name__}")
+    dt = state_dtype
+    if isinstance(dt, str) or dt not in _STATE_DTYPES.values():
+        dt = _STATE_DTYPES.get(dt) if isinstance(dt, str) else None
+        if dt is None and state_dtype is not None:
+            raise ValueError(f"{f}: state_dtype must be None, 'float32' or 'bfloat16' (or "
+                             f"torch.float32, torch.bfloat16), got {state_dtype!r}")
+    flags = _step.rounding_flags(f, state_rounding)
+    seed = _step.check_seed(f, seed)
+    out = Mixed(master_weights, dt, flags, seed)
+    if out.state_dtype is _BF16:
+        if cls._ROW not in _rules.ID or not _rules.RULES[_rules.ID[cls._ROW]].apart:
+            raise ValueError(f"{f}: state_dtype='bfloat16' is not available for "
+                             f"{cls.__name__}: its trust pass reads the states in their "
+                             f"parameters' dtype")
+    if out.active and flat:
+        raise ValueError(f"{f}: flat=True does not combine with master_weights or "
+                         f"state_dtype; leave flat at False")
+    return out
+
+
+def check_param(f, where, p, mixed: Mixed) -> None:
+    """A 16-bit parameter is one to step through a master; the states'
+    dtype fits the parameter's (raises)."""
+    if p.dtype in HALF and not mixed.master_weights:
+        raise TypeError(f"{f}: {where} has dtype {p.dtype}; fastopt updates float32 or "
+                        f"float64 tensors, or {p.dtype} ones through float32 masters "
+                        f"(pass master_weights=True)")
+    if mixed.state_dtype is _BF16 and p.dtype == torch.float64:
+        raise TypeError(f"{f}: {where} has dtype {p.dtype}; state_dtype='bfloat16' keeps "
+                        f"the states of float32 parameters (or masters)")
+
+
+def numpy_of(t):
+    """A NumPy view of tensor t's memory (bfloat16 as ml_dtypes.bfloat16,
+    which torch's ``.numpy()`` does not make)."""
+    t = t.detach()
+    if t.dtype is _BF16:
+        return t.view(torch.int16).numpy().view(HALF[_BF16])
+    return t.numpy()
+
+
+def new_master(p):
+    """A float32 master of the 16-bit parameter p, in its layout."""
+    return p.detach().to(torch.float32, memory_format=torch.preserve_format, copy=True)
+
+
+def retype(new: dict, names, dtype) -> dict:
+    """The new states with the rule's (names) of the dtype given."""
+    return {k: (v.to(dtype) if k in names and isinstance(v, torch.Tensor)
+                and v.dtype != dtype else v) for k, v in new.items()}
+
+
+def saved_tensors(opt, state_dict) -> dict:
+    """Before torch's load_state_dict casts every floating state to its
+    parameter's dtype: (parameter position, key) -> the saved tensor, for
+    the entries whose dtype the mixed options fix (a master; a rule state
+    of another dtype than its parameter's)."""
+    if not opt._mixed.active or not isinstance(state_dict, dict):
+        return {}
+    saved_ids = [i for g in state_dict.get("param_groups", ()) for i in g.get("params", ())]
+    params = [p for g in opt.param_groups for p in g["params"]]
+    st = state_dict.get("state", {})
+    out = {}
+    for pos, (i, p) in enumerate(zip(saved_ids, params)):
+        for k, v in (st.get(i) or {}).items():
+            if isinstance(v, torch.Tensor) and k != "step" and v.dim() > 0 \
+                    and _wanted(opt._mixed, p, k) != p.dtype:
+                out[(pos, k)] = v
+    return out
+
+
+def restore(opt, saved: dict) -> None:
+    """After torch's load_state_dict: the saved masters and states again,
+    in the dtypes the options keep them in."""
+    if not saved:
+        return
+    params = [p for g in opt.param_groups for p in g["params"]]
+    for (pos, k), v in saved.items():
+        p = params[pos]
+        opt.state[p][k] = v.detach().to(device=p.device, dtype=_wanted(opt._mixed, p, k),
+                                         copy=True)
+
+
+def _wanted(mixed: Mixed, p, key) -> torch.dtype:
+    return torch.float32 if key == MASTER else mixed.states_dtype(p)
+
+
+def amp_scale(f, attrs, grad_scale):
+    """The gradient scale of a step that torch.amp.GradScaler called (it
+    sets the optimizer's ``grad_scale``, its scale or None when
+    ``unscale_`` ran, and ``found_inf``, non-zero when a gradient was not
+    finite): False if found_inf says skip, else the scale to divide by
+    (times the step's own grad_scale), or grad_scale itself without them."""
+    found = attrs.get("found_inf")
+    if found is None and "grad_scale" not in attrs:
+        return grad_scale
+    if isinstance(found, torch.Tensor):
+        found = float(found.sum())
+    if found:
+        return False
+    scale = attrs.get("grad_scale")
+    if scale is None:
+        return grad_scale
+    if isinstance(scale, torch.Tensor):
+        if scale.numel() != 1:
+            raise ValueError(f"{f}: the GradScaler's grad_scale must be one number, got "
+                             f"shape {tuple(scale.shape)}")
+        scale = float(scale)
+    return scale if grad_scale is None else scale * grad_scale

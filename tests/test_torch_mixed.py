@@ -1,0 +1,224 @@
+"""Mixed precision in fastopt.torch: bfloat16/float16 parameters through
+float32 masters (``master_weights=True``), bfloat16 states
+(``state_dtype="bfloat16"``) and torch.amp.GradScaler's fused unscale.
+
+The contract is the NumPy API's: a master's trajectory is bit for bit the
+float32 step's on the gradients widened, the 16-bit parameter is its
+master rounded as ``.to()`` rounds, and bfloat16 states are those of the
+functional form with the same keys.
+"""
+import io
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch_helpers import same, snapshot  # noqa: E402
+
+import fastopt  # noqa: E402
+import fastopt.torch as ft  # noqa: E402  (after the importorskip)
+
+HALVES = [torch.bfloat16, torch.float16]
+RULES = {"SGD": dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01),
+         "Adagrad": dict(lr=0.1, weight_decay=0.01, initial_accumulator_value=0.1),
+         "Adam": dict(lr=0.01, weight_decay=0.01, amsgrad=True),
+         "AdamW": dict(lr=0.01),
+         "RMSprop": dict(lr=0.01, momentum=0.5, centered=True),
+         "Lion": dict(lr=0.01, weight_decay=0.1)}
+SHAPES = [(6, 5), (7,), (3, 2, 4)]
+
+
+def values(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=g) for s in SHAPES]
+
+
+def grads(k):
+    g = torch.Generator().manual_seed(100 + k)
+    return [torch.randn(s, generator=g) for s in SHAPES]
+
+
+@pytest.mark.parametrize("half", HALVES)
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_masters_step_as_float32_on_widened_gradients(name, half):
+    """The masters follow the float32 drop-in fed the 16-bit gradients
+    widened, bit for bit; each 16-bit parameter is its master rounded;
+    a float32 parameter among them is its own master."""
+    vs = values()
+    model = [torch.nn.Parameter(v.to(half)) for v in vs[:2]] + [torch.nn.Parameter(vs[2])]
+    ref = [torch.nn.Parameter(p.detach().float()) for p in model]
+    opt = getattr(ft, name)(model, master_weights=True, **RULES[name])
+    opt_ref = getattr(ft, name)(ref, **RULES[name])
+    for k in range(4):
+        for p, r, g in zip(model, ref, grads(k)):
+            p.grad = g.to(p.dtype)
+            r.grad = p.grad.float()
+        opt.step()
+        opt_ref.step()
+        for p, r in zip(model[:2], ref):
+            master = opt.state[p]["master_param"]
+            assert master.dtype == torch.float32
+            assert torch.equal(master, r.detach())
+            assert p.dtype == half and torch.equal(p.detach(), r.detach().to(half))
+        assert torch.equal(model[2].detach(), ref[2].detach())
+        assert "master_param" not in opt.state[model[2]]
+        for name_ in opt.state[model[0]]:
+            if name_ not in ("master_param", "step"):
+                assert opt.state[model[0]][name_].dtype == torch.float32
+
+
+@pytest.mark.parametrize("n_threads", [1, 3])
+def test_bf16_states_are_the_functional_forms(n_threads):
+    """state_dtype='bfloat16' stores what fastopt.adamw stores with bfloat16
+    states and the same seed (parameter k's key: seed + k * KEY_STEP)."""
+    import ml_dtypes
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    model = [torch.nn.Parameter(v) for v in values()]
+    xs = [p.detach().numpy().copy() for p in model]
+    ms = [np.zeros(x.shape, bf16) for x in xs]
+    vs = [np.zeros(x.shape, bf16) for x in xs]
+    opt = ft.AdamW(model, lr=0.01, betas=(0.9, 0.999), state_dtype="bfloat16", seed=11,
+                   n_threads=n_threads)
+    for k in range(3):
+        gs = grads(k)
+        for p, g in zip(model, gs):
+            p.grad = g
+        opt.step()
+        fastopt.adamw(xs, [g.numpy() for g in gs], ms, vs, step=k + 1, lr=0.01,
+                      betas=(0.9, 0.999), seed=11, n_threads=n_threads)
+        for p, x, m, v in zip(model, xs, ms, vs):
+            st = opt.state[p]
+            assert st["exp_avg"].dtype == torch.bfloat16
+            np.testing.assert_array_equal(p.detach().numpy(), x)
+            np.testing.assert_array_equal(st["exp_avg"].view(torch.int16).numpy(),
+                                          m.view(np.int16))
+            np.testing.assert_array_equal(st["exp_avg_sq"].view(torch.int16).numpy(),
+                                          v.view(np.int16))
+
+
+def test_checkpoint_keeps_masters_and_bf16_states():
+    """A state_dict round trip (through torch.save) keeps the float32 masters
+    and the bfloat16 states, which torch's load_state_dict would cast to
+    the parameter's dtype; the resumed run equals the uninterrupted one."""
+    def make():
+        model = [torch.nn.Parameter(v.to(torch.bfloat16)) for v in values()]
+        return model, ft.Adam(model, lr=0.01, master_weights=True,
+                              state_dtype="bfloat16", seed=5)
+    model, opt = make()
+    for k in range(2):
+        for p, g in zip(model, grads(k)):
+            p.grad = g.to(torch.bfloat16)
+        opt.step()
+    buf = io.BytesIO()
+    torch.save(opt.state_dict(), buf)
+    model2, opt2 = make()
+    with torch.no_grad():
+        for p, q in zip(model, model2):
+            q.copy_(p)
+    buf.seek(0)
+    opt2.load_state_dict(torch.load(buf))
+    for p, q in zip(model, model2):
+        for key, want in (("master_param", torch.float32), ("exp_avg", torch.bfloat16)):
+            assert opt2.state[q][key].dtype == want
+            assert torch.equal(opt2.state[q][key], opt.state[p][key])
+    for k in range(2, 4):
+        for p, q, g in zip(model, model2, grads(k)):
+            p.grad = g.to(torch.bfloat16)
+            q.grad = p.grad.clone()
+        opt.step()
+        opt2.step()
+    same(snapshot(opt, model), snapshot(opt2, model2))
+
+
+def test_refusals_write_nothing():
+    p = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
+    p.grad = torch.ones(4, dtype=torch.bfloat16)
+    q = torch.nn.Parameter(torch.ones(4))
+    q.grad = torch.ones(4)
+    opt = ft.AdamW([q, p], lr=0.1)
+    before = snapshot(opt, [q, p])
+    with pytest.raises(TypeError, match=r"AdamW.step: param_groups\[0\]\['params'\]\[1\] "
+                       r"has dtype torch.bfloat16.*master_weights=True"):
+        opt.step()
+    same(before, snapshot(opt, [q, p]))
+    # a master replaced by one of another dtype: refused, nothing written
+    opt = ft.AdamW([q, p], lr=0.1, master_weights=True)
+    opt.step()
+    opt.state[p]["master_param"] = opt.state[p]["master_param"].double()
+    before = snapshot(opt, [q, p])
+    with pytest.raises(TypeError, match=r"state\['master_param'\] of param_groups\[0\]"
+                       r"\['params'\]\[1\] has dtype torch.float64; the optimizer keeps "
+                       r"it in torch.float32"):
+        opt.step()
+    same(before, snapshot(opt, [q, p]))
+    with pytest.raises(ValueError, match="flat=True does not combine with master_weights"):
+        ft.SGD([q], master_weights=True, flat=True)
+    with pytest.raises(ValueError, match="state_dtype must be None, 'float32' or "
+                       "'bfloat16'.*'float16'"):
+        ft.Adam([q], state_dtype="float16")
+    with pytest.raises(ValueError, match="state_dtype='bfloat16' is not available for LAMB"):
+        ft.LAMB([q], state_dtype="bfloat16")
+    with pytest.raises(TypeError, match="master_weights must be True or False"):
+        ft.Adam([q], master_weights=1)
+    with pytest.raises(ValueError, match="state_rounding must be"):
+        ft.Adam([q], state_dtype="bfloat16", state_rounding="up")
+    d = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+    d.grad = torch.ones(3, dtype=torch.float64)
+    opt = ft.Adam([d], state_dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="keeps the states of float32 parameters"):
+        opt.step()
+    assert torch.equal(d.detach(), torch.ones(3, dtype=torch.float64))
+
+
+def _scaled_run(make_opt, inf_at, unscale_first, steps=6):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(),
+                                torch.nn.Linear(8, 2)).double()
+    opt = make_opt(model.parameters())
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12)
+    x = torch.randn(16, 5, dtype=torch.float64)
+    out = []
+    for k in range(steps):
+        opt.zero_grad()
+        loss = model(x).square().mean() * (float("inf") if k == inf_at else 1.0)
+        scaler.scale(loss).backward()
+        if unscale_first:                   # e.g. to clip: the step gets no scale
+            scaler.unscale_(opt)
+        scaler.step(opt)
+        scaler.update()
+        out.append(([p.detach().clone() for p in model.parameters()], scaler.get_scale()))
+    return out
+
+
+@pytest.mark.parametrize("unscale_first", [False, True])
+def test_grad_scaler_unscales_in_the_step_and_skips_on_inf(unscale_first):
+    """torch.amp.GradScaler hands fastopt its scale and found_inf (no
+    separate unscale of the gradients unless the user asks for one); the
+    trajectory is torch.optim's, and the step with an inf gradient is
+    skipped by both."""
+    ours = _scaled_run(lambda ps: ft.Adam(ps, lr=0.01), 2, unscale_first)
+    theirs = _scaled_run(lambda ps: torch.optim.Adam(ps, lr=0.01), 2, unscale_first)
+    for (a, sa), (b, sb) in zip(ours, theirs):
+        assert sa == sb
+        for u, v in zip(a, b):
+            torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-14)
+    for u, v in zip(ours[1][0], ours[2][0]):
+        assert torch.equal(u, v)            # the inf step wrote nothing
+    assert ours[3][1] == ours[1][1] / 2     # and the scale backed off
+
+
+def test_grad_scaler_scale_reaches_the_c_step():
+    """The scale GradScaler sets is divided out by the C step itself (the
+    gradients keep their scaled values)."""
+    p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    opt = ft.SGD([p], lr=1.0)
+    p.grad = torch.full((3,), 8.0, dtype=torch.float64)
+    opt.grad_scale = torch.tensor(4.0)
+    opt.found_inf = torch.tensor(0.0)
+    opt.step()
+    assert torch.equal(p.detach(), torch.full((3,), -2.0, dtype=torch.float64))
+    assert torch.equal(p.grad, torch.full((3,), 8.0, dtype=torch.float64))
+    opt.found_inf = torch.tensor(1.0)
+    opt.step()
+    assert torch.equal(p.detach(), torch.full((3,), -2.0, dtype=torch.float64))
+    assert not opt.last_step.applied
