@@ -25,7 +25,7 @@
  */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
     && defined(__linux__) && !defined(FO_NO_CLONES)
-#define FO_ISA_PATHS "x86-64 baseline, AVX2, AVX-512F (runtime dispatch)"
+#define FO_ISA_PATHS "x86-64 baseline, AVX2+FMA (x86-64-v3), AVX-512F (runtime dispatch)"
 #else
 #define FO_ISA_PATHS "compiler default target only"
 #endif
@@ -39,8 +39,8 @@ const char *fo_isa_active(void)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f"))
         return "AVX-512F";
-    if (__builtin_cpu_supports("avx2"))
-        return "AVX2";
+    if (__builtin_cpu_supports("x86-64-v3"))
+        return "AVX2+FMA (x86-64-v3)";
     return "x86-64 baseline";
 #else
     return "compiler default target";

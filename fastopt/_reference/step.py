@@ -20,9 +20,10 @@ Nothing here modifies its arguments.
 
 The rules that are not ONNX follow torch 2.13's single-tensor code
 (``torch.optim.SGD``, ``Adagrad``, ``Adam``, ``AdamW`` with the CPU default
-``foreach=False``) operation by operation; torch evaluates some of these
-operations with a fused multiply-add in its vector loops, so fastopt agrees
-with torch to an ulp or so, not bit for bit.
+``foreach=False``) operation by operation. torch evaluates ``a + alpha*b``
+with a fused multiply-add in its vector loops; SGD's reference does the
+same (:func:`fastopt._reference.fma.fma`), so fastopt's SGD equals torch's
+bit for bit, and the other rules agree with torch to an ulp or so.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import math
 
 import numpy as np
 
+from .fma import fma as _fma
 from .ops import adagrad as _onnx_adagrad
 from .ops import adam as _onnx_adam
 from .ops import momentum as _onnx_momentum
@@ -151,7 +153,8 @@ def transform(g, *, grad_scale=1.0, norm=None, max_norm=None,
 @_quiet
 def sgd_torch(x, g, buf, *, lr, momentum=0.0, dampening=0.0, weight_decay=0.0,
               nesterov=False, first=True):
-    """torch.optim.SGD, one step (g already negated if maximize).
+    """torch.optim.SGD, one step (g already negated if maximize), each
+    ``a + s*b`` a fused multiply-add as in torch's kernels.
 
     ``first`` means no momentum buffer yet (torch then copies the gradient).
     Returns (x_new, buf_new); buf is returned unchanged without momentum.
@@ -160,14 +163,14 @@ def sgd_torch(x, g, buf, *, lr, momentum=0.0, dampening=0.0, weight_decay=0.0,
     c = _c(x)
     g = np.asarray(g, dtype=x.dtype)
     if weight_decay != 0.0:
-        g = g + c(weight_decay) * x
+        g = _fma(c(weight_decay), x, g)
     if momentum != 0.0:
         if first:
             buf = g.copy()
         else:
-            buf = np.asarray(buf, dtype=x.dtype) * c(momentum) + c(1.0 - dampening) * g
-        g = g + c(momentum) * buf if nesterov else buf
-    return x + c(-lr) * g, (None if buf is None else np.array(buf))
+            buf = _fma(c(1.0 - dampening), g, np.asarray(buf, dtype=x.dtype) * c(momentum))
+        g = _fma(c(momentum), buf, g) if nesterov else buf
+    return _fma(c(-lr), g, x), (None if buf is None else np.array(buf))
 
 
 @_quiet
