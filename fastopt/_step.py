@@ -326,6 +326,17 @@ def rounding_flags(f, state_rounding) -> int:
     return ROUNDING[state_rounding]
 
 
+#: the stride of the stochastic rounding keys (FO_KEY_STEP, src_c/fastopt.h)
+KEY_STEP = _ext.tables()["key_step"]
+
+
+def key(seed: int, k: int) -> int:
+    """The stochastic rounding key of an optimizer's k-th parameter (in
+    group order, whether a step updates it or not): seed + k * KEY_STEP
+    (mod 2**64; docs/semantics.md, "bfloat16 states")."""
+    return (seed + k * KEY_STEP) & 0xFFFFFFFFFFFFFFFF
+
+
 def check_seed(f, seed) -> int:
     """A stochastic rounding seed: an integer in [0, 2**64)."""
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):

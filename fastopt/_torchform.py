@@ -287,7 +287,10 @@ def sgd(params: ArrayOrList, grads: ArrayOrList,
     the buffer becomes ``u_r``, later ``buf = momentum * buf + (1 -
     dampening) * u_r``; then ``x = x - lr * (u_r + momentum * buf)``
     (nesterov) or ``x = x - lr * buf``. Without momentum, ``x = x - lr *
-    u_r`` and momentum_buffers may be None.
+    u_r`` and momentum_buffers may be None. Each ``a + s * b`` here is one
+    fused multiply-add (``buf * momentum`` rounded first), as torch's
+    kernels compute it: the result is torch.optim.SGD's, bit for bit
+    (docs/semantics.md, "torch's fused multiply-adds").
 
     The ONNX operator (its own names and T convention) is
     :func:`fastopt.onnx_momentum`.

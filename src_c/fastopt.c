@@ -24,8 +24,15 @@
  * supports ifuncs (GCC, x86-64 Linux); FO_NO_CLONES turns it off.
  */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
-    && defined(__linux__) && !defined(FO_NO_CLONES)
+    && defined(__linux__) && !defined(FO_NO_CLONES) && __GNUC__ >= 12
 #define FO_ISA_PATHS "x86-64 baseline, AVX2+FMA (x86-64-v3), AVX-512F (runtime dispatch)"
+#define FO_ISA_MID_FEATURE "x86-64-v3"       /* FO_KERNEL's middle clone */
+#define FO_ISA_MID_NAME "AVX2+FMA (x86-64-v3)"
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
+    && defined(__linux__) && !defined(FO_NO_CLONES)
+#define FO_ISA_PATHS "x86-64 baseline, AVX2, AVX-512F (runtime dispatch)"
+#define FO_ISA_MID_FEATURE "avx2"
+#define FO_ISA_MID_NAME "AVX2"
 #else
 #define FO_ISA_PATHS "compiler default target only"
 #endif
@@ -39,8 +46,8 @@ const char *fo_isa_active(void)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f"))
         return "AVX-512F";
-    if (__builtin_cpu_supports("x86-64-v3"))
-        return "AVX2+FMA (x86-64-v3)";
+    if (__builtin_cpu_supports(FO_ISA_MID_FEATURE))
+        return FO_ISA_MID_NAME;
     return "x86-64 baseline";
 #else
     return "compiler default target";

@@ -17,11 +17,14 @@
 #include "rules.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
-    && defined(__linux__) && !defined(FO_NO_CLONES)
-/* x86-64-v3 is AVX2 with FMA: the fused multiply-adds of torch's rules
- * (FO_FMA) vectorize there; the baseline clone calls the C library's fma,
- * which rounds the same, once. */
+    && defined(__linux__) && !defined(FO_NO_CLONES) && __GNUC__ >= 12
+/* x86-64-v3 is AVX2 with FMA (GCC 12 dispatches on it): the fused
+ * multiply-adds of torch's rules (FO_FMA) vectorize there; the baseline
+ * clone calls the C library's fma, which rounds the same, once. */
 #define FO_KERNEL __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
+    && defined(__linux__) && !defined(FO_NO_CLONES)
+#define FO_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define FO_KERNEL
 #endif

@@ -96,18 +96,24 @@ def test_bf16_states_are_the_functional_forms(n_threads):
                                           v.view(np.int16))
 
 
-def test_checkpoint_keeps_masters_and_bf16_states():
-    """A state_dict round trip (through torch.save) keeps the float32 masters
-    and the bfloat16 states, which torch's load_state_dict would cast to
-    the parameter's dtype; the resumed run equals the uninterrupted one."""
+@pytest.mark.parametrize("name", ["Adam", "NAdam"])
+def test_checkpoint_keeps_masters_and_bf16_states(name):
+    """A state_dict round trip (through torch.save) keeps the float32 masters,
+    the bfloat16 states and a carried scalar (NAdam's mu_product), which
+    torch's load_state_dict would cast to the parameter's dtype, also of a
+    0-d parameter; the resumed run equals the uninterrupted one."""
     def make():
         model = [torch.nn.Parameter(v.to(torch.bfloat16)) for v in values()]
-        return model, ft.Adam(model, lr=0.01, master_weights=True,
-                              state_dtype="bfloat16", seed=5)
+        model.append(torch.nn.Parameter(torch.tensor(0.5, dtype=torch.bfloat16)))
+        return model, getattr(ft, name)(model, lr=0.01, master_weights=True,
+                                        state_dtype="bfloat16", seed=5)
+    def set_grads(ps, k):
+        for p, g in zip(ps, grads(k) + [torch.tensor(0.25 * k - 0.3)]):
+            p.grad = g.to(torch.bfloat16)
+
     model, opt = make()
     for k in range(2):
-        for p, g in zip(model, grads(k)):
-            p.grad = g.to(torch.bfloat16)
+        set_grads(model, k)
         opt.step()
     buf = io.BytesIO()
     torch.save(opt.state_dict(), buf)
@@ -118,13 +124,14 @@ def test_checkpoint_keeps_masters_and_bf16_states():
     buf.seek(0)
     opt2.load_state_dict(torch.load(buf))
     for p, q in zip(model, model2):
-        for key, want in (("master_param", torch.float32), ("exp_avg", torch.bfloat16)):
-            assert opt2.state[q][key].dtype == want
-            assert torch.equal(opt2.state[q][key], opt.state[p][key])
+        for key, v in opt.state[p].items():
+            assert opt2.state[q][key].dtype == v.dtype
+            assert torch.equal(opt2.state[q][key], v)
+        assert opt2.state[q]["master_param"].dtype == torch.float32
+        assert opt2.state[q]["exp_avg"].dtype == torch.bfloat16
     for k in range(2, 4):
-        for p, q, g in zip(model, model2, grads(k)):
-            p.grad = g.to(torch.bfloat16)
-            q.grad = p.grad.clone()
+        set_grads(model, k)
+        set_grads(model2, k)
         opt.step()
         opt2.step()
     same(snapshot(opt, model), snapshot(opt2, model2))
@@ -164,10 +171,20 @@ def test_refusals_write_nothing():
         ft.Adam([q], state_dtype="bfloat16", state_rounding="up")
     d = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
     d.grad = torch.ones(3, dtype=torch.float64)
-    opt = ft.Adam([d], state_dtype=torch.bfloat16)
-    with pytest.raises(TypeError, match="keeps the states of float32 parameters"):
-        opt.step()
-    assert torch.equal(d.detach(), torch.ones(3, dtype=torch.float64))
+    for dt in (torch.bfloat16, "float32"):
+        opt = ft.Adam([d], state_dtype=dt)
+        with pytest.raises(TypeError, match=r"Adam.step: param_groups\[0\]\['params'\]\[0\] "
+                           r"has dtype torch.float64; state_dtype='(bfloat16|float32)' keeps "
+                           r"the states of float32 parameters"):
+            opt.step()
+        assert torch.equal(d.detach(), torch.ones(3, dtype=torch.float64))
+        assert not opt.state
+    with pytest.raises(ValueError, match="flat=True does not combine"):
+        ft.Adam([d], state_dtype="float32", flat=True)
+    h = torch.nn.Parameter(torch.ones(3, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match=r"has dtype torch.bfloat16; flat=True lays out "
+                       r"float32 or float64 parameters"):
+        ft.SGD([h], flat=True)
 
 
 def _scaled_run(make_opt, inf_at, unscale_first, steps=6):
@@ -222,3 +239,26 @@ def test_grad_scaler_scale_reaches_the_c_step():
     opt.step()
     assert torch.equal(p.detach(), torch.full((3,), -2.0, dtype=torch.float64))
     assert not opt.last_step.applied
+    with pytest.raises(ValueError, match="max_grad_norm"):   # checked, skip or not
+        opt.step(max_grad_norm=-1.0)
+
+
+def test_grad_scaler_with_float16_masters_clips_in_the_step():
+    """A float16 model through masters under GradScaler, clipped by the step
+    (torch's unscale_ refuses float16 gradients): the masters are the
+    float32 drop-in's, fed the unscaled gradients and clipped alike."""
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(6, 4).half())
+    ref = torch.nn.Parameter(w.detach().float())
+    opt = ft.AdamW([w], lr=0.01, master_weights=True)
+    opt_ref = ft.AdamW([ref], lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+    for k in range(3):
+        scaler.scale(torch.ones(()))        # (the scaler starts on its first scale)
+        g = torch.randn(6, 4, generator=torch.Generator().manual_seed(k))
+        w.grad = (g * scaler.get_scale()).half()
+        ref.grad = w.grad.float() / scaler.get_scale()
+        scaler.step(opt, max_grad_norm=0.5)
+        scaler.update()
+        opt_ref.step(max_grad_norm=0.5)
+        assert torch.equal(opt.state[w]["master_param"], ref.detach())

@@ -15,12 +15,15 @@ import numpy as np
 
 
 def _libm():
-    for name in ("libm.so.6", ctypes.util.find_library("m")):
-        if name:
-            try:
-                return ctypes.CDLL(name)
-            except OSError:
-                continue
+    # glibc's name, the platform's, then the interpreter itself (musl links
+    # its libm into libc, and find_library may not find it by name)
+    for name in ("libm.so.6", ctypes.util.find_library("m"), None):
+        try:
+            lib = ctypes.CDLL(name)
+            if hasattr(lib, "fma") and hasattr(lib, "fmaf"):
+                return lib
+        except OSError:
+            continue
     raise ImportError("fastopt._reference.fma needs the C library's fma (libm)")
 
 

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _dtypes, _ext, _rules
+from .. import _dtypes, _rules, _step
 
 #: the names state_dtype takes, and their dtypes (None: the parameter's own)
 _NAMES = {"float32": np.dtype(np.float32),
           "bfloat16": next(d.numpy for d in _dtypes.DTYPES if d.name == "BF16")}
-_M64 = (1 << 64) - 1
-KEY_STEP = _ext.tables()["key_step"]      # FO_KEY_STEP (src_c/fastopt.h)
 
 
 def check_dtype(f, state_dtype):
@@ -75,7 +73,7 @@ def keys(opt, where):
     step leaves out (0, no keys, when no state is stored apart)."""
     if not apart(opt):
         return 0
-    return tuple((opt.seed + k * KEY_STEP) & _M64 for k in where)
+    return tuple(_step.key(opt.seed, k) for k in where)
 
 
 def with_flags(opt, group):

@@ -18,7 +18,8 @@ class SGD(_Optimizer):
     step the buffer becomes ``u_r``, later ``buf = momentum * buf + (1 -
     dampening) * u_r``; then ``x = x - lr * (u_r + momentum * buf)``
     (nesterov) or ``x = x - lr * buf``. Without momentum ``x = x - lr * u_r``
-    and no buffer is kept.
+    and no buffer is kept. Each ``a + s * b`` is one fused multiply-add, as
+    torch's kernels compute it (torch.optim.SGD's bits; docs/semantics.md).
 
     Parameters
     ----------

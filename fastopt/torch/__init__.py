@@ -12,8 +12,9 @@ arguments of the torch.optim classes of the same name (torch 2.13), keep the
 same state (``'step'``, ``'momentum_buffer'``, ``'sum'``, ``'exp_avg'``,
 ``'exp_avg_sq'``, ``'max_exp_avg_sq'``, ``'square_avg'``, ``'grad_avg'``;
 ``state_dict()`` has torch's shape,
-so checkpoints move both ways) and compute torch's update (to rounding: torch
-fuses some multiply-adds). Everything else is torch's Optimizer:
+so checkpoints move both ways) and compute torch's update (SGD's bit for bit,
+with torch's fused multiply-adds; the others to rounding). Everything else is
+torch's Optimizer:
 ``zero_grad``, parameter groups, ``add_param_group``, hooks and the
 ``torch.optim.lr_scheduler`` schedulers. What fastopt cannot honour is
 refused with an error, not approximated: ``foreach``, ``fused``,

@@ -84,7 +84,7 @@ def _betas_types(f, betas):
 
 def _check_param(f, where, p, mixed=_mixed.NONE):
     """A parameter that fastopt can update (raises); mixed: the
-    optimizer's mixed-precision options."""
+    optimizer's mixed-precision options (None: for the flat layout)."""
     if p.device.type != "cpu":
         raise ValueError(f"{f}: {where} is on {p.device}; fastopt updates CPU tensors")
     _mixed.check_param(f, where, p, mixed)
@@ -469,15 +469,16 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         f = f"fastopt.torch.{type(self).__name__}.step"
         opts = _NO_OPTIONS
         amp = _mixed.amp_scale(f, self.__dict__, grad_scale)
-        if amp is False:                # GradScaler found an inf or NaN: no step
-            self.last_step = _step.StepInfo(False, math.nan, False)
-            return None
-        grad_scale = amp
+        if amp is not False:
+            grad_scale = amp
         if (grad_scale, max_grad_norm, skip_if_nonfinite) != (None, None, False):
             opts = _step.check_options(f, grad_scale=grad_scale,
                                        max_grad_norm=max_grad_norm,
                                        norm_type=norm_type, clip_convention=clip_convention,
                                        skip_if_nonfinite=skip_if_nonfinite)
+        if amp is False:                # GradScaler found an inf or NaN: no step
+            self.last_step = _step.StepInfo(False, math.nan, False)
+            return None
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -552,7 +553,7 @@ def _check_flat(f, plists, others=()):
                 continue                # torch says what is wrong with it
             w = f"param_groups[{len(others) + k}]['params'][{i}]"
             if p.requires_grad:
-                _check_param(f, w, p)
+                _check_param(f, w, p, None)
             spans.append(_span(p, w, p.requires_grad))
     spans += [_span(p, "a parameter of another group", False)
               for plist in others for p in plist if isinstance(p, torch.Tensor)]

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .. import _dtypes, _ext, _rules, _step
+from .. import _dtypes, _rules, _step
 
 #: the state entry holding a 16-bit parameter's float32 master
 MASTER = "master_param"
@@ -21,8 +21,6 @@ MASTER = "master_param"
 HALF = {getattr(torch, d.torch): d.numpy for d in _dtypes.DTYPES
         if d.numpy is not None and d.numpy in _dtypes.COPIES_OF[np.dtype(np.float32)]}
 _BF16 = torch.bfloat16
-_KEY_STEP = _ext.tables()["key_step"]   # the keys' stride (FO_KEY_STEP)
-_M64 = (1 << 64) - 1
 #: the names state_dtype takes
 _STATE_DTYPES = {"float32": torch.float32, "bfloat16": _BF16}
 
@@ -47,7 +45,7 @@ class Mixed(NamedTuple):
     def key(self, k) -> int:
         """The stochastic rounding key of the optimizer's k-th parameter
         (in group order, whether it steps or not)."""
-        return (self.seed + k * _KEY_STEP) & _M64
+        return _step.key(self.seed, k)
 
     def run_args(self, copies, keys) -> dict:
         """_step.run's copies and seed for a step over tensors with those
@@ -88,21 +86,26 @@ def check(f, cls, master_weights, state_dtype, state_rounding, seed, flat) -> Mi
             raise ValueError(f"{f}: state_dtype='bfloat16' is not available for "
                              f"{cls.__name__}: its trust pass reads the states in their "
                              f"parameters' dtype")
-    if out.active and flat:
+    if (master_weights or dt is not None) and flat:
         raise ValueError(f"{f}: flat=True does not combine with master_weights or "
                          f"state_dtype; leave flat at False")
     return out
 
 
-def check_param(f, where, p, mixed: Mixed) -> None:
+def check_param(f, where, p, mixed) -> None:
     """A 16-bit parameter is one to step through a master; the states'
-    dtype fits the parameter's (raises)."""
+    dtype fits the parameter's (raises). mixed None: flat=True's layout,
+    which takes neither."""
+    if p.dtype in HALF and mixed is None:
+        raise TypeError(f"{f}: {where} has dtype {p.dtype}; flat=True lays out float32 or "
+                        f"float64 parameters")
     if p.dtype in HALF and not mixed.master_weights:
         raise TypeError(f"{f}: {where} has dtype {p.dtype}; fastopt updates float32 or "
                         f"float64 tensors, or {p.dtype} ones through float32 masters "
                         f"(pass master_weights=True)")
-    if mixed.state_dtype is _BF16 and p.dtype == torch.float64:
-        raise TypeError(f"{f}: {where} has dtype {p.dtype}; state_dtype='bfloat16' keeps "
+    if mixed is not None and mixed.state_dtype is not None and p.dtype == torch.float64:
+        name = str(mixed.state_dtype).removeprefix("torch.")
+        raise TypeError(f"{f}: {where} has dtype {p.dtype}; state_dtype={name!r} keeps "
                         f"the states of float32 parameters (or masters)")
 
 
@@ -129,36 +132,37 @@ def retype(new: dict, names, dtype) -> dict:
 def saved_tensors(opt, state_dict) -> dict:
     """Before torch's load_state_dict casts every floating state to its
     parameter's dtype: (parameter position, key) -> the saved tensor, for
-    the entries whose dtype the mixed options fix (a master; a rule state
-    of another dtype than its parameter's)."""
+    every tensor entry but the count."""
     if not opt._mixed.active or not isinstance(state_dict, dict):
         return {}
     saved_ids = [i for g in state_dict.get("param_groups", ()) for i in g.get("params", ())]
     params = [p for g in opt.param_groups for p in g["params"]]
     st = state_dict.get("state", {})
-    out = {}
-    for pos, (i, p) in enumerate(zip(saved_ids, params)):
-        for k, v in (st.get(i) or {}).items():
-            if isinstance(v, torch.Tensor) and k != "step" and v.dim() > 0 \
-                    and _wanted(opt._mixed, p, k) != p.dtype:
-                out[(pos, k)] = v
-    return out
+    return {(pos, k): v for pos, (i, p) in enumerate(zip(saved_ids, params))
+            for k, v in (st.get(i) or {}).items()
+            if isinstance(v, torch.Tensor) and k != "step"}
 
 
 def restore(opt, saved: dict) -> None:
-    """After torch's load_state_dict: the saved masters and states again,
-    in the dtypes the options keep them in."""
+    """After torch's load_state_dict: the saved entries again in the dtypes
+    the options keep them in: a master in float32, the rule's states in
+    the states' dtype, anything else (a carried scalar) in its own."""
     if not saved:
         return
-    params = [p for g in opt.param_groups for p in g["params"]]
+    params, names = [], []
+    for gi, group in enumerate(opt.param_groups):
+        try:        # (hyperparameters the step refuses: it will say so)
+            rule_names = opt._group(opt._checked("", group, gi))[1]
+        except (TypeError, ValueError):
+            rule_names = ()
+        params += group["params"]
+        names += [rule_names] * len(group["params"])
     for (pos, k), v in saved.items():
         p = params[pos]
-        opt.state[p][k] = v.detach().to(device=p.device, dtype=_wanted(opt._mixed, p, k),
-                                         copy=True)
-
-
-def _wanted(mixed: Mixed, p, key) -> torch.dtype:
-    return torch.float32 if key == MASTER else mixed.states_dtype(p)
+        dt = torch.float32 if k == MASTER else \
+            opt._mixed.states_dtype(p) if k in names[pos] else v.dtype
+        if dt != p.dtype:
+            opt.state[p][k] = v.detach().to(device=p.device, dtype=dt, copy=True)
 
 
 def amp_scale(f, attrs, grad_scale):
