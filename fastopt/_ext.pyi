@@ -62,7 +62,9 @@ def clip_grads(gs: tuple[np.ndarray, ...], grad_scale: float, max_norm: float,
 class StepPlan:
     @staticmethod
     def make(xs: tuple[np.ndarray, ...], s1s: _Maybe, s2s: _Maybe, s3s: _Maybe,
-             index: tuple[int, ...], ng: int) -> Optional[StepPlan]: ...
+             index: tuple[int, ...], ng: int, ws: Optional[tuple] = ...,
+             seed: Any = ...) -> Optional[StepPlan]: ...
+    def pointer_types(self, codes: tuple[int, ...]) -> bool: ...
     def run(self, gs: tuple[np.ndarray, ...], groups: tuple[tuple, ...],
             grad_scale: float, max_norm: float, clip_value: float, clip: int,
             norm_type: int, check_finite: bool, n_threads: Optional[int],

@@ -123,6 +123,7 @@ cdef class StepPlan:
     cdef readonly bint busy     # a step (or _drive) of this plan is running
     cdef list gdescrs           # the dtype objects the guards compare with
     cdef bint fonly             # some parameter is F-ordered and not C-contiguous
+    cdef tuple pcodes           # run_pointers' gradients' type codes (None: x's)
 
     def __dealloc__(self):
         PyMem_Free(self.ts)
@@ -369,6 +370,21 @@ cdef class StepPlan:
         self.ts[i].gdtype = code
         return True
 
+    def pointer_types(self, tuple codes):
+        """The type code of each tensor's gradient that run_pointers will
+        be given (fastopt._dtypes.CODE; 16-bit gradients of float32 masters),
+        instead of its parameter's; False (and nothing set) if a pair is not
+        built or the length is wrong."""
+        cdef Py_ssize_t i
+        if PyTuple_GET_SIZE(codes) != self.nt:
+            return False
+        for i in range(self.nt):
+            o = <object>PyTuple_GET_ITEM(codes, i)
+            if type(o) is not int or fo_pair(self.ts[i].dtype, <int>o) < 0:
+                return False
+        self.pcodes = codes
+        return True
+
     cdef bint _accept_pointers(self, tuple ptrs) except -1:
         """Gradients given as data addresses (Python ints) by a caller that
         has checked the rest of what _accept checks (the plan's element
@@ -380,6 +396,8 @@ cdef class StepPlan:
         cdef Py_ssize_t i
         cdef void *gp
         cdef uintptr_t u
+        cdef int code
+        cdef int64_t nb
         for i in range(self.nt):
             o = <object>PyTuple_GET_ITEM(ptrs, i)
             if type(o) is not int or o < 0:
@@ -387,16 +405,18 @@ cdef class StepPlan:
             u = <uintptr_t>o
             if self.pt[i].nbytes == 0:
                 u = <uintptr_t>self.ts[i].x
-            if u == 0 or u % fo_dtype_size(self.ts[i].dtype):
+            code = self.ts[i].dtype if self.pcodes is None else \
+                <int>(<object>PyTuple_GET_ITEM(self.pcodes, i))
+            if u == 0 or u % fo_dtype_size(code):
                 return False
             gp = <void *>u
-            self.ts[i].gdtype = self.ts[i].dtype
-            if gp != self.ts[i].g or self.pt[i].gbytes != self.pt[i].nbytes:
-                if self.pt[i].nbytes and self._written_hit(
-                        <int64_t>gp, <int64_t>gp + self.pt[i].nbytes):
+            self.ts[i].gdtype = code
+            nb = self.ts[i].n * fo_dtype_size(code)
+            if gp != self.ts[i].g or self.pt[i].gbytes != nb:
+                if nb and self._written_hit(<int64_t>gp, <int64_t>gp + nb):
                     return False
                 self.ts[i].g = gp
-                self.pt[i].gbytes = self.pt[i].nbytes
+                self.pt[i].gbytes = nb
         return True
 
     def run(self, grads, tuple groups, double grad_scale, double max_norm,

@@ -43,7 +43,8 @@ def grads(k):
 def test_masters_step_as_float32_on_widened_gradients(name, half):
     """The masters follow the float32 drop-in fed the 16-bit gradients
     widened, bit for bit; each 16-bit parameter is its master rounded;
-    a float32 parameter among them is its own master."""
+    a float32 parameter among them is its own master. The steps after the
+    first take the prepared step."""
     vs = values()
     model = [torch.nn.Parameter(v.to(half)) for v in vs[:2]] + [torch.nn.Parameter(vs[2])]
     ref = [torch.nn.Parameter(p.detach().float()) for p in model]
@@ -62,6 +63,7 @@ def test_masters_step_as_float32_on_widened_gradients(name, half):
             assert p.dtype == half and torch.equal(p.detach(), r.detach().to(half))
         assert torch.equal(model[2].detach(), ref[2].detach())
         assert "master_param" not in opt.state[model[2]]
+        assert opt._prep is not None
         for name_ in opt.state[model[0]]:
             if name_ not in ("master_param", "step"):
                 assert opt.state[model[0]][name_].dtype == torch.float32
@@ -84,6 +86,7 @@ def test_bf16_states_are_the_functional_forms(n_threads):
         for p, g in zip(model, gs):
             p.grad = g
         opt.step()
+        assert opt._prep is not None        # the steps after the first: prepared
         fastopt.adamw(xs, [g.numpy() for g in gs], ms, vs, step=k + 1, lr=0.01,
                       betas=(0.9, 0.999), seed=11, n_threads=n_threads)
         for p, x, m, v in zip(model, xs, ms, vs):
@@ -135,6 +138,27 @@ def test_checkpoint_keeps_masters_and_bf16_states(name):
         opt.step()
         opt2.step()
     same(snapshot(opt, model), snapshot(opt2, model2))
+
+
+def test_prepared_step_declines_a_replaced_master():
+    """The prepared step checks the master as it checks a state: one
+    replaced (here by a float64 tensor) sends the step to the full route,
+    which refuses it with nothing written."""
+    p = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
+    opt = ft.Adam([p], lr=0.1, master_weights=True)
+    for _ in range(2):
+        p.grad = torch.ones(4, dtype=torch.bfloat16)
+        opt.step()
+    assert opt._prep is not None
+    opt.state[p]["master_param"] = opt.state[p]["master_param"].clone()   # same dtype
+    p.grad = torch.ones(4, dtype=torch.bfloat16)
+    opt.step()                                      # declined, then the full route
+    assert torch.equal(p.detach(), opt.state[p]["master_param"].to(torch.bfloat16))
+    opt.state[p]["master_param"] = opt.state[p]["master_param"].double()
+    before = snapshot(opt, [p])
+    with pytest.raises(TypeError, match="master_param"):
+        opt.step()
+    same(before, snapshot(opt, [p]))
 
 
 def test_refusals_write_nothing():

@@ -114,11 +114,11 @@ masters. With ``state_dtype="bfloat16"`` (the drop-ins but LAMB and LARS)
 the rule's states are kept in bfloat16, for float32 parameters or masters:
 first moments round to nearest, and the slots that nearest rounding would
 stall round stochastically (``state_rounding``; parameter k's rounding is
-keyed by ``seed`` and k, docs/semantics.md, "bfloat16 states"). The steps of
-these optimizers take the checked route (no prepared step; ``flat=True`` is
-refused), ``state_dict()`` holds the masters and the states in their own
-dtypes, and ``load_state_dict`` keeps them so (torch's would cast them to
-the parameter's dtype).
+keyed by ``seed`` and k, docs/semantics.md, "bfloat16 states"). Their steps
+take the prepared step as others do (a master is checked per step as a state
+is; ``flat=True`` is refused), ``state_dict()`` holds the masters and the
+states in their own dtypes, and ``load_state_dict`` keeps them so (torch's
+would cast them to the parameter's dtype).
 
 Every optimizer here works with ``torch.amp.GradScaler``: the scaler hands
 the step its scale and whether it found an inf or NaN, and the C call

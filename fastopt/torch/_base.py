@@ -335,6 +335,13 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         no carried scalar), and the carried value after the step."""
         return _step.group_tuple(t=t, **fields), None
 
+    def _group_fields(self, h):
+        """_group's fields, with state_rounding's flags, and state names."""
+        fields, names = self._group(h)
+        if self._mixed.flags:
+            fields = {**fields, "flags": fields.get("flags", 0) | self._mixed.flags}
+        return fields, names
+
     def _master(self, f, w, p, st, new, old):
         """The float32 master of the 16-bit parameter p (made into new if it
         has none) and its NumPy view (old: the last step's views, or
@@ -358,9 +365,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         self._views = {}
         for gi, group in enumerate(self.param_groups):
             h = self._checked(f, group, gi)
-            fields, names = self._group(h)
-            if mixed.flags:
-                fields = {**fields, "flags": fields.get("flags", 0) | mixed.flags}
+            fields, names = self._group_fields(h)
             first, pos = pos, pos + len(group["params"])
             for i, p in enumerate(group["params"]):
                 if p.grad is None:
@@ -489,7 +494,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
     def _update(self, f, opts) -> None:
         """The update of step(), run whole (a KeyboardInterrupt meanwhile
         is raised after it: fastopt._interrupt)."""
-        prepare = self._PREPARE and not self._mixed.active
+        prepare = self._PREPARE
         if self._flat is not None and prepare and self._FLAT_CALL:
             info = self._flat.run(self, f, opts)
             if info is not None:
@@ -518,7 +523,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         self.last_step = info = _step.run(f, *args, opts, self.n_threads, labels, **extra)
         if not info.applied:
             if self._prep is None and not fresh and prepare:
-                self._prep = _prep.build(self, args, names_of, counted)
+                self._prep = _prep.build(self, args, names_of, counted, extra)
             return
         for p, new in fresh:
             self.state[p].update(new)
@@ -538,7 +543,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 else:
                     st["step"] += 1
         if self._prep is None and prepare:
-            self._prep = _prep.build(self, args, names_of, counted)
+            self._prep = _prep.build(self, args, names_of, counted, extra)
 
 
 def _check_flat(f, plists, others=()):

@@ -65,7 +65,7 @@ def torch_gather(tuple groups, bint counted, Py_ssize_t add, Py_ssize_t nk,
     holds changed (build anew). groups: per group (dict, params, records);
     a record is (p,) for a parameter planned without a gradient, else (p,
     st, shape, dtype, address, states, count, C group); states ((name,
-    tensor, address), ...); count None (a Python int in st, or no count)
+    tensor, address, dtype), ...); count None (a Python int in st, or no count)
     or (tensor, address, dtype, 0-d NumPy view). tensor: torch.Tensor (a
     gradient of a subclass, whose attributes a __torch_function__ could
     answer, declines; build took parameters, states and counts of torch's
@@ -191,9 +191,9 @@ cdef int64_t _torch_t(dict st, object cnt, bint counted, Py_ssize_t add,
 
 cdef bint _torch_written_same(object p, tuple rec, dict st) except -1:
     """The parameter of record rec and its states (st) as the plan has
-    them: the same objects, data addresses, shapes, contiguity and dtype
+    them: the same objects, data addresses, shapes, contiguity and dtypes
     (a state re-typed in place through ``.data`` declines to the full step,
-    which refuses it)."""
+    which refuses it). A state's record: (name, tensor, address, dtype)."""
     cdef tuple sts = <tuple>PyTuple_GET_ITEM(rec, 5), srec
     cdef Py_ssize_t j
     size = <object>PyTuple_GET_ITEM(rec, 2)
@@ -205,7 +205,7 @@ cdef bint _torch_written_same(object p, tuple rec, dict st) except -1:
         s = <object>PyTuple_GET_ITEM(srec, 1)
         if (st.get(<object>PyTuple_GET_ITEM(srec, 0)) is not s
                 or s.data_ptr() != <object>PyTuple_GET_ITEM(srec, 2)
-                or s.shape != size or s.dtype is not <object>PyTuple_GET_ITEM(rec, 3)
+                or s.shape != size or s.dtype is not <object>PyTuple_GET_ITEM(srec, 3)
                 or not s.is_contiguous()):
             return False
     return True

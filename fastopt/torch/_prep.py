@@ -56,9 +56,9 @@ import collections
 
 import torch
 
-from .. import _ext, _step
+from .. import _dtypes, _ext, _step
 from .._dtypes import torch_dtypes
-from . import _compiled
+from . import _compiled, _mixed
 
 _STRIDED = torch.strided
 _TENSOR = torch.Tensor
@@ -96,7 +96,7 @@ class Prepared:
                 self.stale = True
                 return None
             h = opt._checked(f, group, gi)
-            fl, names = opt._group(h)
+            fl, names = opt._group_fields(h)
             if names != self.names[gi]:
                 self.stale = True
                 return None
@@ -158,10 +158,10 @@ def _record(opt, p, names, k):
     cnt = _count_record(opt, st)
     if cnt is False:
         return None
-    sts = tuple((name, st[name], st[name].data_ptr()) for name in names)
-    if not all(s.is_contiguous() for _, s, _ in sts):
+    sts = tuple((name, st[name], st[name].data_ptr(), st[name].dtype) for name in names)
+    if not all(s.is_contiguous() for _, s, _, _ in sts):
         return None
-    storages = [p.untyped_storage()] + [s.untyped_storage() for _, s, _ in sts]
+    storages = [p.untyped_storage()] + [s.untyped_storage() for _, s, _, _ in sts]
     rec = (p, st, p.shape, p.dtype, p.data_ptr(), sts, cnt, k)
     carry = getattr(getattr(opt, "_RULE", None), "carry", None)
     if carry is not None:       # its scalar, read and written through a 0-d view
@@ -174,18 +174,27 @@ def _record(opt, p, names, k):
     return rec, storages
 
 
-def build(opt, args, names_of, counted):
+def build(opt, args, names_of, counted, extra):
     """After a full step whose work list was args (xs, gs, states, index,
-    groups; tensor j updates counted[j] with the states names_of[j]): the
-    Prepared plan for the next steps, or None when the plan cannot hold it
-    (the full step then runs every time)."""
+    groups; tensor j updates counted[j] with the states names_of[j]) and
+    extra (its copies and seed, fastopt/torch/_mixed.py): the Prepared plan
+    for the next steps, or None when the plan cannot hold it (the full step
+    then runs every time). A parameter stepped through a master is planned
+    with the master as its x and itself as its copy; the master is checked
+    per step as a state is."""
     xs, _, (s1, s2, s3), index, cgroups = args
     if type(opt.state) is not collections.defaultdict and type(opt.state) is not dict:
         return None             # (torch's own kind; another mapping: the full step)
+    copies = extra.get("copies")
     plan = _ext.StepPlan.make(tuple(xs), tuple(s1), tuple(s2), tuple(s3), tuple(index),
-                              len(cgroups))
+                              len(cgroups), None if copies is None else tuple(copies),
+                              extra.get("seed", 0))
     if plan is None:
         return None
+    if copies is not None and not plan.pointer_types(tuple(
+            _dtypes.CODE[x.dtype.newbyteorder("=") if w is None else w.dtype]
+            for x, w in zip(xs, copies))):
+        return None             # (a master's gradient has its parameter's type)
     groups, names, storages, k_gi = [], [], [], [None] * len(cgroups)
     j, n = 0, len(counted)
     for gi, group in enumerate(opt.param_groups):
@@ -197,7 +206,10 @@ def build(opt, args, names_of, counted):
                 continue
             if j >= n or counted[j] is not p:
                 return None
-            got = _record(opt, p, names_of[j], index[j])
+            checked = names_of[j]
+            if copies is not None and copies[j] is not None:
+                checked += (_mixed.MASTER,)
+            got = _record(opt, p, checked, index[j])
             if got is None:
                 return None
             recs.append(got[0])
@@ -206,7 +218,7 @@ def build(opt, args, names_of, counted):
             gnames = names_of[j]
             j += 1
         groups.append((group, plist, tuple(recs)))
-        names.append(gnames if gnames is not None else opt._group(
+        names.append(gnames if gnames is not None else opt._group_fields(
             opt._checked("", group, gi))[1])
     if j != n:
         return None
