@@ -15,6 +15,7 @@
 #include "../fastopt/include/fastopt/fastopt_capi.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,10 +174,11 @@ static int group_in(const fastopt_group *pg, int64_t j, fo_step_group *g, fastop
     int rc = prefix_check(pg, pg->size, sizeof(fastopt_group));
     if (rc != FASTOPT_OK)
         GRP_FAIL(rc, SIZE);
-    /* the published flags only (the core's own, such as the rounding of
-     * states stored apart, are not part of ABI 1) */
+    /* the published flags only (the rounding of bfloat16 states since 1.1) */
     if (pg->reserved != 0 || (pg->flags & ~(FASTOPT_NESTEROV | FASTOPT_AMSGRAD
-                                            | FASTOPT_MAXIMIZE | FASTOPT_CENTERED)) != 0)
+                                            | FASTOPT_MAXIMIZE | FASTOPT_CENTERED
+                                            | FASTOPT_ROUND_NEAREST
+                                            | FASTOPT_ROUND_STOCHASTIC)) != 0)
         GRP_FAIL(FASTOPT_EUNSUPPORTED, FLAGS);
     fo_rule_facts facts = fo_rule_info(pg->rule);
     if (facts.name == NULL)
@@ -206,15 +208,26 @@ static int group_in(const fastopt_group *pg, int64_t j, fo_step_group *g, fastop
     return FASTOPT_OK;
 }
 
+/* The bytes of a tensor of version 1.0 and of 1.1 (the states' storage and key). */
+#define TENSOR_1_0 offsetof(fastopt_tensor, states)
+#define TENSOR_1_1 (offsetof(fastopt_tensor, key) + sizeof(uint64_t))
+
 /* Check caller tensor k and convert it; ext/is_out get its PTRS ranges. */
 static int tensor_in(const fastopt_tensor *pt, int64_t k, const fo_step_group *gs, int64_t ng,
                      fo_step_tensor *t, int64_t *ext, unsigned char *is_out,
                      fastopt_result *res)
 {
 #define TEN_FAIL(rc, f) return fail(res, rc, FASTOPT_WHERE_TENSOR, f, k)
-    int rc = prefix_check(pt, pt->size, sizeof(fastopt_tensor));
+    /* version 1.0's tensor ends at `states`; the fields after it are read
+     * only when the caller's size covers them (else: own-type states) */
+    int rc = pt->size < TENSOR_1_0 ? FASTOPT_EINVAL
+             : prefix_check(pt, pt->size > sizeof *pt ? pt->size : sizeof *pt, sizeof *pt);
     if (rc != FASTOPT_OK)
         TEN_FAIL(rc, FASTOPT_FIELD_SIZE);
+    int32_t states = pt->size >= TENSOR_1_1 ? pt->states : FASTOPT_STATES_OWN;
+    uint64_t key = pt->size >= TENSOR_1_1 ? pt->key : 0;
+    if (pt->size >= TENSOR_1_1 && pt->reserved != 0)
+        TEN_FAIL(FASTOPT_EUNSUPPORTED, FASTOPT_FIELD_FLAGS);
     if (pt->flags != 0)
         TEN_FAIL(FASTOPT_EUNSUPPORTED, FASTOPT_FIELD_FLAGS);
     if (pt->n < 0 || pt->n > INT64_MAX / 8)
@@ -227,9 +240,15 @@ static int tensor_in(const fastopt_tensor *pt, int64_t k, const fo_step_group *g
         TEN_FAIL(FASTOPT_EINVAL, FASTOPT_FIELD_WDTYPE);
     if (pt->group < 0 || pt->group >= ng)
         TEN_FAIL(FASTOPT_EINVAL, FASTOPT_FIELD_GROUP);
+    /* bfloat16 states: a storage row of tables.h, of a rule that stores apart */
+    int32_t sdtype = states == FASTOPT_STATES_OWN ? pt->dtype : FO_BF16;
+    if ((states != FASTOPT_STATES_OWN && states != FASTOPT_STATES_BF16)
+            || fo_spair(pt->dtype, pt->gdtype, sdtype) < 0
+            || (sdtype != pt->dtype && !fo_rule_info(gs[pt->group].rule).apart))
+        TEN_FAIL(FASTOPT_EINVAL, FASTOPT_FIELD_STATES);
     const void *p[PTRS] = {pt->x, pt->g, pt->s1, pt->s2, pt->s3, pt->w};
-    int xs = fo_dtype_size(pt->dtype);
-    int size[PTRS] = {xs, fo_dtype_size(pt->gdtype), xs, xs, xs,
+    int xs = fo_dtype_size(pt->dtype), ss = fo_dtype_size(sdtype);
+    int size[PTRS] = {xs, fo_dtype_size(pt->gdtype), ss, ss, ss,
                       pt->w != NULL ? fo_dtype_size(pt->wdtype) : 1};
     for (int r = 0; r < PTRS; r++) {
         int needed = r < 2;          /* the states: the rule's check below */
@@ -240,7 +259,7 @@ static int tensor_in(const fastopt_tensor *pt, int64_t k, const fo_step_group *g
     }
     *t = (fo_step_tensor){pt->x, pt->g, pt->s1, pt->s2, pt->s3, pt->w, pt->n, pt->dtype,
                           pt->group, pt->gdtype, pt->w != NULL ? pt->wdtype : 0,
-                          pt->dtype, 0};
+                          sdtype, key};
     if (!fo_step_states_ok(t, &gs[pt->group]))   /* the first missing state */
         TEN_FAIL(FASTOPT_EINVAL, t->s1 == NULL ? FASTOPT_FIELD_S1
                                  : t->s2 == NULL ? FASTOPT_FIELD_S2 : FASTOPT_FIELD_S3);

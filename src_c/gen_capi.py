@@ -24,7 +24,7 @@ HEADER = os.path.join(ROOT, "fastopt", "include", "fastopt", "fastopt_capi.h")
 PXD = os.path.join(ROOT, "fastopt", "cython_api.pxd")
 MANIFEST = os.path.join(ROOT, "fastopt", "capi_manifest.json")
 
-MAJOR, MINOR = 1, 0
+MAJOR, MINOR = 1, 1
 CAPSULE = "fastopt._ext._C_API"
 
 ERRORS = [("OK", 0, "success"),
@@ -40,7 +40,12 @@ FROM_CORE = [("NESTEROV", "FO_STEP_NESTEROV"), ("AMSGRAD", "FO_STEP_AMSGRAD"),
              ("NORM_INF", "FO_NORM_INF"), ("NORM_SUMSQ", "FO_NORM_SUMSQ"),
              ("MEASURE_NEEDED", "FO_MEASURE_NEEDED"), ("MEASURE_ALWAYS", "FO_MEASURE_ALWAYS"),
              ("MEASURE_GIVEN", "FO_MEASURE_GIVEN"), ("AGC_ROWS", "FO_AGC_ROWS"),
-             ("AGC_COLS", "FO_AGC_COLS")]
+             ("AGC_COLS", "FO_AGC_COLS"),
+             ("ROUND_NEAREST", "FO_STEP_ROUND_NEAREST"),             # 1.1
+             ("ROUND_STOCHASTIC", "FO_STEP_ROUND_STOCHASTIC")]       # 1.1
+# the states' storage of a tensor (fastopt_tensor.states, 1.1)
+STATES = [("OWN", "the parameters' dtype"),
+          ("BF16", "bfloat16, for float32 parameters (rounded as the group's flags say)")]
 # where an invalid argument is (fastopt_result.error_where)
 WHERES = ["CALL", "TENSOR", "GROUP", "OPTS", "RESULT"]
 # which field of it (fastopt_result.error_field; field_name() spells it); for a
@@ -49,7 +54,7 @@ WHERES = ["CALL", "TENSOR", "GROUP", "OPTS", "RESULT"]
 FIELDS = ["NONE", "SIZE", "FLAGS", "COUNT", "X", "G", "S1", "S2", "S3", "W", "V", "N",
           "DTYPE", "GDTYPE", "WDTYPE", "GROUP", "RULE", "T", "HYPER", "GRAD_SCALE",
           "MAX_NORM", "CLIP_VALUE", "CLIP", "NORM_TYPE", "MEASURE", "EPS", "UNITS",
-          "KIND", "CLIPPING"]
+          "KIND", "CLIPPING", "STATES"]
 
 # (name, doc, fields (ctype, name, comment)); each starts with the caller-set size
 STRUCTS = [
@@ -64,7 +69,10 @@ STRUCTS = [
       ("int32_t", "dtype", "FASTOPT_F32 ... of x and the states"),
       ("int32_t", "gdtype", "of g: dtype, or a 16-bit type for F32/F64"),
       ("int32_t", "wdtype", "of w (with w)"),
-      ("int32_t", "group", "index into the groups")]),
+      ("int32_t", "group", "index into the groups"),
+      ("int32_t", "states", "1.1: FASTOPT_STATES_* (0: x's dtype)"),
+      ("int32_t", "reserved", "0"),
+      ("uint64_t", "key", "1.1: the stochastic rounding key of bfloat16 states")]),
     ("fastopt_group", "The rule and hyperparameters of a group of tensors (the meaning of "
      "alpha ... lr_decay per rule: docs/embedding.md).",
      [("uint32_t", "size", ""), ("int32_t", "rule", "FASTOPT_RULE_*"),
@@ -167,6 +175,8 @@ def constants():
         ("where an invalid argument is", [("FASTOPT_WHERE_" + n, i, "")
                                           for i, n in enumerate(WHERES)]),
         ("which field of it", [("FASTOPT_FIELD_" + n, i, "") for i, n in enumerate(FIELDS)]),
+        ("the states' storage (fastopt_tensor.states)",
+         [("FASTOPT_STATES_" + n, i, c) for i, (n, c) in enumerate(STATES)]),
     ]
 
 
@@ -296,7 +306,7 @@ def pxd():
            "#     from fastopt.cython_api cimport *",
            "#     import_fastopt()",
            "# then call fastopt_step(...) and the others with or without the GIL.",
-           "from libc.stdint cimport int32_t, int64_t, uint32_t", "", "",
+           "from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t", "", "",
            'cdef extern from "fastopt/fastopt_capi.h" nogil:',
            "    const char *FASTOPT_CAPI_NAME", "    enum:",
            "        FASTOPT_CAPI_MAJOR", "        FASTOPT_CAPI_MINOR"]

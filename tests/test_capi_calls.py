@@ -153,3 +153,73 @@ def test_a_rule_with_further_hyperparameters():
     grp.extra[7] = 1.0                                # room no rule of this version reads
     rc, res = step([tensor(x, g, m, s) for (x, g, m), s in zip(mine, seconds)], [grp])
     assert (rc, res.error_field) == (C["FASTOPT_EUNSUPPORTED"], C["FASTOPT_FIELD_HYPER"])
+
+
+# ---- bfloat16 states (ABI 1.1) ------------------------------------------------------
+
+def _bf16_model(seed, n=3001):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n).astype(np.float32)
+    g = rng.standard_normal(n).astype(np.float32)
+    return x, g, (rng.standard_normal(n) * 0.1).astype(BF16), \
+        np.abs(rng.standard_normal(n) * 0.01).astype(BF16)
+
+
+@pytest.mark.parametrize("rounding", ["auto", "nearest", "stochastic"])
+def test_bfloat16_states_give_the_functions_bits(rounding):
+    """A tensor with states=FASTOPT_STATES_BF16 and a key steps as
+    fastopt.adamw does with bfloat16 states and that key as its seed; the
+    group's rounding flags are state_rounding's."""
+    x, g, m, v = _bf16_model(3)
+    xr, gr, mr, vr = (a.copy() for a in (x, g, m, v))
+    flags = {"auto": 0, "nearest": C["FASTOPT_ROUND_NEAREST"],
+             "stochastic": C["FASTOPT_ROUND_STOCHASTIC"]}[rounding]
+    grp = new("fastopt_group", rule=RULE["adamw_torch"], flags=flags, t=4, lr=1e-2,
+              alpha=0.9, beta=0.999, eps=1e-8, decay=1e-2)
+    key = 0x1234_5678_9ABC_DEF0
+    rc, res = step([tensor(x, g, m, v, states=C["FASTOPT_STATES_BF16"], key=key)], [grp],
+                   n_threads=2)
+    fastopt.adamw(xr, gr, mr, vr, step=4, lr=1e-2, weight_decay=1e-2,
+                  state_rounding=rounding, seed=key)
+    assert rc == 0 and res.applied == 1
+    assert x.tobytes() == xr.tobytes()
+    assert m.tobytes() == mr.tobytes() and v.tobytes() == vr.tobytes()
+
+
+def test_a_version_1_0_tensor_still_steps():
+    """A caller built against 1.0 passes the shorter tensor (its size ends
+    before `states`): own-type states, as before."""
+    a, b = _model(4), _model(4)
+    short = S["fastopt_tensor"].states.offset
+    ts = [tensor(*t) for t in a]
+    for t in ts:
+        t.size = short
+    buf = ct.create_string_buffer(short * len(ts))
+    for k, t in enumerate(ts):
+        ct.memmove(ct.addressof(buf) + k * short, ct.addressof(t), short)
+    res = result()
+    rc = F["step"](ct.cast(buf, ct.POINTER(S["fastopt_tensor"])), len(ts),
+                   (S["fastopt_group"] * 1)(_sgd_group()), 1, ct.byref(opts()),
+                   ct.byref(res), 1)
+    step([tensor(*t) for t in b], [_sgd_group()])
+    assert rc == 0 and [p.tobytes() for t in a for p in t] == \
+        [p.tobytes() for t in b for p in t]
+
+
+@pytest.mark.parametrize("case", ["value", "float64", "lamb"])
+def test_bad_states_are_refused_by_name(case):
+    x, g, m, v = _bf16_model(5, n=64)
+    states, rule = C["FASTOPT_STATES_BF16"], RULE["adamw_torch"]
+    if case == "value":
+        states = 7
+    elif case == "float64":
+        x, g = x.astype(np.float64), g.astype(np.float64)
+    else:
+        rule = C["FASTOPT_RULE_LAMB"]
+    grp = new("fastopt_group", rule=rule, t=1, lr=1e-2, alpha=0.9, beta=0.999, eps=1e-8)
+    before = [a.tobytes() for a in (x, m, v)]
+    rc, res = step([tensor(x, g, m, v, states=states)], [grp])
+    assert rc == C["FASTOPT_EINVAL"]
+    assert (res.error_where, res.error_field, res.error_index) == (
+        C["FASTOPT_WHERE_TENSOR"], C["FASTOPT_FIELD_STATES"], 0)
+    assert [a.tobytes() for a in (x, m, v)] == before
