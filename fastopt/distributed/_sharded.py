@@ -98,7 +98,7 @@ class ShardedOptimizer:
             raise ValueError(f"{f}: bucket_bytes must be an int >= 64, got {bucket_bytes!r}")
         raw, as_groups = _parse_groups(f, params)
         kwargs = dict(kwargs)
-        check_state_dtype(f, kwargs.get("state_dtype"))
+        check_state_dtype(f, kwargs.get("state_dtype"), kwargs.get("master_weights", False))
         if kwargs.get("n_threads", _MISSING) is _MISSING:
             kwargs["n_threads"] = threads
         self._cls, self._args, self._kwargs = cls, tuple(args), kwargs
