@@ -19,7 +19,8 @@ __all__ = ["get_include", "manifest", "table_address", "addresses", "ctypes_stru
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SCALARS = {"int": ctypes.c_int, "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64,
-            "uint32_t": ctypes.c_uint32, "double": ctypes.c_double,
+            "uint32_t": ctypes.c_uint32, "uint64_t": ctypes.c_uint64,
+            "double": ctypes.c_double,
             "const char *": ctypes.c_char_p}
 
 
@@ -95,6 +96,8 @@ def _ctype(ctype, structs):
         return ctypes.POINTER(ctypes.c_float)
     if base == "double" and ctype.count("*") == 1:
         return ctypes.POINTER(ctypes.c_double)
+    if "*" not in ctype:
+        raise TypeError(f"fastopt.capi: no ctypes type for {ctype!r}")
     return ctypes.c_void_p          # every other pointer: an address
 
 

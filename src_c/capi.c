@@ -180,6 +180,8 @@ static int group_in(const fastopt_group *pg, int64_t j, fo_step_group *g, fastop
                                             | FASTOPT_ROUND_NEAREST
                                             | FASTOPT_ROUND_STOCHASTIC)) != 0)
         GRP_FAIL(FASTOPT_EUNSUPPORTED, FLAGS);
+    if ((pg->flags & FASTOPT_ROUND_NEAREST) && (pg->flags & FASTOPT_ROUND_STOCHASTIC))
+        GRP_FAIL(FASTOPT_EINVAL, FLAGS);             /* one rounding or the other */
     fo_rule_facts facts = fo_rule_info(pg->rule);
     if (facts.name == NULL)
         GRP_FAIL(FASTOPT_EINVAL, RULE);
@@ -218,9 +220,12 @@ static int tensor_in(const fastopt_tensor *pt, int64_t k, const fo_step_group *g
                      fastopt_result *res)
 {
 #define TEN_FAIL(rc, f) return fail(res, rc, FASTOPT_WHERE_TENSOR, f, k)
-    /* version 1.0's tensor ends at `states`; the fields after it are read
-     * only when the caller's size covers them (else: own-type states) */
-    int rc = pt->size < TENSOR_1_0 ? FASTOPT_EINVAL
+    /* version 1.0's tensor ends at `states` (own-type states); 1.1's at
+     * `key`. A size between the two would cover fields that are not read,
+     * and one not a multiple of the struct's alignment misplaces the next
+     * element of a list: both are refused. */
+    int rc = (pt->size != TENSOR_1_0 && pt->size < TENSOR_1_1)
+             || pt->size % _Alignof(fastopt_tensor) != 0 ? FASTOPT_EINVAL
              : prefix_check(pt, pt->size > sizeof *pt ? pt->size : sizeof *pt, sizeof *pt);
     if (rc != FASTOPT_OK)
         TEN_FAIL(rc, FASTOPT_FIELD_SIZE);

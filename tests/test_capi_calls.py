@@ -206,6 +206,42 @@ def test_a_version_1_0_tensor_still_steps():
         [p.tobytes() for t in b for p in t]
 
 
+@pytest.mark.parametrize("size", ["between", "odd"])
+def test_a_tensor_size_between_versions_is_refused(size):
+    """A size past 1.0's that does not cover 1.1's fields would leave
+    `states` unread (bfloat16 states taken for float32 ones: writes past
+    their arrays): refused, nothing written; so is a misaligned size."""
+    x, g, m, v = _bf16_model(6, n=64)
+    grp = new("fastopt_group", rule=RULE["adamw_torch"], t=1, lr=1e-2, alpha=0.9,
+              beta=0.999, eps=1e-8)
+    t = tensor(x, g, m, v, states=C["FASTOPT_STATES_BF16"])
+    t.size = S["fastopt_tensor"].states.offset + (4 if size == "between" else 1)
+    before = [a.tobytes() for a in (x, m, v)]
+    res = result()
+    rc = F["step"](ct.byref(t), 1, (S["fastopt_group"] * 1)(grp), 1, ct.byref(opts()),
+                   ct.byref(res), 1)
+    assert rc == C["FASTOPT_EINVAL"]
+    assert (res.error_where, res.error_field) == (C["FASTOPT_WHERE_TENSOR"],
+                                                  C["FASTOPT_FIELD_SIZE"])
+    assert [a.tobytes() for a in (x, m, v)] == before
+
+
+def test_both_roundings_at_once_are_refused():
+    x, g, m, v = _bf16_model(7, n=64)
+    grp = new("fastopt_group", rule=RULE["adamw_torch"], t=1, lr=1e-2, alpha=0.9,
+              beta=0.999, eps=1e-8,
+              flags=C["FASTOPT_ROUND_NEAREST"] | C["FASTOPT_ROUND_STOCHASTIC"])
+    rc, res = step([tensor(x, g, m, v, states=C["FASTOPT_STATES_BF16"])], [grp])
+    assert rc == C["FASTOPT_EINVAL"]
+    assert (res.error_where, res.error_field) == (C["FASTOPT_WHERE_GROUP"],
+                                                  C["FASTOPT_FIELD_FLAGS"])
+
+
+def test_the_key_reads_back_as_a_64_bit_integer():
+    t = tensor(*_bf16_model(8, n=4), key=2**64 - 1)
+    assert t.key == 2**64 - 1 and S["fastopt_tensor"].key.size == 8
+
+
 @pytest.mark.parametrize("case", ["value", "float64", "lamb"])
 def test_bad_states_are_refused_by_name(case):
     x, g, m, v = _bf16_model(5, n=64)
