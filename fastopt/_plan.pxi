@@ -388,8 +388,9 @@ cdef class StepPlan:
     cdef bint _accept_pointers(self, tuple ptrs) except -1:
         """Gradients given as data addresses (Python ints) by a caller that
         has checked the rest of what _accept checks (the plan's element
-        type, shape and contiguity) and keeps their memory alive through the
-        call: fastopt.torch's prepared step, whose gradients are tensors.
+        type or the one pointer_types gave, shape and contiguity) and keeps
+        their memory alive through the call: fastopt.torch's prepared step,
+        whose gradients are tensors.
         Tested here: the alignment to the element type and _accept's overlap
         test. A tensor with no elements may have address 0 (never read: the
         plan's own array stands in). False to decline."""
@@ -433,8 +434,9 @@ cdef class StepPlan:
                      n_threads):
         """run() with each gradient given as its data address (a Python
         int), for a caller that vouches for the rest: each is of its
-        tensor's dtype (native order) and shape, contiguous in its
-        parameter's order, and alive until this returns. Only the alignment
+        tensor's dtype (native order) or of the type pointer_types gave, of
+        its shape, contiguous in its parameter's order, and alive until this
+        returns. Only the alignment
         and the overlap with written memory are tested here
         (_accept_pointers). Private to fastopt: a wrong address is a wrong
         read, not an error."""

@@ -17,6 +17,7 @@ from torch_helpers import same, snapshot  # noqa: E402
 
 import fastopt  # noqa: E402
 import fastopt.torch as ft  # noqa: E402  (after the importorskip)
+import fastopt.torch._prep as tp  # noqa: E402
 
 HALVES = [torch.bfloat16, torch.float16]
 RULES = {"SGD": dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01),
@@ -26,6 +27,20 @@ RULES = {"SGD": dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01),
          "RMSprop": dict(lr=0.01, momentum=0.5, centered=True),
          "Lion": dict(lr=0.01, weight_decay=0.1)}
 SHAPES = [(6, 5), (7,), (3, 2, 4)]
+
+
+@pytest.fixture
+def ran(monkeypatch):
+    """The number of steps the prepared plan applied or skipped (not declined)."""
+    count = [0]
+    run = tp.Prepared.run
+
+    def spy(self, *args):
+        out = run(self, *args)
+        count[0] += out is not None
+        return out
+    monkeypatch.setattr(tp.Prepared, "run", spy)
+    return count
 
 
 def values(seed=0):
@@ -40,7 +55,7 @@ def grads(k):
 
 @pytest.mark.parametrize("half", HALVES)
 @pytest.mark.parametrize("name", sorted(RULES))
-def test_masters_step_as_float32_on_widened_gradients(name, half):
+def test_masters_step_as_float32_on_widened_gradients(name, half, ran):
     """The masters follow the float32 drop-in fed the 16-bit gradients
     widened, bit for bit; each 16-bit parameter is its master rounded;
     a float32 parameter among them is its own master. The steps after the
@@ -63,14 +78,14 @@ def test_masters_step_as_float32_on_widened_gradients(name, half):
             assert p.dtype == half and torch.equal(p.detach(), r.detach().to(half))
         assert torch.equal(model[2].detach(), ref[2].detach())
         assert "master_param" not in opt.state[model[2]]
-        assert opt._prep is not None
         for name_ in opt.state[model[0]]:
             if name_ not in ("master_param", "step"):
                 assert opt.state[model[0]][name_].dtype == torch.float32
+    assert ran[0] == 6          # both optimizers' steps after their first: prepared
 
 
 @pytest.mark.parametrize("n_threads", [1, 3])
-def test_bf16_states_are_the_functional_forms(n_threads):
+def test_bf16_states_are_the_functional_forms(n_threads, ran):
     """state_dtype='bfloat16' stores what fastopt.adamw stores with bfloat16
     states and the same seed (parameter k's key: seed + k * KEY_STEP)."""
     import ml_dtypes
@@ -86,7 +101,7 @@ def test_bf16_states_are_the_functional_forms(n_threads):
         for p, g in zip(model, gs):
             p.grad = g
         opt.step()
-        assert opt._prep is not None        # the steps after the first: prepared
+        assert ran[0] == k                  # the steps after the first: prepared
         fastopt.adamw(xs, [g.numpy() for g in gs], ms, vs, step=k + 1, lr=0.01,
                       betas=(0.9, 0.999), seed=11, n_threads=n_threads)
         for p, x, m, v in zip(model, xs, ms, vs):

@@ -87,11 +87,12 @@ def _first_difference(a: str, b: str, r: int) -> str:
     return f"bucket_bytes is {da['bucket_bytes']} on rank 0 but {db['bucket_bytes']} on rank {r}"
 
 
-def check_state_dtype(f, state_dtype, master_weights=False) -> None:
-    """The inner optimizer's state_dtype: the shards' states keep their
-    parameters' dtype (bfloat16 states stored apart are not sharded yet);
-    and master_weights, which the shards do not keep (the parameters are
-    float32 or float64, their own masters)."""
+def check_inner_options(f, state_dtype, master_weights=False) -> None:
+    """The inner optimizer's options that sharding does not take: a
+    state_dtype other than float32 (the shards' states keep their
+    parameters' dtype; bfloat16 states stored apart are not sharded yet)
+    and master_weights (the shards' parameters are float32 or float64,
+    their own masters)."""
     if master_weights is not False:
         raise ValueError(f"{f}: master_weights is not available sharded: the shards keep "
                          f"float32 or float64 parameters, their own masters")

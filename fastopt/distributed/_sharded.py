@@ -17,8 +17,8 @@ from ._checks import (
     _parse_groups,
     _positive,
     advance_carried,
+    check_inner_options,
     check_shardable,
-    check_state_dtype,
 )
 from ._comm import default_n_threads, mpi, mpi_type, raise_agreed
 from ._layout import Layout, agc_cut_rule
@@ -98,7 +98,7 @@ class ShardedOptimizer:
             raise ValueError(f"{f}: bucket_bytes must be an int >= 64, got {bucket_bytes!r}")
         raw, as_groups = _parse_groups(f, params)
         kwargs = dict(kwargs)
-        check_state_dtype(f, kwargs.get("state_dtype"), kwargs.get("master_weights", False))
+        check_inner_options(f, kwargs.get("state_dtype"), kwargs.get("master_weights", False))
         if kwargs.get("n_threads", _MISSING) is _MISSING:
             kwargs["n_threads"] = threads
         self._cls, self._args, self._kwargs = cls, tuple(args), kwargs

@@ -34,8 +34,8 @@ class Mixed(NamedTuple):
 
     @property
     def active(self) -> bool:
-        """Does a step need what only the checked route gives (a copy to
-        write, a state of another dtype than its parameter's, a key)?"""
+        """Does a step write a copy, or keep states of another dtype than
+        their parameter's (with keys)? Such optimizers refuse flat=True."""
         return self.master_weights or self.state_dtype is _BF16
 
     def master_of(self, p) -> bool:

@@ -24,8 +24,8 @@ between steps, with the fewest torch calls that decide it:
   with every written array: an aliasing gradient declines), and its
   storage is held through the C call (``set_()`` or ``.data =`` from
   another thread cannot free what C reads);
-- every written tensor (the parameter and its states): the same object in
-  ``opt.state``, the same data address, shape and dtype, still contiguous
+- every written tensor (the parameter, its states, its master): the same
+  object in ``opt.state``, the same data address, shape and dtype, still contiguous
   (a state re-typed in place through ``.data`` declines, and the full step
   refuses it). The plan holds the storages it writes, so an
   address that still matches is that memory (``p.data = ...`` twice cannot
