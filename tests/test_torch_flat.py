@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch_helpers import same, snapshot  # noqa: E402
+from torch_helpers import count_calls, same, snapshot  # noqa: E402
 
 import fastopt.optim as fo  # noqa: E402
 import fastopt.torch as ft  # noqa: E402  (after the importorskip)
@@ -40,15 +40,7 @@ SHAPES = [(0,), (1,), (), (7,), (4, 3), (0, 3), (33,), (1025,), (5, 1, 3)]
 @pytest.fixture
 def flat_steps(monkeypatch):
     """How many steps took the flat route."""
-    count = [0]
-    apply = tf.FlatLayout._apply
-
-    def spy(self, *args):
-        out = apply(self, *args)
-        count[0] += out is not None
-        return out
-    monkeypatch.setattr(tf.FlatLayout, "_apply", spy)
-    return count
+    return count_calls(monkeypatch, tf.FlatLayout, "_apply")
 
 
 def make_params(shapes=SHAPES, dtypes=(torch.float64,), seed=0):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch_helpers import same, snapshot  # noqa: E402
+from torch_helpers import count_calls, same, snapshot  # noqa: E402
 
 import fastopt  # noqa: E402
 import fastopt.torch as ft  # noqa: E402  (after the importorskip)
@@ -32,15 +32,7 @@ SHAPES = [(6, 5), (7,), (3, 2, 4)]
 @pytest.fixture
 def ran(monkeypatch):
     """The number of steps the prepared plan applied or skipped (not declined)."""
-    count = [0]
-    run = tp.Prepared.run
-
-    def spy(self, *args):
-        out = run(self, *args)
-        count[0] += out is not None
-        return out
-    monkeypatch.setattr(tp.Prepared, "run", spy)
-    return count
+    return count_calls(monkeypatch, tp.Prepared, "run")
 
 
 def values(seed=0):

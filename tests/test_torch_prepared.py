@@ -12,7 +12,7 @@ import math
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch_helpers import same, snapshot  # noqa: E402
+from torch_helpers import count_calls, same, snapshot  # noqa: E402
 
 import fastopt.torch as ft  # noqa: E402
 import fastopt.torch._prep as tp  # noqa: E402  (after the importorskip)
@@ -31,15 +31,7 @@ SHAPES = [(4, 3), (5,), (2, 3, 2), (), (0, 3)]
 @pytest.fixture
 def ran(monkeypatch):
     """The number of steps the prepared plan applied or skipped (not declined)."""
-    count = [0]
-    run = tp.Prepared.run
-
-    def spy(self, *args):
-        out = run(self, *args)
-        count[0] += out is not None
-        return out
-    monkeypatch.setattr(tp.Prepared, "run", spy)
-    return count
+    return count_calls(monkeypatch, tp.Prepared, "run")
 
 
 def make(name, dtype=torch.float64, shapes=SHAPES):

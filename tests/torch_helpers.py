@@ -6,6 +6,20 @@ import torch
 EXTRAS = ("n_threads", "flat", "master_weights", "state_dtype", "state_rounding", "seed")
 
 
+def count_calls(monkeypatch, cls, name):
+    """A one-element list counting the calls of cls.name that returned
+    something other than None (a route taken, not declined)."""
+    count = [0]
+    orig = getattr(cls, name)
+
+    def spy(self, *args):
+        out = orig(self, *args)
+        count[0] += out is not None
+        return out
+    monkeypatch.setattr(cls, name, spy)
+    return count
+
+
 def snapshot(opt, ps):
     """Every byte the step may write: parameters, states, counts."""
     out = [p.detach().clone() for p in ps]
