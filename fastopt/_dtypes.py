@@ -51,6 +51,12 @@ COPIES = (("F32", "BF16"), ("F32", "F16"))
 #: (parameters' type, their states' type) a step updates: each type's own,
 #: and bfloat16 states of float32 parameters (FO_SPAIR_TABLE, stored apart)
 STATES = (("F32", "F32"), ("F64", "F64"), ("F32", "BF16"))
+#: 16-bit types a step also updates in their own type, with gradients and
+#: states of it, computed in float32 (FO_SPAIR_TABLE's last rows): torch's
+#: way for a bfloat16 or float16 model, taken by the torch drop-ins only
+#: (``_ext.step(..., half_params=True)``); the NumPy front ends update
+#: float32 and float64 parameters
+OWN_HALF = ("BF16", "F16")
 
 #: NumPy dtype (native) -> C code, for every type importable here
 CODE = {d.numpy: i for i, d in enumerate(DTYPES) if d.numpy is not None}

@@ -109,6 +109,7 @@ cdef struct Call:
     Py_ssize_t cap
     Py_ssize_t nt      # tensors in the call (set by _gather)
     bint c_only        # every tensor C-contiguous (a step that measures the norm)
+    bint half_x        # 16-bit parameters of the whole step taken (in their own type)
     int dt[MAX_ROLES]  # the element type of each role of the tensor being emitted
     # the whole step only: each tensor's group index (a tuple held by the
     # caller) and the number of groups

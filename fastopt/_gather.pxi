@@ -7,6 +7,7 @@ cdef inline void _init(Call *c) noexcept nogil:
     c.is_out = c.stack_o
     c.cap = STACK_TENSORS
     c.c_only = False
+    c.half_x = False
     c.key0 = 0
     c.keys = NULL
 
@@ -134,6 +135,15 @@ cdef inline int _dtype_code(int type_num) noexcept:
     return -1
 
 
+cdef inline int _x_pair(Call *c, int dtype) noexcept:
+    """The pair parameters of type dtype are updated in (with gradients and
+    states of their type), or -1: a float type's own, or, where the caller
+    takes them (c.half_x), a 16-bit type's row of FO_SPAIR_TABLE."""
+    if fo_pair(dtype, dtype) >= 0 or not c.half_x:
+        return fo_pair(dtype, dtype)
+    return fo_spair(dtype, dtype, dtype)
+
+
 cdef inline bint _role_type(Call *c, const Op *op, int k, int dtype, int type_num,
                             PyObject *a) noexcept:
     """Is array a's element type what role k of op takes beside x's dtype
@@ -147,7 +157,7 @@ cdef inline bint _role_type(Call *c, const Op *op, int k, int dtype, int type_nu
     if t < 0:
         return False
     if op.kind[k] == ROLE_GRAD:
-        return fo_pair(dtype, t) >= 0
+        return fo_pair(dtype, t) >= 0 or (c.half_x and fo_spair(dtype, t, dtype) >= 0)
     if op.kind[k] == ROLE_STATE:
         return fo_spair(dtype, dtype, t) >= 0
     return fo_copy_ok(dtype, t) != 0
@@ -187,7 +197,7 @@ cdef int _gather(Call *c, const Op *op, PyObject **args, Py_ssize_t *nt_out) exc
         type_num = fo_type(x)
         dtype = _dtype_code(type_num)
         if dtype < 0 or (fo_grad_pair(dtype) if op.kind[0] == ROLE_GRAD
-                         else fo_pair(dtype, dtype)) < 0:
+                         else _x_pair(c, dtype)) < 0:
             return 0
         c.dt[0] = dtype
         flags = fo_flags(x)

@@ -136,11 +136,12 @@ cdef class StepPlan:
 
     @staticmethod
     def make(tuple xs, tuple s1s, tuple s2s, tuple s3s, tuple index, Py_ssize_t ng,
-             tuple ws=None, seed=0):
+             tuple ws=None, seed=0, bint half_params=False):
         """ws: per tensor the array that receives its new parameters rounded
         (the step's param_copies; None in it: no copy), or None for none;
         seed, the stochastic rounding's of states stored apart (as step's:
-        an int, or a tuple of one key per tensor)."""
+        an int, or a tuple of one key per tensor); half_params, as step's:
+        16-bit parameters updated in their own type are taken."""
         cdef StepPlan p = StepPlan.__new__(StepPlan)
         cdef Call c
         cdef PyObject *arrays[5]
@@ -167,6 +168,7 @@ cdef class StepPlan:
         arrays[3] = <PyObject *>s3s
         arrays[4] = <PyObject *>ws
         _init(&c)
+        c.half_x = half_params
         c.index = <PyObject *>index
         c.ng = ng
         try:

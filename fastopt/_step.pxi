@@ -212,15 +212,17 @@ cdef int _norm_lists(Call *c, Py_ssize_t nt, const void ***gp, int64_t **ns,
 def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
          tuple groups, double grad_scale, double max_norm, double clip_value,
          int clip, int norm_type, bint check_finite, n_threads,
-         double given_norm=NAN, tuple ws=None, seed=0):
+         double given_norm=NAN, tuple ws=None, seed=0, bint half_params=False):
     """Fast path of the fused step (fo_step). Every tuple but groups has one
     entry per tensor; given_norm (not NaN) is the global norm already
     measured by global_norm on the same gradients; ws, the arrays that
     receive the new parameters rounded (None in it: no copy of that
     tensor); seed, the stochastic rounding's: an int (tensor i's key is
     seed + i * 0x9E3779B97F4A7C15 mod 2**64) or a tuple of one key per
-    tensor. Returns (applied, norm, finite), or None to decline (nothing
-    written)."""
+    tensor; half_params, whether bfloat16/float16 parameters are taken,
+    updated in their own type with gradients and states of it (the torch
+    drop-ins' way; the NumPy front ends leave it False). Returns (applied,
+    norm, finite), or None to decline (nothing written)."""
     cdef Call c
     cdef fo_step_opts o
     cdef fo_step_result res
@@ -244,6 +246,7 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
     arrays[4] = <PyObject *>s3s
     arrays[5] = <PyObject *>ws
     _init(&c)
+    c.half_x = half_params
     c.index = <PyObject *>index
     c.ng = ng
     try:

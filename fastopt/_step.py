@@ -188,7 +188,7 @@ CLIP_GRADS = Op("fastopt.clip_grads", lambda a, s: _ext.clip_grads(a[0], *s), ("
 
 def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
         labels=None, given_norm: float = math.nan, precheck=None,
-        copies=None, seed=0) -> StepInfo:
+        copies=None, seed=0, half_params=False) -> StepInfo:
     """The step over tensors xs/gs with states (three lists, None where a
     rule has no such state), tensor i in group index[i]: the fast path, else
     ``_dispatch.accept``. labels: role -> list of names for messages (roles
@@ -201,7 +201,10 @@ def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
     to its 16-bit dtype (None: no copy of that tensor). seed: the
     stochastic rounding's of bfloat16 states, an int (tensor i's key is
     seed + i * 0x9E3779B97F4A7C15 mod 2**64; docs/semantics.md) or a
-    tuple of one key per tensor."""
+    tuple of one key per tensor. half_params: bfloat16/float16 parameters
+    are taken, updated in their own type with gradients and states of it
+    (the torch drop-ins' way, fastopt/torch/_mixed.py; they are checked
+    before, since the dispatch below takes float32 and float64 only)."""
     arrays = (tuple(xs), tuple(gs), *(tuple(s) for s in states))
     scalars = (tuple(index), tuple(groups), opts.grad_scale, opts.max_norm,
                opts.clip_value, opts.clip, opts.norm_type, opts.check_finite, n_threads,
@@ -209,7 +212,7 @@ def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
     if copies is not None:
         arrays += (tuple(copies),)
     out = _ext.step(*arrays[:5], *scalars[:-1], ws=arrays[5] if copies is not None else None,
-                    seed=seed)
+                    seed=seed, half_params=half_params)
     if out is None:
         _check_own_type_states(f, arrays, index, groups, labels)
         out = accept(STEP, arrays, scalars, f, labels, precheck)

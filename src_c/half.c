@@ -18,19 +18,27 @@ STEP_CONVERT(step_widen_bf16, uint16_t, float, fo_bf16_to_f32)
 STEP_CONVERT(step_widen_f16, uint16_t, float, fo_f16_to_f32)
 #undef STEP_CONVERT
 
-/* States stored apart as bfloat16 (step.c): widen a tile, and round one
- * back to nearest or stochastically, element k's bits those of index
- * i0 + k in the stream h (fo_sr_bits; the loop runs over pieces whose
- * indices share their high 32 bits, so that its body is 32-bit integer
- * arithmetic, which vectorizes). */
-void step_states_widen(int64_t n, const uint16_t *s, float *out)
+/* 16-bit values stored apart from the float32 they are computed in (step.c:
+ * states, and 16-bit parameters updated in their own type): a tile
+ * widened from type st (BF16 or F16), and rounded back to nearest or, for
+ * bfloat16, stochastically, element k's bits those of index i0 + k in the
+ * stream h (fo_sr_bits; the loop runs over pieces whose indices share
+ * their high 32 bits, so that its body is 32-bit integer arithmetic, which
+ * vectorizes). */
+void step_states_widen(int32_t st, int64_t n, const uint16_t *s, float *out)
 {
-    step_widen_bf16(n, s, out);
+    if (st == FO_BF16)
+        step_widen_bf16(n, s, out);
+    else
+        step_widen_f16(n, s, out);
 }
 
-void step_states_nearest(int64_t n, const float *v, uint16_t *s)
+void step_states_nearest(int32_t st, int64_t n, const float *v, uint16_t *s)
 {
-    step_copy_bf16(n, v, s);
+    if (st == FO_BF16)
+        step_copy_bf16(n, v, s);
+    else
+        step_copy_f16(n, v, s);
 }
 
 FO_KERNEL static void step_sr_piece(int64_t n, const float *restrict v,

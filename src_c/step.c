@@ -488,7 +488,7 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
     int64_t nb = 0, bytes = 0;
     for (int64_t k = 0; k < nt; k++) {     /* check each tensor, build the views */
         const fo_step_tensor *t = &ts[k];
-        int pair = fo_pair(t->dtype, t->gdtype);
+        int pair = step_grad_pair(t);
         if (pair < 0 || t->n < 0 || (t->w != NULL && !fo_copy_ok(t->dtype, t->wdtype))
                 || t->group < 0 || t->group >= ng || !step_has_states(t, &gs[t->group])
                 || !step_states_ok(t, &gs[t->group]))

@@ -143,11 +143,12 @@ static inline double step_exact_inverse(double s, int f32)
  * row of FO_COPY_TABLE): half.c. */
 void step_copy_out(int32_t wt, int64_t n, const float *x, void *w);
 
-/* half.c: bfloat16 states stored apart, a tile widened to float, and
- * rounded back to nearest or stochastically (element k with the bits of
- * index i0 + k in the stream h: half.h, fo_sr_bits). */
-void step_states_widen(int64_t n, const uint16_t *s, float *out);
-void step_states_nearest(int64_t n, const float *v, uint16_t *s);
+/* half.c: 16-bit states (and parameters) stored apart, a tile of type st
+ * (FO_BF16 or FO_F16) widened to float and rounded back to nearest, or, in
+ * bfloat16, stochastically (element k with the bits of index i0 + k in
+ * the stream h: half.h, fo_sr_bits). */
+void step_states_widen(int32_t st, int64_t n, const uint16_t *s, float *out);
+void step_states_nearest(int32_t st, int64_t n, const float *v, uint16_t *s);
 void step_states_stochastic(int64_t n, const float *v, uint16_t *s, uint64_t h,
                             uint64_t i0);
 

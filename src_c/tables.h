@@ -67,18 +67,25 @@
     X(F64_F16, F64, F16)
 
 /*
- * States stored apart from their parameters: X(NAME, XT, GT, ST, PAIR),
- * parameters of type XT, gradients of type GT and states of type ST. A
- * tile of the states is widened to the compute type, the rules of the pair
- * PAIR (XT with GT) update it, and it is rounded back as its group says
- * (step.c: to nearest, or stochastically); FO_SPAIR_NAME follows the
- * pairs' ids. A rule whose row has APART 0 keeps its states in its
- * parameters' type.
+ * States stored apart from their parameters' compute type: X(NAME, XT, GT,
+ * ST, PAIR), parameters of type XT, gradients of type GT and states of
+ * type ST. A tile of the states is widened to float, the rules of the pair
+ * PAIR (float with GT) update it, and it is rounded back as its group says
+ * (step.c: to nearest, or, in bfloat16, stochastically); FO_SPAIR_NAME
+ * follows the pairs' ids. The last rows are 16-bit parameters updated in
+ * their own type (torch's way for a bfloat16 or float16 model without
+ * master weights): parameters, gradients and states of one 16-bit type,
+ * a tile of the parameters widened and rounded to nearest like the
+ * states'; their float16 states round to nearest only. A rule whose row
+ * has APART 0 keeps its states in its parameters' type and takes no
+ * 16-bit parameters.
  */
 #define FO_SPAIR_TABLE(X) \
     X(F32_SBF16, F32, F32, BF16, F32) \
     X(F32_BF16_SBF16, F32, BF16, BF16, F32_BF16) \
-    X(F32_F16_SBF16, F32, F16, BF16, F32_F16)
+    X(F32_F16_SBF16, F32, F16, BF16, F32_F16) \
+    X(BF16_OWN, BF16, BF16, BF16, F32_BF16) \
+    X(F16_OWN, F16, F16, F16, F32_F16)
 
 /*
  * Gradients alone (the global norm, the clip in place): X(GT, PAIR), a
@@ -140,11 +147,11 @@ static inline int fo_pair(int32_t xt, int32_t gt)
 }
 
 /* The update's pair for parameters of type xt, gradients of type gt and
- * states of type st: fo_pair's when st is xt, else a row of
+ * states of type st: fo_pair's when st is xt and it has one, else a row of
  * FO_SPAIR_TABLE; -1 if the update pass is not built for them. */
 static inline int fo_spair(int32_t xt, int32_t gt, int32_t st)
 {
-    if (st == xt)
+    if (st == xt && fo_pair(xt, gt) >= 0)
         return fo_pair(xt, gt);
 #define FO_X_SPAIR(N, X, G, S, P) \
     if (xt == FO_##X && gt == FO_##G && st == FO_##S) return FO_SPAIR_##N;

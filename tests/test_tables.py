@@ -37,7 +37,8 @@ def test_pairs_and_copies_agree_with_the_c_table():
     assert t["pairs"] == sorted(_dtypes.PAIRS, key=lambda p: [
         [d.name for d in _dtypes.DTYPES].index(n) for n in p])
     assert sorted(t["copies"]) == sorted(_dtypes.COPIES)
-    assert sorted(t["states"]) == sorted(_dtypes.STATES)
+    assert sorted(t["states"]) == sorted(_dtypes.STATES + tuple(
+        (h, h) for h in _dtypes.OWN_HALF))
     from fastopt._reference import half
     assert t["key_step"] == half.KEY_STEP == 0x9E3779B97F4A7C15
     assert _step.ROUNDING == {"auto": 0, "nearest": t["round_nearest"],

@@ -173,9 +173,9 @@ def test_refusals_write_nothing():
     p.grad = torch.ones(4, dtype=torch.bfloat16)
     q = torch.nn.Parameter(torch.ones(4))
     q.grad = torch.ones(4)
-    opt = ft.AdamW([q, p], lr=0.1)
+    opt = ft.LARS([q, p], lr=0.1)
     before = snapshot(opt, [q, p])
-    with pytest.raises(TypeError, match=r"AdamW.step: param_groups\[0\]\['params'\]\[1\] "
+    with pytest.raises(TypeError, match=r"LARS.step: param_groups\[0\]\['params'\]\[1\] "
                        r"has dtype torch.bfloat16.*master_weights=True"):
         opt.step()
     same(before, snapshot(opt, [q, p]))

@@ -104,6 +104,14 @@ What changes for the user:
 
 Mixed precision
 ---------------
+Without ``master_weights``, the drop-ins of the torch-form rules (not LAMB,
+LARS or the ONNX forms) update a bfloat16 or float16 model in its own
+type, as torch's fused CPU kernels do: states of the parameter's dtype,
+the arithmetic in float32 on the widened values, the new parameter and
+states rounded to nearest (docs/semantics.md, "16-bit parameters in their
+own type"; ``state_rounding="stochastic"`` rounds a bfloat16 model's
+states stochastically).
+
 With ``master_weights=True`` an optimizer takes bfloat16 and float16
 parameters (a model cast with ``.to(torch.bfloat16)``): it keeps a float32
 master of each in ``state[p]['master_param']``, runs the rule on the
@@ -187,7 +195,8 @@ class SGD(_FastoptOptimizer):
         layout").
     master_weights, state_dtype, state_rounding, seed
         Mixed precision: bfloat16/float16 parameters through float32
-        masters, bfloat16 states (see the module, "Mixed precision").
+        masters (else updated in their own type), bfloat16 states (see the
+        module, "Mixed precision").
 
     Notes
     -----
@@ -251,7 +260,8 @@ class Adagrad(_FastoptOptimizer):
         layout").
     master_weights, state_dtype, state_rounding, seed
         Mixed precision: bfloat16/float16 parameters through float32
-        masters, bfloat16 states (see the module, "Mixed precision").
+        masters (else updated in their own type), bfloat16 states (see the
+        module, "Mixed precision").
 
     Notes
     -----
@@ -334,7 +344,8 @@ class Adam(_FastoptOptimizer):
         layout").
     master_weights, state_dtype, state_rounding, seed
         Mixed precision: bfloat16/float16 parameters through float32
-        masters, bfloat16 states (see the module, "Mixed precision").
+        masters (else updated in their own type), bfloat16 states (see the
+        module, "Mixed precision").
 
     Notes
     -----

@@ -86,7 +86,10 @@ def _doc(rule) -> str:
               "    layout\").",
               "master_weights, state_dtype, state_rounding, seed",
               "    Mixed precision: bfloat16/float16 parameters through float32",
-              "    masters, bfloat16 states (see the module, \"Mixed precision\").",
+              ("    masters (else updated in their own type), bfloat16 states (see"
+               if _rules.RULES[_rules.ID[rule.row]].apart else
+               "    masters, bfloat16 states (see"),
+              "    the module, \"Mixed precision\").",
               "", "Notes", "-----",
               f"State, as torch's: ``'step'`` (a float scalar tensor) and "
               f"{', '.join(f'``{s!r}``' for s in rule.states)} as the group's",

@@ -1,10 +1,13 @@
 """Mixed precision in fastopt.torch: ``master_weights=True`` (bfloat16 or
 float16 parameters updated through float32 masters, which the optimizer
 keeps in ``state[p]['master_param']`` and rounds into the parameter in the
-same C pass) and ``state_dtype="bfloat16"`` (the rule's states kept in
+same C pass), ``state_dtype="bfloat16"`` (the rule's states kept in
 bfloat16, rounded by the step as docs/semantics.md, "bfloat16 states",
-says). The options' checks, the dtypes each tensor of a parameter has, the
-NumPy view of a tensor of any of them, and the repair of what torch's
+says), and, without either, 16-bit parameters updated in their own type
+as torch's fused CPU kernels do (states of the parameter's dtype, the
+arithmetic in float32, each stored value rounded to nearest). The
+options' checks, the dtypes each tensor of a parameter has, the NumPy view
+of a tensor of any of them, and the repair of what torch's
 ``load_state_dict`` casts to the parameter's dtype."""
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ class Mixed(NamedTuple):
     state_dtype: torch.dtype | None = None     # None: the parameter's (or master's)
     flags: int = 0                             # the group flags of state_rounding
     seed: int = 0
+    own_half: bool = False      # 16-bit parameters without masters step in their type
 
     @property
     def active(self) -> bool:
@@ -53,8 +57,10 @@ class Mixed(NamedTuple):
         out = {}
         if any(c is not None for c in copies):
             out["copies"] = copies
-        if self.state_dtype is _BF16:
+        if self.state_dtype is _BF16 or self.flags & _step.ROUNDING["stochastic"]:
             out["seed"] = tuple(keys)
+        if self.own_half:
+            out["half_params"] = True
         return out
 
     def states_dtype(self, p) -> torch.dtype:
@@ -80,7 +86,14 @@ def check(f, cls, master_weights, state_dtype, state_rounding, seed, flat) -> Mi
                              f"torch.float32, torch.bfloat16), got {state_dtype!r}")
     flags = _step.rounding_flags(f, state_rounding)
     seed = _step.check_seed(f, seed)
-    out = Mixed(master_weights, dt, flags, seed)
+    # 16-bit parameters in their own type: the rules whose states may be
+    # stored apart (a trust pass reads float parameters); their states
+    # round to nearest as torch's do unless state_dtype or state_rounding
+    # says otherwise
+    own = cls._ROW in _rules.ID and _rules.RULES[_rules.ID[cls._ROW]].apart
+    if own and not flags and dt is None:
+        flags = _step.ROUNDING["nearest"]
+    out = Mixed(master_weights, dt, flags, seed, own)
     if out.state_dtype is _BF16:
         if cls._ROW not in _rules.ID or not _rules.RULES[_rules.ID[cls._ROW]].apart:
             raise ValueError(f"{f}: state_dtype='bfloat16' is not available for "
@@ -100,9 +113,22 @@ def check_param(f, where, p, mixed) -> None:
         raise TypeError(f"{f}: {where} has dtype {p.dtype}; flat=True lays out float32 or "
                         f"float64 parameters")
     if p.dtype in HALF and not mixed.master_weights:
-        raise TypeError(f"{f}: {where} has dtype {p.dtype}; fastopt updates float32 or "
-                        f"float64 tensors, or {p.dtype} ones through float32 masters "
-                        f"(pass master_weights=True)")
+        if not mixed.own_half:
+            raise TypeError(f"{f}: {where} has dtype {p.dtype}; this optimizer updates "
+                            f"float32 or float64 tensors, or {p.dtype} ones through "
+                            f"float32 masters (pass master_weights=True)")
+        if mixed.state_dtype is not None and mixed.state_dtype is not p.dtype:
+            name = str(mixed.state_dtype).removeprefix("torch.")
+            raise TypeError(f"{f}: {where} has dtype {p.dtype}; state_dtype={name!r} "
+                            f"keeps the states of float32 or bfloat16 parameters (or "
+                            f"pass master_weights=True)")
+        if p.dtype is not _BF16 and mixed.flags & _step.ROUNDING["stochastic"]:
+            raise ValueError(f"{f}: {where} has dtype {p.dtype}, whose states round to "
+                             f"nearest only; state_rounding='stochastic' needs bfloat16 "
+                             f"states")
+        if not p.is_contiguous():
+            raise ValueError(f"{f}: {where} ({p.dtype}) is not contiguous; 16-bit "
+                             f"parameters are updated in place when contiguous only")
     if mixed is not None and mixed.state_dtype is not None and p.dtype == torch.float64:
         name = str(mixed.state_dtype).removeprefix("torch.")
         raise TypeError(f"{f}: {where} has dtype {p.dtype}; state_dtype={name!r} keeps "

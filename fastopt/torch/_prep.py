@@ -188,7 +188,7 @@ def build(opt, args, names_of, counted, extra):
     copies = extra.get("copies")
     plan = _ext.StepPlan.make(tuple(xs), tuple(s1), tuple(s2), tuple(s3), tuple(index),
                               len(cgroups), None if copies is None else tuple(copies),
-                              extra.get("seed", 0))
+                              extra.get("seed", 0), extra.get("half_params", False))
     if plan is None:
         return None
     if copies is not None and not plan.pointer_types(tuple(
