@@ -81,7 +81,8 @@ cdef enum:
     MAX_ROLES = 6          # x, g, up to three states and a rounded copy
     # what a role's element type must be (Op.kind)
     ROLE_SAME = 0          # x's (and x's a type a step updates)
-    ROLE_GRAD = 1          # a gradient's: of x's storage pair, or (role 0) any
+    ROLE_GRAD = 1          # a gradient's: of x's storage pair (a 16-bit x's own type
+    #                        with Call.half_x), or (role 0) any
     ROLE_COPY = 2          # a copy's: a row of x's FO_COPY_TABLE
     ROLE_STATE = 3         # a state's: x's, or one stored apart (FO_SPAIR_TABLE)
 

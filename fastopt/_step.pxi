@@ -29,8 +29,8 @@ cdef inline bint _states_type(Call *c, Py_ssize_t i, int k0, int dtype, void **p
                               fo_step_tensor *t, bint c_order) noexcept:
     """t.sdtype and t.key from the states in roles k0..k0+2 (c.dt): the one
     type every given state has (x's when there is none); False if they
-    differ, or if states stored apart are not in C order (the stochastic
-    rounding numbers elements in C order)."""
+    differ, or if states stored apart, or 16-bit parameters, are not in C
+    order (the stochastic rounding numbers elements in C order)."""
     cdef int k, st = -1
     for k in range(k0, k0 + 3):
         if p[k] != NULL:
@@ -38,8 +38,8 @@ cdef inline bint _states_type(Call *c, Py_ssize_t i, int k0, int dtype, void **p
                 return False
             st = c.dt[k]
     t.sdtype = dtype if st < 0 else st
-    if t.sdtype != dtype and not c_order:
-        return False
+    if (t.sdtype != dtype or fo_pair(dtype, dtype) < 0) and not c_order:
+        return False        # (or 16-bit parameters, whose states may round so)
     t.key = c.key0 + <uint64_t>i * FO_KEY_STEP
     return True
 

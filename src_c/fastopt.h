@@ -274,7 +274,8 @@ extern "C" {
 /* How states stored apart (sdtype: bfloat16) are rounded back: by default
  * each state slot to nearest, but stochastically where nearest rounding
  * loses its updates (an accumulator; an average whose decay's complement
- * is below 2**-8, half a bfloat16 ulp); these force one way for all. */
+ * is below 2**-8, half a bfloat16 ulp); these force one way for all.
+ * float16 states (of float16 parameters) need FO_STEP_ROUND_NEAREST. */
 #define FO_STEP_ROUND_NEAREST 16
 #define FO_STEP_ROUND_STOCHASTIC 32
 #define FO_STEP_FLAGS 63         /* every flag: a group's flags are within it */
@@ -340,7 +341,9 @@ typedef struct fo_step_group {
  * FO_SPAIR_TABLE (bfloat16 states of float parameters, widened as they are
  * read and rounded as the group's flags say; a stochastic rounding draws
  * its bits from key, the group's t, the state's slot and the element's
- * index: docs/semantics.md). w, if not NULL, receives the new x rounded to
+ * index: docs/semantics.md; or bfloat16/float16 parameters with gradients
+ * and states of their type, computed in float and rounded to nearest, the
+ * states as the flags say). w, if not NULL, receives the new x rounded to
  * type wdtype (a row of FO_COPY_TABLE) in the same pass, on an applied
  * step only. */
 typedef struct fo_step_tensor {

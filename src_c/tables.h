@@ -54,9 +54,9 @@
  * The storage pairs the update pass is built for: X(NAME, XT, GT),
  * parameters and states of type XT (the compute type's precision) with
  * gradients of type GT; NAME names the pair's instance (types.inc) and
- * makes FO_PAIR_NAME. A step's tensor must be one of these pairs; a
- * gradient alone (the norm, the clip) is computed in its own type's pair,
- * a 16-bit one in float's.
+ * makes FO_PAIR_NAME. A step's tensor must be one of these pairs or a row
+ * of FO_SPAIR_TABLE; a gradient alone (the norm, the clip) is computed in
+ * its own type's pair, a 16-bit one in float's.
  */
 #define FO_PAIR_TABLE(X) \
     X(F32, F32, F32) \

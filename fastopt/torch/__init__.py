@@ -20,8 +20,8 @@ torch's Optimizer:
 refused with an error, not approximated: ``foreach``, ``fused``,
 ``capturable`` or ``differentiable`` set to True, tensor hyperparameters of
 more than one element, parameters that are not CPU float32/float64 (complex
-included; bfloat16 and float16 ones step through float32 masters, below),
-sparse gradients.
+included; bfloat16 and float16 ones are updated in their own type or
+through float32 masters, below), sparse gradients.
 
 :class:`OnnxMomentum`, :class:`OnnxAdagrad` and :class:`OnnxAdam` are the
 ONNX training operators with their own hyperparameter names (ONNX Adam adds

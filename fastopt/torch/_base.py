@@ -413,6 +413,8 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 written.add(x.untyped_storage().data_ptr())
                 if g.requires_grad:            # a gradient made with create_graph
                     g = g.detach()
+                if copies[-1] is None and p.dtype in _mixed.HALF and not g.is_contiguous():
+                    g = g.contiguous()  # (the C step reads a 16-bit x's gradient so)
                 gs.append(g.resolve_neg() if g.is_neg() else g)
                 written.update(full[n].untyped_storage().data_ptr() for n in names)
                 views += [None] * 3

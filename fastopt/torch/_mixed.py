@@ -106,9 +106,10 @@ def check(f, cls, master_weights, state_dtype, state_rounding, seed, flat) -> Mi
 
 
 def check_param(f, where, p, mixed) -> None:
-    """A 16-bit parameter is one to step through a master; the states'
-    dtype fits the parameter's (raises). mixed None: flat=True's layout,
-    which takes neither."""
+    """A 16-bit parameter steps through a master, or in its own type where
+    the rule takes that (contiguous, with states of its dtype rounded as
+    its dtype allows); the states' dtype fits the parameter's (raises).
+    mixed None: flat=True's layout, which takes neither."""
     if p.dtype in HALF and mixed is None:
         raise TypeError(f"{f}: {where} has dtype {p.dtype}; flat=True lays out float32 or "
                         f"float64 parameters")
@@ -159,7 +160,7 @@ def saved_tensors(opt, state_dict) -> dict:
     """Before torch's load_state_dict casts every floating state to its
     parameter's dtype: (parameter position, key) -> the saved tensor, for
     every tensor entry but the count."""
-    if not opt._mixed.active or not isinstance(state_dict, dict):
+    if not (opt._mixed.active or opt._mixed.own_half) or not isinstance(state_dict, dict):
         return {}
     saved_ids = [i for g in state_dict.get("param_groups", ()) for i in g.get("params", ())]
     params = [p for g in opt.param_groups for p in g["params"]]
@@ -172,7 +173,8 @@ def saved_tensors(opt, state_dict) -> dict:
 def restore(opt, saved: dict) -> None:
     """After torch's load_state_dict: the saved entries again in the dtypes
     the options keep them in: a master in float32, the rule's states in
-    the states' dtype, anything else (a carried scalar) in its own."""
+    the states' dtype, anything else (a carried scalar, which a 16-bit
+    model in its own type keeps in float32 too) in its own."""
     if not saved:
         return
     params, names = [], []
@@ -185,6 +187,8 @@ def restore(opt, saved: dict) -> None:
         names += [rule_names] * len(group["params"])
     for (pos, k), v in saved.items():
         p = params[pos]
+        if not opt._mixed.active and p.dtype not in HALF:
+            continue            # (a float model's entries as torch loads them)
         dt = torch.float32 if k == MASTER else \
             opt._mixed.states_dtype(p) if k in names[pos] else v.dtype
         if dt != p.dtype:
