@@ -17,7 +17,7 @@ import io
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch_helpers import count_calls, same, snapshot  # noqa: E402
+from torch_helpers import count_calls, randn_list, same, snapshot  # noqa: E402
 
 import fastopt.torch as ft  # noqa: E402  (after the importorskip)
 import fastopt.torch._prep as tp  # noqa: E402
@@ -40,20 +40,12 @@ RULES = {"SGD": dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01,
 SHAPES = [(6, 5), (7,), (3, 2, 4), (3000,)]     # (3000,): three tiles and a part
 
 
-@pytest.fixture
-def ran(monkeypatch):
-    """The number of steps the prepared plan applied or skipped (not declined)."""
-    return count_calls(monkeypatch, tp.Prepared, "run")
-
-
 def values(seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(s, generator=g) for s in SHAPES]
+    return randn_list(SHAPES, seed)
 
 
-def grads(k, shapes=SHAPES):
-    g = torch.Generator().manual_seed(100 + k)
-    return [torch.randn(s, generator=g) for s in shapes]
+def grads(k):
+    return randn_list(SHAPES, 100 + k)
 
 
 def _round(opt, params, half):
@@ -68,10 +60,11 @@ def _round(opt, params, half):
 
 @pytest.mark.parametrize("half", HALVES)
 @pytest.mark.parametrize("name", sorted(RULES))
-def test_a_step_is_the_float32_step_rounded(name, half, ran):
+def test_a_step_is_the_float32_step_rounded(name, half, monkeypatch):
     """Each step equals the float32 drop-in's on the widened parameter and
     states, with the results rounded to nearest: parameters and every
     state, bit for bit. The steps after the first take the prepared step."""
+    ran = count_calls(monkeypatch, tp.Prepared, "run")      # applied, not declined
     model = [torch.nn.Parameter(v.to(half)) for v in values()]
     ref = [torch.nn.Parameter(p.detach().float()) for p in model]
     opt = getattr(ft, name)(model, **RULES[name])

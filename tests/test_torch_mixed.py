@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch_helpers import count_calls, same, snapshot  # noqa: E402
+from torch_helpers import count_calls, randn_list, same, snapshot  # noqa: E402
 
 import fastopt  # noqa: E402
 import fastopt.torch as ft  # noqa: E402  (after the importorskip)
@@ -36,13 +36,11 @@ def ran(monkeypatch):
 
 
 def values(seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(s, generator=g) for s in SHAPES]
+    return randn_list(SHAPES, seed)
 
 
 def grads(k):
-    g = torch.Generator().manual_seed(100 + k)
-    return [torch.randn(s, generator=g) for s in SHAPES]
+    return randn_list(SHAPES, 100 + k)
 
 
 @pytest.mark.parametrize("half", HALVES)

@@ -42,3 +42,9 @@ def same(x, y):
                 u.nan_to_num(), v.nan_to_num()))
         else:
             assert u == v
+
+
+def randn_list(shapes, seed):
+    """Standard normal float32 tensors of the shapes, from one generator seeded so."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=g) for s in shapes]
