@@ -71,6 +71,7 @@ const char *fo_isa_active(void)
 #define FO_ALIGN 64
 
 int64_t fo_chunk_bytes(void) { return FO_CHUNK_BYTES; }
+int fo_chunks_per_thread(void) { return FO_CHUNKS_PER_THREAD; }
 
 int fo_have_openmp(void)
 {

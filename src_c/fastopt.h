@@ -135,6 +135,7 @@ int fo_num_procs(void);     /* omp_get_num_procs(), 1 without OpenMP */
 /* Tuning constants (bytes of x), exposed for tests and show_config. */
 int64_t fo_serial_bytes(void);
 int64_t fo_chunk_bytes(void);
+int fo_chunks_per_thread(void);     /* the fewest chunks a thread gets in a call */
 
 /*
  * Facts about the parallel driver (pool.c), for tests and `fastopt bench`.

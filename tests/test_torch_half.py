@@ -37,7 +37,7 @@ RULES = {"SGD": dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01,
          "NAdam": dict(lr=0.01, momentum_decay=0.004),
          "Lion": dict(lr=0.01, weight_decay=0.1),
          "AdEMAMix": dict(lr=0.01)}
-SHAPES = [(6, 5), (7,), (3, 2, 4), (3000,)]     # (3000,): three tiles and a part
+SHAPES = [(6, 5), (7,), (3, 2, 4), (3000,)]     # (3000,): whole tiles and a part
 
 
 def values(seed=0):
