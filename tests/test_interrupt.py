@@ -31,13 +31,20 @@ def _no_finalizers_while_signals_fly():
     lost there ("Exception ignored in ..."): CPython's behaviour, not
     fastopt's. Freeing a finished killer thread runs one (threading's
     WeakSet of threads), and so may the cyclic collector at any allocation.
-    So the killers stay alive and the collector waits until the test ends."""
+    So the killers stay alive and the collector waits until the test ends.
+    SIGINT gets Python's own handler meanwhile: a process started in the
+    background by a shell without job control inherits SIGINT ignored, and
+    Python then never raises KeyboardInterrupt."""
     enabled = gc.isenabled()
+    handler = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     gc.disable()
     try:
         yield
     finally:
         _KILLERS.clear()
+        if handler is not None:     # (None: a handler not set from Python)
+            signal.signal(signal.SIGINT, handler)
         if enabled:
             gc.enable()
 
