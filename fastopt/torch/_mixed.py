@@ -95,7 +95,7 @@ def check(f, cls, master_weights, state_dtype, state_rounding, seed, flat) -> Mi
         flags = _step.ROUNDING["nearest"]
     out = Mixed(master_weights, dt, flags, seed, own)
     if out.state_dtype is _BF16:
-        if cls._ROW not in _rules.ID or not _rules.RULES[_rules.ID[cls._ROW]].apart:
+        if not own:
             raise ValueError(f"{f}: state_dtype='bfloat16' is not available for "
                              f"{cls.__name__}: its trust pass reads the states in their "
                              f"parameters' dtype")
