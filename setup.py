@@ -114,7 +114,8 @@ _generate_capi()
 # (fastopt/_ext.pyx folds the fast paths of every op; fastopt/_cfastopt.pxd
 # declares src_c/fastopt.h).
 C_SOURCES = ["src_c/fastopt.c", "src_c/pool.c", "src_c/machine_load.c", "src_c/agc.c",
-             "src_c/step.c", "src_c/step_norm.c", "src_c/half.c", "src_c/capi.c"]
+             "src_c/step.c", "src_c/step_norm.c", "src_c/half.c", "src_c/q8.c",
+             "src_c/capi.c"]
 C_DEPENDS = ["src_c/fastopt.h", "src_c/tables.h", "src_c/half.h", "src_c/rules.h",
              "src_c/pool.h",
              "src_c/agc.inc", "src_c/types.inc", "src_c/instance.inc",

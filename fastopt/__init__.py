@@ -55,6 +55,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the install
 
 from ._buildinfo import __version__, config, show_config  # noqa: E402
 from ._ops import agc, onnx_adagrad, onnx_adam, onnx_momentum, unitwise_norm  # noqa: E402
+from ._q8 import State8bit  # noqa: E402
 from ._step import StepInfo  # noqa: E402
 from ._threads import get_num_threads, set_num_threads  # noqa: E402
 from ._torchform import RULE_FUNCTIONS as _RULE_FUNCTIONS  # noqa: E402
@@ -105,7 +106,7 @@ __all__ = [
     "sgd", "adagrad", "adam", "adamw", *_RULE_FUNCTIONS, "global_norm", "clip_grads",
     "onnx_momentum", "onnx_adagrad", "onnx_adam", "agc", "unitwise_norm",
     "onnx", "optim", "schedules",
-    "StepInfo",
+    "StepInfo", "State8bit",
     "set_num_threads", "get_num_threads", "show_config", "config",
     "get_include", "__version__",
 ]

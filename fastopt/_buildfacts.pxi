@@ -38,7 +38,7 @@ def tables():
     rules = []
     for i in range(FO_N_RULES):
         r = fo_rule_info(i)
-        rules.append((r.name.decode(), r.states, r.t0, r.apart != 0))
+        rules.append((r.name.decode(), r.states, r.t0, r.apart != 0, r.q8))
     dtypes = [(fo_dtype_name(i).decode(), fo_dtype_size(i)) for i in range(FO_N_DTYPES)]
     names = [d[0] for d in dtypes]
     n = FO_N_DTYPES
@@ -88,3 +88,39 @@ def round_stochastic(cnp.ndarray src, cnp.ndarray dst, uint64_t h, uint64_t i0):
     cdef int64_t n = src.size
     with nogil:
         fo_round_stochastic(sp, dp, n, h, i0)
+
+
+def q8_map(int kind):
+    """The 8-bit states' map kind (0: signed, 1: unsigned) as the kernels
+    hold it: float32[256] (the tests compare it with
+    fastopt/_reference/bnb8.py; checkpoints compare theirs with it)."""
+    cdef const float *m = fo_q8_map(kind)
+    if m == NULL:
+        raise ValueError(f"fastopt._ext.q8_map: kind is 0 or 1, got {kind}")
+    out = np.empty(256, np.float32)
+    cdef float[::1] o = out
+    cdef int i
+    for i in range(256):
+        o[i] = m[i]
+    return out
+
+
+def q8_store(cnp.ndarray v, int kind):
+    """(codes, absmax) of float32 values v (C-contiguous, flattened) stored
+    on map kind as a step stores 8-bit states: uint8 codes of v's size and
+    one float32 absmax per block of FO_Q8_BLOCK (fastopt.State8bit.quantize;
+    the tests compare it with fastopt/_reference/bnb8.py)."""
+    if not (v.dtype == np.float32 and v.flags.c_contiguous):
+        raise ValueError("fastopt._ext.q8_store: a C-contiguous float32 array")
+    cdef int64_t n = v.size
+    codes = np.zeros(n, np.uint8)
+    absmax = np.zeros((n + FO_Q8_BLOCK - 1) // FO_Q8_BLOCK, np.float32)
+    cdef const float *vp = <const float *>cnp.PyArray_DATA(v)
+    cdef uint8_t *cp = <uint8_t *>cnp.PyArray_DATA(codes)
+    cdef float *ap = <float *>cnp.PyArray_DATA(absmax)
+    cdef int rc
+    with nogil:
+        rc = fo_q8_store(vp, n, kind, cp, ap)
+    if rc != FO_OK:
+        raise ValueError(f"fastopt._ext.q8_store: kind is 0 or 1, got {kind}")
+    return codes, absmax

@@ -3,7 +3,7 @@
 # (as PyWavelets' c_wt.pxd mirrors wt.h): change both together. The
 # comments of each block live in the header; only declarations here.
 
-from libc.stdint cimport int32_t, int64_t, uint16_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
 
 
 cdef extern from "fastopt.h" nogil:
@@ -16,6 +16,7 @@ cdef extern from "fastopt.h" nogil:
     # Element types of a tensor and the update rules (tables.h).
     int FO_F32
     int FO_F64
+    int FO_Q8
     int FO_N_DTYPES
     int FO_N_RULES
     int fo_dtype_size(int dtype)
@@ -28,6 +29,7 @@ cdef extern from "fastopt.h" nogil:
         int32_t states
         int32_t t0
         int32_t apart
+        int32_t q8
     fo_rule_facts fo_rule_info(int32_t rule)
     const char *fo_dtype_name(int32_t dtype)
 
@@ -43,6 +45,7 @@ cdef extern from "fastopt.h" nogil:
         void *s2
         int64_t n
         int32_t dtype
+        int32_t quantum
 
     # Scalar arguments, as the ONNX operators define them.
     ctypedef struct fo_momentum_args:
@@ -140,6 +143,7 @@ cdef extern from "fastopt.h" nogil:
     int FO_STEP_MAXIMIZE
     int FO_STEP_CENTERED
     uint64_t FO_KEY_STEP
+    int FO_Q8_BLOCK
     int FO_STEP_ROUND_NEAREST
     int FO_STEP_ROUND_STOCHASTIC
     int FO_STEP_FLAGS
@@ -177,6 +181,7 @@ cdef extern from "fastopt.h" nogil:
         int32_t wdtype
         int32_t sdtype
         uint64_t key
+        float *absmax[3]
 
     # Step-wide options.
     int FO_MEASURE_NEEDED
@@ -231,3 +236,6 @@ cdef extern from "step.h" nogil:
     # the kernels' own 16-bit conversions and stochastic rounding (for the tests)
     int fo_convert(const void *src, int32_t st, void *dst, int32_t dt, int64_t n)
     int fo_round_stochastic(const float *v, uint16_t *s, int64_t n, uint64_t h, uint64_t i0)
+    # the 8-bit states' maps and the storing of one block (the tests, checkpoints)
+    const float *fo_q8_map(int32_t kind)
+    int fo_q8_store(const float *v, int64_t n, int32_t kind, uint8_t *c, float *absmax)

@@ -39,6 +39,7 @@ DTYPES = (
     DType("F64", np.dtype(np.float64), "float64", "DOUBLE"),
     DType("BF16", _BF16, "bfloat16", "UINT16_T"),
     DType("F16", np.dtype(np.float16), "float16", "UINT16_T"),
+    DType("Q8", np.dtype(np.uint8), "uint8", "UINT8_T"),
 )
 _BY_NAME = {d.name: d for d in DTYPES}
 
@@ -51,6 +52,10 @@ COPIES = (("F32", "BF16"), ("F32", "F16"))
 #: (parameters' type, their states' type) a step updates: each type's own,
 #: and bfloat16 states of float32 parameters (FO_SPAIR_TABLE, stored apart)
 STATES = (("F32", "F32"), ("F64", "F64"), ("F32", "BF16"))
+#: (parameters' type, their states' type) of 8-bit blockwise states (codes
+#: into a map, a float32 absmax per block: fastopt/_q8.py), which the
+#: functions taking them check themselves
+Q8_STATES = (("F32", "Q8"),)
 #: 16-bit types a step also updates in their own type, with gradients and
 #: states of it, computed in float32 (FO_SPAIR_TABLE's last rows): torch's
 #: way for a bfloat16 or float16 model, taken by the torch drop-ins only
@@ -63,7 +68,8 @@ CODE = {d.numpy: i for i, d in enumerate(DTYPES) if d.numpy is not None}
 #: the NumPy dtypes (native byte order) fastopt updates: parameters and states
 NUMPY = tuple(_BY_NAME[x].numpy for x, g in PAIRS if x == g)
 #: the NumPy dtypes a gradient may have (with parameters of a fitting type)
-GRADS = tuple(d.numpy for d in DTYPES if d.numpy is not None)
+GRADS = tuple(dict.fromkeys(_BY_NAME[g].numpy for x, g in PAIRS
+                            if _BY_NAME[g].numpy is not None))
 #: a phrase for messages: "float32 or float64"
 NAMES = " or ".join(str(d) for d in NUMPY)
 

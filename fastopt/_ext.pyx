@@ -46,7 +46,7 @@ from cpython.ref cimport PyObject
 from cpython.sequence cimport PySequence_Fast_ITEMS as _items
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.math cimport NAN, isfinite
-from libc.stdint cimport int32_t, int64_t, uint16_t, uint64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t, uintptr_t
 
 cimport numpy as cnp
 
@@ -63,7 +63,7 @@ from fastopt._cfastopt cimport (
     fo_step_result, fo_step_tensor, FO_N_RULES, FO_N_DTYPES, FO_STEP_FLAGS, FO_STEP_EXTRA,
     fo_rule_info, fo_rule_facts, fo_dtype_name, fo_dtype_size, fo_pair, fo_grad_pair,
     fo_copy_ok, fo_spair, fo_convert, fo_round_stochastic, FO_KEY_STEP, FO_STEP_ROUND_NEAREST,
-    FO_STEP_ROUND_STOCHASTIC)
+    FO_STEP_ROUND_STOCHASTIC, FO_Q8, FO_Q8_BLOCK, fo_q8_map, fo_q8_store)
 
 import numpy as np
 
@@ -79,6 +79,7 @@ include "_buildfacts.pxi"
 cdef enum:
     STACK_TENSORS = 8      # tensors gathered in the C stack before the heap
     MAX_ROLES = 6          # x, g, up to three states and a rounded copy
+    MAX_RANGES = 9         # a tensor's byte ranges: its roles', and 8-bit states' absmax
     # what a role's element type must be (Op.kind)
     ROLE_SAME = 0          # x's (and x's a type a step updates)
     ROLE_GRAD = 1          # a gradient's: of x's storage pair (a 16-bit x's own type
@@ -100,9 +101,9 @@ cdef struct Call:
     # zeroing 2.5 KB), on the heap beyond that. ts holds the op's records
     # (Rec: the largest record sizes the stack room).
     Rec stack_t[STACK_TENSORS]
-    int64_t stack_e[STACK_TENSORS * MAX_ROLES * 2]
-    int64_t stack_s[STACK_TENSORS * MAX_ROLES * 6 + 1]
-    unsigned char stack_o[STACK_TENSORS * MAX_ROLES]
+    int64_t stack_e[STACK_TENSORS * MAX_RANGES * 2]
+    int64_t stack_s[STACK_TENSORS * MAX_RANGES * 6 + 1]
+    unsigned char stack_o[STACK_TENSORS * MAX_RANGES]
     void *ts
     int64_t *ext
     int64_t *scratch
@@ -118,6 +119,8 @@ cdef struct Call:
     Py_ssize_t ng
     uint64_t key0      # tensor i's stochastic rounding key: key0 + i * FO_KEY_STEP,
     PyObject *keys     # or keys[i] (a tuple of ints held by the caller; NULL: none)
+    PyObject *absmax   # 8-bit states' absmax: a tuple of nt (held by the caller; NULL: none),
+    int absmax_at      # their byte ranges' first role index (after the op's roles)
     # AGC only: per-tensor clipping (a tuple held by the caller, or NULL for
     # clip_all on every tensor) and the unit layout
     PyObject *clips
@@ -159,6 +162,7 @@ cdef int _emit_tensor(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
     t.s2 = p[3]
     t.n = n
     t.dtype = dtype
+    t.quantum = 0
     return 1
 
 

@@ -10,10 +10,11 @@ cdef inline void _init(Call *c) noexcept nogil:
     c.half_x = False
     c.key0 = 0
     c.keys = NULL
+    c.absmax = NULL
 
 
 cdef int _reserve(Call *c, Py_ssize_t nt, size_t rec_size) except -1:
-    cdef Py_ssize_t m = nt * MAX_ROLES
+    cdef Py_ssize_t m = nt * MAX_RANGES
     if nt <= c.cap:
         return 0
     c.cap = nt

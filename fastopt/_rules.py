@@ -21,6 +21,7 @@ class Rule(NamedTuple):
     states: tuple
     t0: int
     apart: bool = True      # its states may be stored apart (bfloat16 of float32)
+    q8: int = -1            # -1: no 8-bit states; else its slots on the unsigned map
 
 
 # group flags (fo_step_group.flags)
@@ -30,15 +31,15 @@ RULES = (
     Rule("momentum", ("v",), 0),
     Rule("adagrad", ("h",), 0),
     Rule("adam", ("v", "h"), 0),
-    Rule("sgd_torch", ("momentum_buffer",), 0),
-    Rule("adagrad_torch", ("sum",), 1),
-    Rule("adam_torch", ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), 1),
-    Rule("adamw_torch", ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), 1),
-    Rule("rmsprop_torch", ("square_avg", "momentum_buffer", "grad_avg"), 1),
+    Rule("sgd_torch", ("momentum_buffer",), 0, q8=0),
+    Rule("adagrad_torch", ("sum",), 1, q8=0),
+    Rule("adam_torch", ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), 1, q8=2),
+    Rule("adamw_torch", ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), 1, q8=2),
+    Rule("rmsprop_torch", ("square_avg", "momentum_buffer", "grad_avg"), 1, q8=0),
     Rule("adamax_torch", ("exp_avg", "exp_inf"), 1),
     Rule("adadelta_torch", ("square_avg", "acc_delta"), 1),
     Rule("radam_torch", ("exp_avg", "exp_avg_sq"), 1),
-    Rule("lion", ("exp_avg",), 1),
+    Rule("lion", ("exp_avg",), 1, q8=0),
     Rule("nadam_torch", ("exp_avg", "exp_avg_sq"), 1),
     Rule("ademamix", ("exp_avg_fast", "exp_avg_slow", "exp_avg_sq"), 1),
     Rule("lamb", ("exp_avg", "exp_avg_sq"), 1, apart=False),

@@ -74,6 +74,39 @@ cdef inline void _keys_into(Call *c, Py_ssize_t nt) noexcept:
         t[i].key = <uint64_t>(<object>PyTuple_GET_ITEM(<object>c.keys, i))
 
 
+cdef int _absmax_of(Call *c, Py_ssize_t i, int64_t n, void **s,
+                    fo_step_tensor *t) except -1:
+    """t.absmax from c.absmax[i], a tuple of three (an array of float32,
+    C-contiguous, writeable, one value per block of the state, for each
+    state s[k] given; else anything), and their byte ranges after the op's
+    roles' (from role c.absmax_at; with c.absmax, every tensor's, empty
+    where it has none); 0 to decline, 8-bit states without their absmax."""
+    cdef int k
+    cdef int64_t nb = (n + FO_Q8_BLOCK - 1) // FO_Q8_BLOCK
+    cdef PyObject *a
+    t.absmax[0] = t.absmax[1] = t.absmax[2] = NULL
+    if c.absmax == NULL:
+        return t.sdtype != FO_Q8
+    e = <object>PyTuple_GET_ITEM(<object>c.absmax, i)
+    for k in range(3):
+        _range(c, (c.absmax_at + k) * c.nt + i, NULL, 0, 1)
+    if t.sdtype != FO_Q8:
+        return 1
+    if type(e) is not tuple or PyTuple_GET_SIZE(e) != 3:
+        return 0
+    for k in range(3):
+        if s[k] == NULL:
+            continue
+        a = PyTuple_GET_ITEM(e, k)
+        if not (fo_exact_array(a) and fo_accept(a, cnp.NPY_FLOAT32,
+                                                cnp.NPY_ARRAY_C_CONTIGUOUS | _W, NULL)
+                and fo_size(a) == nb):
+            return 0
+        t.absmax[k] = <float *>fo_data(a)
+        _range(c, (c.absmax_at + k) * c.nt + i, t.absmax[k], nb * 4, 1)
+    return 1
+
+
 cdef int _emit_step(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
                     bint c_order, void **p) except -1:
     cdef fo_step_tensor *t = (<fo_step_tensor *>c.ts) + i
@@ -87,7 +120,7 @@ cdef int _emit_step(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
     t.dtype = dtype
     t.gdtype = c.dt[1]
     t.wdtype = c.dt[5] if p[5] != NULL else 0
-    if not _states_type(c, i, 2, dtype, p, t, c_order):
+    if not (_states_type(c, i, 2, dtype, p, t, c_order) and _absmax_of(c, i, n, p + 2, t)):
         return 0
     return _step_index(c, i, t)
 
@@ -107,7 +140,8 @@ cdef int _emit_plan(Call *c, Py_ssize_t i, PyObject *x, int64_t n, int dtype,
     t.dtype = dtype
     t.gdtype = dtype
     t.wdtype = c.dt[4] if p[4] != NULL else 0
-    if not _states_type(c, i, 1, dtype, p, t, c_order):
+    t.absmax[0] = t.absmax[1] = t.absmax[2] = NULL
+    if not _states_type(c, i, 1, dtype, p, t, c_order) or t.sdtype == FO_Q8:
         return 0
     return _step_index(c, i, t)
 
@@ -212,7 +246,8 @@ cdef int _norm_lists(Call *c, Py_ssize_t nt, const void ***gp, int64_t **ns,
 def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
          tuple groups, double grad_scale, double max_norm, double clip_value,
          int clip, int norm_type, bint check_finite, n_threads,
-         double given_norm=NAN, tuple ws=None, seed=0, bint half_params=False):
+         double given_norm=NAN, tuple ws=None, seed=0, bint half_params=False,
+         tuple absmax=None):
     """Fast path of the fused step (fo_step). Every tuple but groups has one
     entry per tensor; given_norm (not NaN) is the global norm already
     measured by global_norm on the same gradients; ws, the arrays that
@@ -221,8 +256,12 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
     seed + i * 0x9E3779B97F4A7C15 mod 2**64) or a tuple of one key per
     tensor; half_params, whether bfloat16/float16 parameters are taken,
     updated in their own type with gradients and states of it (the torch
-    drop-ins' way; the NumPy front ends leave it False). Returns (applied,
-    norm, finite), or None to decline (nothing written)."""
+    drop-ins' way; the NumPy front ends leave it False); absmax, for
+    8-bit states (uint8 codes), per tensor a tuple of the three states'
+    absmax arrays (float32, one value per block of FO_Q8_BLOCK elements;
+    None where a state is not given; the entry of a tensor without 8-bit
+    states is ignored). Returns (applied, norm, finite), or None to decline
+    (nothing written)."""
     cdef Call c
     cdef fo_step_opts o
     cdef fo_step_result res
@@ -235,7 +274,8 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
                        == PyTuple_GET_SIZE(s2s) == PyTuple_GET_SIZE(s3s)
                        == PyTuple_GET_SIZE(index) == nt):
         return None
-    if ws is not None and PyTuple_GET_SIZE(ws) != nt:
+    if ((ws is not None and PyTuple_GET_SIZE(ws) != nt)
+            or (absmax is not None and PyTuple_GET_SIZE(absmax) != nt)):
         return None
     _step_opts(&o, grad_scale, max_norm, clip_value, clip, norm_type, check_finite,
                given_norm)
@@ -249,6 +289,9 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
     c.half_x = half_params
     c.index = <PyObject *>index
     c.ng = ng
+    if absmax is not None:
+        c.absmax = <PyObject *>absmax
+        c.absmax_at = op.n_roles
     try:
         grp = <fo_step_group *>PyMem_Malloc((ng + 1) * sizeof(fo_step_group))
         if grp == NULL:
@@ -256,6 +299,8 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
         if not (_set_keys(&c, seed, nt) and _step_groups(groups, grp)
                 and _step_call(&c, op, arrays, nt, _measures(&o))):
             return None
+        if absmax is not None and nt > 0 and _overlap(&c, (op.n_roles + 3) * nt):
+            return None         # an absmax overlaps another array
         _keys_into(&c, nt)
         with nogil:
             rc = fo_step(<fo_step_tensor *>c.ts, nt, grp, ng, &o, &res, nth)

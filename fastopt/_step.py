@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _ext
+from . import _ext, _q8
 from . import _validation as _v
 from ._dispatch import Op, accept
 from ._rules import AMSGRAD, MAXIMIZE, NESTEROV, OWN_TYPE_STATES, needs  # noqa: F401
@@ -188,7 +188,7 @@ CLIP_GRADS = Op("fastopt.clip_grads", lambda a, s: _ext.clip_grads(a[0], *s), ("
 
 def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
         labels=None, given_norm: float = math.nan, precheck=None,
-        copies=None, seed=0, half_params=False) -> StepInfo:
+        copies=None, seed=0, half_params=False, absmax=None) -> StepInfo:
     """The step over tensors xs/gs with states (three lists, None where a
     rule has no such state), tensor i in group index[i]: the fast path, else
     ``_dispatch.accept``. labels: role -> list of names for messages (roles
@@ -204,7 +204,10 @@ def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
     tuple of one key per tensor. half_params: bfloat16/float16 parameters
     are taken, updated in their own type with gradients and states of it
     (the torch drop-ins' way, fastopt/torch/_mixed.py; they are checked
-    before, since the dispatch below takes float32 and float64 only)."""
+    before, since the dispatch below takes float32 and float64 only).
+    absmax: per tensor the absmax arrays of its 8-bit states (their codes
+    in states; fastopt/_q8.py, which checked the whole call before: the
+    dispatch below has no 8-bit states)."""
     arrays = (tuple(xs), tuple(gs), *(tuple(s) for s in states))
     scalars = (tuple(index), tuple(groups), opts.grad_scale, opts.max_norm,
                opts.clip_value, opts.clip, opts.norm_type, opts.check_finite, n_threads,
@@ -212,11 +215,23 @@ def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
     if copies is not None:
         arrays += (tuple(copies),)
     out = _ext.step(*arrays[:5], *scalars[:-1], ws=arrays[5] if copies is not None else None,
-                    seed=seed, half_params=half_params)
+                    seed=seed, half_params=half_params, absmax=absmax)
+    if out is None and absmax is not None:
+        _q8_refused(f)
     if out is None:
         _check_own_type_states(f, arrays, index, groups, labels)
         out = accept(STEP, arrays, scalars, f, labels, precheck)
     return StepInfo(*out)
+
+
+def _q8_refused(f):
+    """A step with 8-bit states, checked in full by fastopt/_q8.py, that the
+    fast path still declined: only a rounded copy (param_copies) not of a
+    16-bit type in C order, or an option the core refuses with them, is
+    left; nothing was written."""
+    raise ValueError(f"{f}: the core refused this step with 8-bit states: each rounded copy "
+                     f"(param_copies) must be a C-contiguous bfloat16 or float16 array of "
+                     f"its parameter's shape; nothing was written")
 
 
 def _check_own_type_states(f, arrays, index, groups, labels) -> None:
@@ -240,7 +255,7 @@ def _check_own_type_states(f, arrays, index, groups, labels) -> None:
 # ---- the front ends' lists, run as one step -----------------------------------------
 
 def as_list(x):
-    return [x] if isinstance(x, np.ndarray) else list(x)
+    return [x] if isinstance(x, (np.ndarray, _q8.State8bit)) else list(x)
 
 
 def lists(f, params, grads, *states):
@@ -253,7 +268,7 @@ def lists(f, params, grads, *states):
         if a is None:
             out.append([None] * len(out[0]))
             continue
-        if not isinstance(a, (np.ndarray, list, tuple)):
+        if not isinstance(a, (np.ndarray, list, tuple, _q8.State8bit)):
             raise TypeError(f"{f}: {name} must be a numpy.ndarray or a list/tuple of "
                             f"numpy.ndarray, got {_v._got(a)}")
         if isinstance(a, (list, tuple)) and _v._numbers(a):
@@ -292,6 +307,11 @@ def run_lists(f, params, grads, states, group, names, n_threads, param_copies=No
         for k, name in enumerate(names):
             out[f"s{k + 1}"] = [f"{name}[{i}]" for i in range(n)]
         return out
+    eight = _q8.split(f, xs, gs, sts[:3], (0,) * n, (group,), labels)
+    if eight is not None:
+        gs, sts, absmax = eight
+        return run(f, xs, gs, sts, (0,) * n, (group,), opts, n_threads, labels,
+                   copies=copies, seed=seed, absmax=absmax)
     return run(f, xs, gs, sts[:3], (0,) * n, (group,), opts, n_threads, labels,
                copies=copies, seed=seed)
 

@@ -116,7 +116,7 @@ static inline int64_t elsize(const fo_tensor *t)
 /*
  * Move a byte position p of the concatenation down to the nearest 64-byte
  * aligned address inside the tensor that contains it (or to that tensor's
- * start). Monotonic in p, so adjacent chunks agree on their shared boundary.
+ * start), or, for a tensor with a quantum, to a multiple of it. Monotonic in p, so adjacent chunks agree on their shared boundary.
  */
 static int64_t align_boundary(const fo_tensor *ts, const int64_t *pre,
                               int64_t nt, int64_t p)
@@ -127,6 +127,10 @@ static int64_t align_boundary(const fo_tensor *ts, const int64_t *pre,
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
         if (pre[mid] <= p) lo = mid; else hi = mid;
+    }
+    if (ts[lo].quantum > 1) {
+        int64_t q = ts[lo].quantum * elsize(&ts[lo]);
+        return pre[lo] + (p - pre[lo]) / q * q;
     }
     uintptr_t base = (uintptr_t)ts[lo].x;
     uintptr_t at = (base + (uintptr_t)(p - pre[lo])) & ~(uintptr_t)(FO_ALIGN - 1);

@@ -50,7 +50,8 @@ typedef struct fo_tensor {
     void *s2;
     int64_t n;
     int32_t dtype;   /* an element type of FO_DTYPE_TABLE (tables.h) */
-    int32_t pad_;
+    int32_t quantum; /* > 1: the driver cuts it at multiples of this many
+                        elements (a block of 8-bit states); else anywhere */
 } fo_tensor;
 
 /*
@@ -361,7 +362,13 @@ typedef struct fo_step_tensor {
     int32_t wdtype;  /* the copy's element type (with w) */
     int32_t sdtype;  /* the states' element type */
     uint64_t key;    /* the stochastic rounding's key (states apart) */
+    float *absmax[3]; /* 8-bit states (sdtype FO_Q8): s1..s3's absmax, one
+                         float per FO_Q8_BLOCK elements (else unused) */
 } fo_step_tensor;
+
+/* Elements of a block of 8-bit states (one absmax each; the last block of
+ * a tensor may be shorter). */
+#define FO_Q8_BLOCK 256
 
 /* The keys fastopt's bindings give the tensors of a call: tensor i's is
  * seed + i * FO_KEY_STEP (mod 2**64; the golden ratio's 64 bits, as

@@ -79,6 +79,7 @@ static FO_INLINE int step_group_coefs(const fo_step_group *g, step_gcoef *c)
             || (g->flags & FO_STEP_ROUND_NEAREST && g->flags & FO_STEP_ROUND_STOCHASTIC))
         return FO_EINVAL;
     c->srmask = step_round_mask(g);
+    c->q8u = step_q8_unsigned(g);
     c->t = g->t;
     return step_rule_coefs(g, c);
 }
@@ -389,6 +390,7 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
             goto out;
         step_grad_add(&gr[k], t->g, t->n, t->gdtype, pair, &nb, &bytes);
         step_view(&view[k], t->x, t->g, t->s1, t->s2, t->n, t->dtype);
+        view[k].quantum = t->sdtype == FO_Q8 ? FO_Q8_BLOCK : 0;
     }
     for (int64_t j = 0; j < ng; j++)
         if (step_group_coefs(&gs[j], &gc[j]) != FO_OK)

@@ -74,7 +74,7 @@ static inline void step_view(fo_tensor *v, void *x, const void *g, void *s1,
     v->s2 = s2;
     v->n = n;
     v->dtype = dtype;
-    v->pad_ = 0;
+    v->quantum = 0;
 }
 
 /* Does pass 1 run for these options (else no gradient is read before the
@@ -157,6 +157,19 @@ void step_states_stochastic(int64_t n, const float *v, uint16_t *s, uint64_t h,
  * or a 16-bit type to float32 widened as fo_step reads gradients. FO_OK,
  * or FO_EINVAL for another pair of types or n < 0. */
 int fo_convert(const void *src, int32_t st, void *dst, int32_t dt, int64_t n);
+
+/* q8.c: 8-bit blockwise states, one block of n <= FO_Q8_BLOCK elements
+ * on map kind 0 (signed) or 1 (unsigned): widened from codes c and the
+ * block's absmax, or stored as codes of the returned new absmax. */
+void step_q8_widen(int32_t kind, int64_t n, const uint8_t *c, float absmax, float *out);
+float step_q8_store(int32_t kind, int64_t n, const float *v, uint8_t *c);
+
+/* For the tests and the front ends: map kind's 256 values (NULL for
+ * another kind), and n values stored block by block as a step stores
+ * them, codes c and one absmax per FO_Q8_BLOCK (FO_OK, or FO_EINVAL for
+ * another kind or n < 0). */
+const float *fo_q8_map(int32_t kind);
+int fo_q8_store(const float *v, int64_t n, int32_t kind, uint8_t *c, float *absmax);
 
 /* For the tests: n float32 values v rounded stochastically to bfloat16
  * states s as a step rounds a slot of stream h whose first element has

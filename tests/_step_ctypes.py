@@ -34,7 +34,8 @@ class Tensor(ct.Structure):
                 ("s2", ct.c_void_p), ("s3", ct.c_void_p), ("w", ct.c_void_p),
                 ("n", ct.c_int64), ("dtype", ct.c_int32), ("group", ct.c_int32),
                 ("gdtype", ct.c_int32), ("wdtype", ct.c_int32), ("sdtype", ct.c_int32),
-                ("key", ct.c_uint64)]
+                ("key", ct.c_uint64),
+                ("absmax", ct.c_void_p * 3)]    # 8-bit states' (NULL: none)
 
 
 def tensor(x, g, states, j, w=None, key=0):

@@ -94,3 +94,29 @@ def test_a_state_round_trips_as_the_format_says():
     vc, va = bnb8.quantize(v, unsigned, False)
     assert (bnb8.dequantize(vc, va, unsigned) <= va[np.arange(300) // 256]).all()
     assert vc.reshape(-1)[np.argmax(v[:256])] == 255         # the block's largest is 1.0
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_nearest_codes_is_nearest_code_elementwise(signed):
+    code = bnb8.dynamic_map(signed)
+    mids = (code[:-1] + code[1:]) * F32(0.5)
+    xs = np.concatenate([code, mids, np.nextafter(mids, F32(2)), np.nextafter(mids, F32(-2)),
+                         np.random.default_rng(1).uniform(-1.2, 1.2, 3000).astype(F32),
+                         np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, np.inf, -np.inf, np.nan],
+                                  F32)]).astype(F32)
+    np.testing.assert_array_equal(bnb8.nearest_codes(xs, code),
+                                  [bnb8.nearest_code(x, code) for x in xs])
+
+
+def test_quantize_is_the_format_element_by_element():
+    rng = np.random.default_rng(9)
+    v = (rng.standard_normal(600) * 1e-3).astype(F32)
+    v[[3, 4, 5, 6]] = [0.0, -0.0, -1e-12, np.nan]
+    v[300:556] = 0.0
+    code = bnb8.dynamic_map(True)
+    codes, absmax = bnb8.quantize(v, code, True)
+    for i, x in enumerate(v):
+        a = absmax[i // bnb8.BLOCK]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            want = bnb8.sign_fix(bnb8.nearest_code(x / a, code), x, code)
+        assert codes[i] == want, i

@@ -9,7 +9,7 @@ from fastopt import _dtypes, _ext, _rules, _step
 
 def test_rules_agree_with_the_c_table():
     c = _ext.tables()["rules"]
-    py = [(r.name.upper(), len(r.states), r.t0, r.apart) for r in _rules.RULES]
+    py = [(r.name.upper(), len(r.states), r.t0, r.apart, r.q8) for r in _rules.RULES]
     assert py == c
 
 
@@ -29,7 +29,8 @@ def test_dtypes_agree_with_the_c_table():
     assert all(d.numpy == d.numpy.newbyteorder("=") for d in _dtypes.DTYPES)
     import ml_dtypes
     assert _dtypes.CODE == {np.dtype(np.float32): 0, np.dtype(np.float64): 1,
-                            np.dtype(ml_dtypes.bfloat16): 2, np.dtype(np.float16): 3}
+                            np.dtype(ml_dtypes.bfloat16): 2, np.dtype(np.float16): 3,
+                            np.dtype(np.uint8): 4}
 
 
 def test_pairs_and_copies_agree_with_the_c_table():
@@ -37,14 +38,16 @@ def test_pairs_and_copies_agree_with_the_c_table():
     assert t["pairs"] == sorted(_dtypes.PAIRS, key=lambda p: [
         [d.name for d in _dtypes.DTYPES].index(n) for n in p])
     assert sorted(t["copies"]) == sorted(_dtypes.COPIES)
-    assert sorted(t["states"]) == sorted(_dtypes.STATES + tuple(
+    assert sorted(t["states"]) == sorted(_dtypes.STATES + _dtypes.Q8_STATES + tuple(
         (h, h) for h in _dtypes.OWN_HALF))
     from fastopt._reference import half
     assert t["key_step"] == half.KEY_STEP == 0x9E3779B97F4A7C15
     assert _step.ROUNDING == {"auto": 0, "nearest": t["round_nearest"],
                               "stochastic": t["round_stochastic"]}
-    # every type may be a gradient alone (the norm, the clip)
-    assert t["grads"] == {d.name: True for d in _dtypes.DTYPES}
+    # every float type may be a gradient alone (the norm, the clip); 8-bit
+    # codes are states only
+    assert t["grads"] == {d.name: d.name != "Q8" for d in _dtypes.DTYPES}
+    assert _dtypes.GRADS == tuple(d.numpy for d in _dtypes.DTYPES if d.name != "Q8")
     # the types fastopt updates are those paired with themselves
     assert _dtypes.NUMPY == (np.dtype(np.float32), np.dtype(np.float64))
 

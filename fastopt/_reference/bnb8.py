@@ -90,23 +90,35 @@ def sign_fix(c: int, value, code: np.ndarray) -> int:
     return c % 256
 
 
+def nearest_codes(x, code: np.ndarray) -> np.ndarray:
+    """:func:`nearest_code` of every element of x at once (int64)."""
+    x = np.asarray(x, F32)
+    k = np.clip(np.searchsorted(code, x, side="left"), 1, 255)   # code[k-1] < x <= code[k]
+    mid = (code[k - 1] + code[k]) * F32(0.5)
+    tie = np.where(k % 2 == 0, k, k - 1)
+    out = np.where(x < mid, k - 1, np.where(x > mid, k, tie))
+    out = np.where(x == code[k], k, out)
+    out = np.where(x >= code[255], 255, out)
+    return np.where(x > code[0], out, 0)                          # NaN too
+
+
 def quantize(values: np.ndarray, code: np.ndarray, fix_sign: bool):
     """(codes uint8, absmax float32 per block) of a float32 state, flattened
-    in C order, as stored after a step."""
+    in C order, as stored after a step: per block the largest magnitude
+    (NaN if a value is NaN), per element :func:`nearest_code` of value /
+    absmax and, when fix_sign, :func:`sign_fix`."""
     v = np.ascontiguousarray(values, F32).ravel()
-    nb = -(-v.size // BLOCK)
-    codes = np.empty(v.size, np.uint8)
-    absmax = np.empty(nb, F32)
-    for b in range(nb):
-        blk = v[b * BLOCK:(b + 1) * BLOCK]
-        a = F32(np.max(np.abs(blk))) if blk.size else F32(0.0)
-        absmax[b] = a
-        for j, x in enumerate(blk):
-            with np.errstate(invalid="ignore", divide="ignore"):
-                q = x / a
-            c = nearest_code(q, code)
-            codes[b * BLOCK + j] = sign_fix(c, x, code) if fix_sign else c
-    return codes.reshape(np.shape(values)), absmax
+    nb = blocks(v.size)
+    padded = np.zeros(nb * BLOCK, F32)
+    padded[:v.size] = np.abs(v)
+    absmax = padded.reshape(nb, BLOCK).max(axis=1).astype(F32)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = v / np.repeat(absmax, BLOCK)[:v.size]
+    c = nearest_codes(q, code)
+    if fix_sign:
+        other = np.signbit(code[c]) != np.signbit(v)
+        c = np.where(other, np.where(v > 0, c + 1, c - 1), c) % 256
+    return c.astype(np.uint8).reshape(np.shape(values)), absmax
 
 
 def dequantize(codes: np.ndarray, absmax: np.ndarray, code: np.ndarray) -> np.ndarray:

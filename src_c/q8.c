@@ -1,0 +1,385 @@
+/*
+ * 8-bit blockwise states (bitsandbytes' format; docs/semantics.md, "8-bit
+ * states"): a state is cut into blocks of FO_Q8_BLOCK elements, each block
+ * keeps a float32 absmax and each element a uint8 code into a 256-entry
+ * map, its value map[code] * absmax. step_apart.inc widens one block into
+ * a float tile before the rule and stores the tile back after it: the new
+ * absmax is the tile's largest magnitude, each code the map's nearest
+ * entry to value / absmax. fastopt/_reference/bnb8.py is the same in NumPy.
+ */
+#include "step.h"
+
+/* bitsandbytes' dynamic maps (create_dynamic_map), signed then unsigned:
+ * fastopt/_reference/bnb8.py builds them and tests/test_q8.py checks these
+ * words against it. */
+static const float q8_maps[2][256] = {
+    {   /* signed */
+        -0x1.fc6666p-1f, -0x1.f53334p-1f, -0x1.eep-1f, -0x1.e6ccccp-1f, -0x1.df999ap-1f,
+        -0x1.d86666p-1f, -0x1.d13334p-1f, -0x1.cap-1f, -0x1.c2ccccp-1f, -0x1.bb999ap-1f,
+        -0x1.b46666p-1f, -0x1.ad3334p-1f, -0x1.a6p-1f, -0x1.9eccccp-1f, -0x1.97999ap-1f,
+        -0x1.906666p-1f, -0x1.893334p-1f, -0x1.82p-1f, -0x1.7accccp-1f, -0x1.73999ap-1f,
+        -0x1.6c6668p-1f, -0x1.653334p-1f, -0x1.5ep-1f, -0x1.56ccccp-1f, -0x1.4f999ap-1f,
+        -0x1.486668p-1f, -0x1.413334p-1f, -0x1.3ap-1f, -0x1.32ccccp-1f, -0x1.2b999ap-1f,
+        -0x1.246668p-1f, -0x1.1d3334p-1f, -0x1.16p-1f, -0x1.0eccccp-1f, -0x1.079998p-1f,
+        -0x1.006666p-1f, -0x1.f26664p-2f, -0x1.e4p-2f, -0x1.d59998p-2f, -0x1.c73334p-2f,
+        -0x1.b8ccccp-2f, -0x1.aa6666p-2f, -0x1.9cp-2f, -0x1.8d9998p-2f, -0x1.7f3334p-2f,
+        -0x1.70ccccp-2f, -0x1.626666p-2f, -0x1.54p-2f, -0x1.459998p-2f, -0x1.373334p-2f,
+        -0x1.28ccccp-2f, -0x1.1a6668p-2f, -0x1.0cp-2f, -0x1.fb3332p-3f, -0x1.de6666p-3f,
+        -0x1.c1999ap-3f, -0x1.a4ccccp-3f, -0x1.88p-3f, -0x1.6b3334p-3f, -0x1.4e6666p-3f,
+        -0x1.31999ap-3f, -0x1.14ccccp-3f, -0x1.fp-4f, -0x1.b66668p-4f, -0x1.93d70ap-4f,
+        -0x1.8851eep-4f, -0x1.7ccccep-4f, -0x1.7147aep-4f, -0x1.65c29p-4f, -0x1.5a3d7p-4f,
+        -0x1.4eb854p-4f, -0x1.433334p-4f, -0x1.37ae14p-4f, -0x1.2c28f6p-4f, -0x1.20a3d6p-4f,
+        -0x1.151ebap-4f, -0x1.09999ap-4f, -0x1.fc28f6p-5f, -0x1.e51ebap-5f, -0x1.ce147ap-5f,
+        -0x1.b70a3ep-5f, -0x1.ap-5f, -0x1.88f5c2p-5f, -0x1.71eb86p-5f, -0x1.5ae146p-5f,
+        -0x1.43d70ap-5f, -0x1.2ccccep-5f, -0x1.15c29p-5f, -0x1.fd70a4p-6f, -0x1.cf5c2ap-6f,
+        -0x1.a147aep-6f, -0x1.733334p-6f, -0x1.451ebap-6f, -0x1.170a3ep-6f, -0x1.d1eb86p-7f,
+        -0x1.75c29p-7f, -0x1.3e76c8p-7f, -0x1.2c083p-7f, -0x1.19999ap-7f, -0x1.072b02p-7f,
+        -0x1.e978d4p-8f, -0x1.c49ba6p-8f, -0x1.9fbe76p-8f, -0x1.7ae148p-8f, -0x1.56041ap-8f,
+        -0x1.3126e8p-8f, -0x1.0c49bap-8f, -0x1.ced914p-9f, -0x1.851eb8p-9f, -0x1.3b645ap-9f,
+        -0x1.e353f8p-10f, -0x1.4fdf3ap-10f, -0x1.eecbfep-11f, -0x1.b3d07cp-11f, -0x1.78d5p-11f,
+        -0x1.3dd982p-11f, -0x1.02de02p-11f, -0x1.8fc506p-12f, -0x1.19ce0ap-12f, -0x1.47ae16p-13f,
+        -0x1.743e96p-14f, -0x1.15df66p-14f, -0x1.6f0068p-15f, -0x1.64840cp-16f, -0x1.040bfep-17f,
+        -0x1.b43528p-19f, -0x1.27476ep-21f, 0.0f, 0x1.27476ep-21f, 0x1.b43528p-19f,
+        0x1.040bfep-17f, 0x1.64840cp-16f, 0x1.6f0068p-15f, 0x1.15df66p-14f, 0x1.743e96p-14f,
+        0x1.47ae16p-13f, 0x1.19ce0ap-12f, 0x1.8fc506p-12f, 0x1.02de02p-11f, 0x1.3dd982p-11f,
+        0x1.78d5p-11f, 0x1.b3d07cp-11f, 0x1.eecbfep-11f, 0x1.4fdf3ap-10f, 0x1.e353f8p-10f,
+        0x1.3b645ap-9f, 0x1.851eb8p-9f, 0x1.ced914p-9f, 0x1.0c49bap-8f, 0x1.3126e8p-8f,
+        0x1.56041ap-8f, 0x1.7ae148p-8f, 0x1.9fbe76p-8f, 0x1.c49ba6p-8f, 0x1.e978d4p-8f,
+        0x1.072b02p-7f, 0x1.19999ap-7f, 0x1.2c083p-7f, 0x1.3e76c8p-7f, 0x1.75c29p-7f,
+        0x1.d1eb86p-7f, 0x1.170a3ep-6f, 0x1.451ebap-6f, 0x1.733334p-6f, 0x1.a147aep-6f,
+        0x1.cf5c2ap-6f, 0x1.fd70a4p-6f, 0x1.15c29p-5f, 0x1.2ccccep-5f, 0x1.43d70ap-5f,
+        0x1.5ae146p-5f, 0x1.71eb86p-5f, 0x1.88f5c2p-5f, 0x1.ap-5f, 0x1.b70a3ep-5f,
+        0x1.ce147ap-5f, 0x1.e51ebap-5f, 0x1.fc28f6p-5f, 0x1.09999ap-4f, 0x1.151ebap-4f,
+        0x1.20a3d6p-4f, 0x1.2c28f6p-4f, 0x1.37ae14p-4f, 0x1.433334p-4f, 0x1.4eb854p-4f,
+        0x1.5a3d7p-4f, 0x1.65c29p-4f, 0x1.7147aep-4f, 0x1.7ccccep-4f, 0x1.8851eep-4f,
+        0x1.93d70ap-4f, 0x1.b66668p-4f, 0x1.fp-4f, 0x1.14ccccp-3f, 0x1.31999ap-3f,
+        0x1.4e6666p-3f, 0x1.6b3334p-3f, 0x1.88p-3f, 0x1.a4ccccp-3f, 0x1.c1999ap-3f,
+        0x1.de6666p-3f, 0x1.fb3332p-3f, 0x1.0cp-2f, 0x1.1a6668p-2f, 0x1.28ccccp-2f,
+        0x1.373334p-2f, 0x1.459998p-2f, 0x1.54p-2f, 0x1.626666p-2f, 0x1.70ccccp-2f,
+        0x1.7f3334p-2f, 0x1.8d9998p-2f, 0x1.9cp-2f, 0x1.aa6666p-2f, 0x1.b8ccccp-2f,
+        0x1.c73334p-2f, 0x1.d59998p-2f, 0x1.e4p-2f, 0x1.f26664p-2f, 0x1.006666p-1f,
+        0x1.079998p-1f, 0x1.0eccccp-1f, 0x1.16p-1f, 0x1.1d3334p-1f, 0x1.246668p-1f,
+        0x1.2b999ap-1f, 0x1.32ccccp-1f, 0x1.3ap-1f, 0x1.413334p-1f, 0x1.486668p-1f,
+        0x1.4f999ap-1f, 0x1.56ccccp-1f, 0x1.5ep-1f, 0x1.653334p-1f, 0x1.6c6668p-1f,
+        0x1.73999ap-1f, 0x1.7accccp-1f, 0x1.82p-1f, 0x1.893334p-1f, 0x1.906666p-1f,
+        0x1.97999ap-1f, 0x1.9eccccp-1f, 0x1.a6p-1f, 0x1.ad3334p-1f, 0x1.b46666p-1f,
+        0x1.bb999ap-1f, 0x1.c2ccccp-1f, 0x1.cap-1f, 0x1.d13334p-1f, 0x1.d86666p-1f,
+        0x1.df999ap-1f, 0x1.e6ccccp-1f, 0x1.eep-1f, 0x1.f53334p-1f, 0x1.fc6666p-1f,
+        0x1.0p+0f,
+    },
+    {   /* unsigned */
+        0.0f, 0x1.5cf754p-22f, 0x1.a0133p-21f, 0x1.1d367p-19f, 0x1.2599ecp-18f,
+        0x1.bc98a2p-18f, 0x1.29cbaap-17f, 0x1.0624dcp-16f, 0x1.c2e34p-16f, 0x1.3fd0dp-15f,
+        0x1.9e3p-15f, 0x1.fc8f34p-15f, 0x1.2d7732p-14f, 0x1.5ca6c8p-14f, 0x1.8bd662p-14f,
+        0x1.0cb296p-13f, 0x1.82a994p-13f, 0x1.f8a092p-13f, 0x1.374bc8p-12f, 0x1.724744p-12f,
+        0x1.ad42c6p-12f, 0x1.e83e44p-12f, 0x1.119ce2p-11f, 0x1.2f1aap-11f, 0x1.4c986p-11f,
+        0x1.6a162p-11f, 0x1.8793dep-11f, 0x1.a511ap-11f, 0x1.c28f5ep-11f, 0x1.e00d1cp-11f,
+        0x1.fd8adcp-11f, 0x1.2b020cp-10f, 0x1.74bc6ap-10f, 0x1.be76c8p-10f, 0x1.041894p-9f,
+        0x1.28f5c2p-9f, 0x1.4dd2fp-9f, 0x1.72b02p-9f, 0x1.978d4ep-9f, 0x1.bc6a8p-9f,
+        0x1.e147aep-9f, 0x1.03126ep-8f, 0x1.158104p-8f, 0x1.27ef9ep-8f, 0x1.3a5e34p-8f,
+        0x1.4cccccp-8f, 0x1.5f3b64p-8f, 0x1.71a9fap-8f, 0x1.841894p-8f, 0x1.96872ap-8f,
+        0x1.a8f5c2p-8f, 0x1.bb645cp-8f, 0x1.cdd2fp-8f, 0x1.e0418ap-8f, 0x1.f2b01ep-8f,
+        0x1.028f5cp-7f, 0x1.0bc6a8p-7f, 0x1.14fdf2p-7f, 0x1.1e354p-7f, 0x1.276c8ap-7f,
+        0x1.30a3d6p-7f, 0x1.39db24p-7f, 0x1.43126ep-7f, 0x1.5eb854p-7f, 0x1.8ccccep-7f,
+        0x1.bae146p-7f, 0x1.e8f5c4p-7f, 0x1.0b851ep-6f, 0x1.228f5ep-6f, 0x1.39999ap-6f,
+        0x1.50a3d6p-6f, 0x1.67ae16p-6f, 0x1.7eb852p-6f, 0x1.95c28ep-6f, 0x1.accccep-6f,
+        0x1.c3d70ep-6f, 0x1.dae146p-6f, 0x1.f1eb86p-6f, 0x1.047aep-5f, 0x1.1p-5f,
+        0x1.1b851ep-5f, 0x1.270a3ep-5f, 0x1.328f5ep-5f, 0x1.3e147ap-5f, 0x1.49999ap-5f,
+        0x1.551eb8p-5f, 0x1.60a3d6p-5f, 0x1.6c28f6p-5f, 0x1.77ae14p-5f, 0x1.833334p-5f,
+        0x1.8eb85p-5f, 0x1.9a3d7p-5f, 0x1.a5c28ep-5f, 0x1.b147aep-5f, 0x1.bccccep-5f,
+        0x1.c851eep-5f, 0x1.d3d70ep-5f, 0x1.df5c2ap-5f, 0x1.eae146p-5f, 0x1.f66666p-5f,
+        0x1.00f5c4p-4f, 0x1.06b854p-4f, 0x1.0c7ae2p-4f, 0x1.123d7p-4f, 0x1.18p-4f,
+        0x1.1dc29p-4f, 0x1.23852p-4f, 0x1.2947aep-4f, 0x1.2f0a3ep-4f, 0x1.34cccep-4f,
+        0x1.3a8f5ep-4f, 0x1.4051ecp-4f, 0x1.46147cp-4f, 0x1.4bd70ap-4f, 0x1.51999ap-4f,
+        0x1.575c2ap-4f, 0x1.5d1eb8p-4f, 0x1.62e148p-4f, 0x1.68a3d6p-4f, 0x1.6e6666p-4f,
+        0x1.7428f6p-4f, 0x1.79eb86p-4f, 0x1.7fae16p-4f, 0x1.8570a4p-4f, 0x1.8b3334p-4f,
+        0x1.90f5c4p-4f, 0x1.96b852p-4f, 0x1.a8p-4f, 0x1.c4ccccp-4f, 0x1.e1999ap-4f,
+        0x1.fe6666p-4f, 0x1.0d9998p-3f, 0x1.1cp-3f, 0x1.2a6668p-3f, 0x1.38ccccp-3f,
+        0x1.473334p-3f, 0x1.559998p-3f, 0x1.64p-3f, 0x1.726668p-3f, 0x1.80ccccp-3f,
+        0x1.8f3334p-3f, 0x1.9d9998p-3f, 0x1.acp-3f, 0x1.ba6668p-3f, 0x1.c8ccccp-3f,
+        0x1.d73334p-3f, 0x1.e59998p-3f, 0x1.f4p-3f, 0x1.013332p-2f, 0x1.086666p-2f,
+        0x1.0f999ap-2f, 0x1.16ccccp-2f, 0x1.1ep-2f, 0x1.253334p-2f, 0x1.2c6666p-2f,
+        0x1.339998p-2f, 0x1.3accccp-2f, 0x1.42p-2f, 0x1.493334p-2f, 0x1.506666p-2f,
+        0x1.579998p-2f, 0x1.5eccccp-2f, 0x1.66p-2f, 0x1.6d3334p-2f, 0x1.746666p-2f,
+        0x1.7b9998p-2f, 0x1.82ccccp-2f, 0x1.8ap-2f, 0x1.913334p-2f, 0x1.986666p-2f,
+        0x1.9f9998p-2f, 0x1.a6ccccp-2f, 0x1.aep-2f, 0x1.b53334p-2f, 0x1.bc6666p-2f,
+        0x1.c39998p-2f, 0x1.caccccp-2f, 0x1.d2p-2f, 0x1.d93334p-2f, 0x1.e06666p-2f,
+        0x1.e79998p-2f, 0x1.eeccccp-2f, 0x1.f6p-2f, 0x1.fd3332p-2f, 0x1.023334p-1f,
+        0x1.05ccccp-1f, 0x1.096666p-1f, 0x1.0dp-1f, 0x1.109998p-1f, 0x1.143334p-1f,
+        0x1.17ccccp-1f, 0x1.1b6668p-1f, 0x1.1fp-1f, 0x1.22999ap-1f, 0x1.263334p-1f,
+        0x1.29ccccp-1f, 0x1.2d6668p-1f, 0x1.31p-1f, 0x1.34999ap-1f, 0x1.383334p-1f,
+        0x1.3bccccp-1f, 0x1.3f6668p-1f, 0x1.43p-1f, 0x1.46999ap-1f, 0x1.4a3334p-1f,
+        0x1.4dccccp-1f, 0x1.516668p-1f, 0x1.55p-1f, 0x1.58999ap-1f, 0x1.5c3334p-1f,
+        0x1.5fccccp-1f, 0x1.636668p-1f, 0x1.67p-1f, 0x1.6a999ap-1f, 0x1.6e3334p-1f,
+        0x1.71ccccp-1f, 0x1.756668p-1f, 0x1.79p-1f, 0x1.7c999ap-1f, 0x1.803334p-1f,
+        0x1.83ccccp-1f, 0x1.876668p-1f, 0x1.8bp-1f, 0x1.8e9998p-1f, 0x1.923334p-1f,
+        0x1.95ccccp-1f, 0x1.996668p-1f, 0x1.9dp-1f, 0x1.a09998p-1f, 0x1.a43334p-1f,
+        0x1.a7ccccp-1f, 0x1.ab6668p-1f, 0x1.afp-1f, 0x1.b29998p-1f, 0x1.b63334p-1f,
+        0x1.b9ccccp-1f, 0x1.bd6668p-1f, 0x1.c1p-1f, 0x1.c49998p-1f, 0x1.c83334p-1f,
+        0x1.cbccccp-1f, 0x1.cf6668p-1f, 0x1.d3p-1f, 0x1.d69998p-1f, 0x1.da3334p-1f,
+        0x1.ddccccp-1f, 0x1.e16668p-1f, 0x1.e5p-1f, 0x1.e89998p-1f, 0x1.ec3334p-1f,
+        0x1.efccccp-1f, 0x1.f36668p-1f, 0x1.f7p-1f, 0x1.fa9998p-1f, 0x1.fe3334p-1f,
+        0x1.0p+0f,
+    },
+};
+
+/* Each map's midpoints, (map[k] + map[k + 1]) * 0.5f in float32, then
+ * INFINITY: entry k < 255 splits codes k and k + 1. */
+static const float q8_mids[2][256] = {
+    {   /* signed */
+        -0x1.f8ccccp-1f, -0x1.f1999ap-1f, -0x1.ea6666p-1f, -0x1.e33334p-1f, -0x1.dcp-1f,
+        -0x1.d4ccccp-1f, -0x1.cd999ap-1f, -0x1.c66666p-1f, -0x1.bf3334p-1f, -0x1.b8p-1f,
+        -0x1.b0ccccp-1f, -0x1.a9999ap-1f, -0x1.a26666p-1f, -0x1.9b3334p-1f, -0x1.94p-1f,
+        -0x1.8cccccp-1f, -0x1.85999ap-1f, -0x1.7e6666p-1f, -0x1.773334p-1f, -0x1.7p-1f,
+        -0x1.68cccep-1f, -0x1.61999ap-1f, -0x1.5a6666p-1f, -0x1.533334p-1f, -0x1.4cp-1f,
+        -0x1.44cccep-1f, -0x1.3d999ap-1f, -0x1.366666p-1f, -0x1.2f3334p-1f, -0x1.28p-1f,
+        -0x1.20cccep-1f, -0x1.19999ap-1f, -0x1.126666p-1f, -0x1.0b3332p-1f, -0x1.04p-1f,
+        -0x1.f99998p-2f, -0x1.eb3332p-2f, -0x1.dcccccp-2f, -0x1.ce6666p-2f, -0x1.cp-2f,
+        -0x1.b19998p-2f, -0x1.a33334p-2f, -0x1.94ccccp-2f, -0x1.866666p-2f, -0x1.78p-2f,
+        -0x1.699998p-2f, -0x1.5b3334p-2f, -0x1.4cccccp-2f, -0x1.3e6666p-2f, -0x1.3p-2f,
+        -0x1.21999ap-2f, -0x1.133334p-2f, -0x1.04ccccp-2f, -0x1.ecccccp-3f, -0x1.dp-3f,
+        -0x1.b33334p-3f, -0x1.966666p-3f, -0x1.79999ap-3f, -0x1.5cccccp-3f, -0x1.4p-3f,
+        -0x1.233334p-3f, -0x1.066666p-3f, -0x1.d33334p-4f, -0x1.a51eb8p-4f, -0x1.8e147cp-4f,
+        -0x1.828f5ep-4f, -0x1.770a3ep-4f, -0x1.6b852p-4f, -0x1.6p-4f, -0x1.547ae2p-4f,
+        -0x1.48f5c4p-4f, -0x1.3d70a4p-4f, -0x1.31eb84p-4f, -0x1.266666p-4f, -0x1.1ae148p-4f,
+        -0x1.0f5c2ap-4f, -0x1.03d70ap-4f, -0x1.f0a3d8p-5f, -0x1.d9999ap-5f, -0x1.c28f5cp-5f,
+        -0x1.ab852p-5f, -0x1.947aep-5f, -0x1.7d70a4p-5f, -0x1.666666p-5f, -0x1.4f5c28p-5f,
+        -0x1.3851ecp-5f, -0x1.2147bp-5f, -0x1.0a3d7p-5f, -0x1.e66668p-6f, -0x1.b851ecp-6f,
+        -0x1.8a3d7p-6f, -0x1.5c28f8p-6f, -0x1.2e147cp-6f, -0x1.0p-6f, -0x1.a3d70cp-7f,
+        -0x1.5a1cacp-7f, -0x1.353f7cp-7f, -0x1.22d0e4p-7f, -0x1.10624ep-7f, -0x1.fbe76cp-8f,
+        -0x1.d70a3cp-8f, -0x1.b22d0ep-8f, -0x1.8d4fep-8f, -0x1.6872bp-8f, -0x1.43958p-8f,
+        -0x1.1eb85p-8f, -0x1.f3b644p-9f, -0x1.a9fbe6p-9f, -0x1.604188p-9f, -0x1.16872cp-9f,
+        -0x1.999998p-10f, -0x1.23a29cp-10f, -0x1.d14e3cp-11f, -0x1.9652bep-11f, -0x1.5b574p-11f,
+        -0x1.205bc2p-11f, -0x1.cac084p-12f, -0x1.54c988p-12f, -0x1.bda514p-13f, -0x1.00e6bp-13f,
+        -0x1.450efep-14f, -0x1.cd5f9ap-15f, -0x1.10a138p-15f, -0x1.e68a0cp-17f, -0x1.711948p-18f,
+        -0x1.fe0704p-20f, -0x1.27476ep-22f, 0x1.27476ep-22f, 0x1.fe0704p-20f, 0x1.711948p-18f,
+        0x1.e68a0cp-17f, 0x1.10a138p-15f, 0x1.cd5f9ap-15f, 0x1.450efep-14f, 0x1.00e6bp-13f,
+        0x1.bda514p-13f, 0x1.54c988p-12f, 0x1.cac084p-12f, 0x1.205bc2p-11f, 0x1.5b574p-11f,
+        0x1.9652bep-11f, 0x1.d14e3cp-11f, 0x1.23a29cp-10f, 0x1.999998p-10f, 0x1.16872cp-9f,
+        0x1.604188p-9f, 0x1.a9fbe6p-9f, 0x1.f3b644p-9f, 0x1.1eb85p-8f, 0x1.43958p-8f,
+        0x1.6872bp-8f, 0x1.8d4fep-8f, 0x1.b22d0ep-8f, 0x1.d70a3cp-8f, 0x1.fbe76cp-8f,
+        0x1.10624ep-7f, 0x1.22d0e4p-7f, 0x1.353f7cp-7f, 0x1.5a1cacp-7f, 0x1.a3d70cp-7f,
+        0x1.0p-6f, 0x1.2e147cp-6f, 0x1.5c28f8p-6f, 0x1.8a3d7p-6f, 0x1.b851ecp-6f,
+        0x1.e66668p-6f, 0x1.0a3d7p-5f, 0x1.2147bp-5f, 0x1.3851ecp-5f, 0x1.4f5c28p-5f,
+        0x1.666666p-5f, 0x1.7d70a4p-5f, 0x1.947aep-5f, 0x1.ab852p-5f, 0x1.c28f5cp-5f,
+        0x1.d9999ap-5f, 0x1.f0a3d8p-5f, 0x1.03d70ap-4f, 0x1.0f5c2ap-4f, 0x1.1ae148p-4f,
+        0x1.266666p-4f, 0x1.31eb84p-4f, 0x1.3d70a4p-4f, 0x1.48f5c4p-4f, 0x1.547ae2p-4f,
+        0x1.6p-4f, 0x1.6b852p-4f, 0x1.770a3ep-4f, 0x1.828f5ep-4f, 0x1.8e147cp-4f,
+        0x1.a51eb8p-4f, 0x1.d33334p-4f, 0x1.066666p-3f, 0x1.233334p-3f, 0x1.4p-3f,
+        0x1.5cccccp-3f, 0x1.79999ap-3f, 0x1.966666p-3f, 0x1.b33334p-3f, 0x1.dp-3f,
+        0x1.ecccccp-3f, 0x1.04ccccp-2f, 0x1.133334p-2f, 0x1.21999ap-2f, 0x1.3p-2f,
+        0x1.3e6666p-2f, 0x1.4cccccp-2f, 0x1.5b3334p-2f, 0x1.699998p-2f, 0x1.78p-2f,
+        0x1.866666p-2f, 0x1.94ccccp-2f, 0x1.a33334p-2f, 0x1.b19998p-2f, 0x1.cp-2f,
+        0x1.ce6666p-2f, 0x1.dcccccp-2f, 0x1.eb3332p-2f, 0x1.f99998p-2f, 0x1.04p-1f,
+        0x1.0b3332p-1f, 0x1.126666p-1f, 0x1.19999ap-1f, 0x1.20cccep-1f, 0x1.28p-1f,
+        0x1.2f3334p-1f, 0x1.366666p-1f, 0x1.3d999ap-1f, 0x1.44cccep-1f, 0x1.4cp-1f,
+        0x1.533334p-1f, 0x1.5a6666p-1f, 0x1.61999ap-1f, 0x1.68cccep-1f, 0x1.7p-1f,
+        0x1.773334p-1f, 0x1.7e6666p-1f, 0x1.85999ap-1f, 0x1.8cccccp-1f, 0x1.94p-1f,
+        0x1.9b3334p-1f, 0x1.a26666p-1f, 0x1.a9999ap-1f, 0x1.b0ccccp-1f, 0x1.b8p-1f,
+        0x1.bf3334p-1f, 0x1.c66666p-1f, 0x1.cd999ap-1f, 0x1.d4ccccp-1f, 0x1.dcp-1f,
+        0x1.e33334p-1f, 0x1.ea6666p-1f, 0x1.f1999ap-1f, 0x1.f8ccccp-1f, 0x1.fe3334p-1f,
+        INFINITY,
+    },
+    {   /* unsigned */
+        0x1.5cf754p-23f, 0x1.27476cp-21f, 0x1.853b3cp-20f, 0x1.b43524p-19f, 0x1.711948p-18f,
+        0x1.040bfep-17f, 0x1.9b0abp-17f, 0x1.64840ep-16f, 0x1.10a138p-15f, 0x1.6f0068p-15f,
+        0x1.cd5f9ap-15f, 0x1.15df66p-14f, 0x1.450efcp-14f, 0x1.743e94p-14f, 0x1.d29dc8p-14f,
+        0x1.47ae14p-13f, 0x1.bda514p-13f, 0x1.19ce08p-12f, 0x1.54c986p-12f, 0x1.8fc504p-12f,
+        0x1.cac084p-12f, 0x1.02de02p-11f, 0x1.205bcp-11f, 0x1.3dd98p-11f, 0x1.5b574p-11f,
+        0x1.78d5p-11f, 0x1.9652cp-11f, 0x1.b3d08p-11f, 0x1.d14e3cp-11f, 0x1.eecbfcp-11f,
+        0x1.14e3bcp-10f, 0x1.4fdf3cp-10f, 0x1.999998p-10f, 0x1.e353f8p-10f, 0x1.16872cp-9f,
+        0x1.3b6458p-9f, 0x1.604188p-9f, 0x1.851eb8p-9f, 0x1.a9fbe8p-9f, 0x1.ced918p-9f,
+        0x1.f3b644p-9f, 0x1.0c49b8p-8f, 0x1.1eb85p-8f, 0x1.3126e8p-8f, 0x1.43958p-8f,
+        0x1.560418p-8f, 0x1.6872bp-8f, 0x1.7ae148p-8f, 0x1.8d4fep-8f, 0x1.9fbe76p-8f,
+        0x1.b22d1p-8f, 0x1.c49ba6p-8f, 0x1.d70a3cp-8f, 0x1.e978d4p-8f, 0x1.fbe76cp-8f,
+        0x1.072b02p-7f, 0x1.10624cp-7f, 0x1.199998p-7f, 0x1.22d0e4p-7f, 0x1.2c083p-7f,
+        0x1.353f7cp-7f, 0x1.3e76c8p-7f, 0x1.50e56p-7f, 0x1.75c29p-7f, 0x1.a3d70ap-7f,
+        0x1.d1eb84p-7f, 0x1.0p-6f, 0x1.170a3ep-6f, 0x1.2e147cp-6f, 0x1.451eb8p-6f,
+        0x1.5c28f6p-6f, 0x1.733334p-6f, 0x1.8a3d7p-6f, 0x1.a147aep-6f, 0x1.b851eep-6f,
+        0x1.cf5c2ap-6f, 0x1.e66666p-6f, 0x1.fd70a4p-6f, 0x1.0a3d7p-5f, 0x1.15c29p-5f,
+        0x1.2147aep-5f, 0x1.2ccccep-5f, 0x1.3851ecp-5f, 0x1.43d70ap-5f, 0x1.4f5c28p-5f,
+        0x1.5ae148p-5f, 0x1.666666p-5f, 0x1.71eb84p-5f, 0x1.7d70a4p-5f, 0x1.88f5c2p-5f,
+        0x1.947aep-5f, 0x1.ap-5f, 0x1.ab851ep-5f, 0x1.b70a3ep-5f, 0x1.c28f5ep-5f,
+        0x1.ce147ep-5f, 0x1.d9999cp-5f, 0x1.e51eb8p-5f, 0x1.f0a3d6p-5f, 0x1.fc28f8p-5f,
+        0x1.03d70cp-4f, 0x1.09999cp-4f, 0x1.0f5c28p-4f, 0x1.151eb8p-4f, 0x1.1ae148p-4f,
+        0x1.20a3d8p-4f, 0x1.266668p-4f, 0x1.2c28f6p-4f, 0x1.31eb86p-4f, 0x1.37ae16p-4f,
+        0x1.3d70a4p-4f, 0x1.433334p-4f, 0x1.48f5c4p-4f, 0x1.4eb852p-4f, 0x1.547ae2p-4f,
+        0x1.5a3d7p-4f, 0x1.6p-4f, 0x1.65c29p-4f, 0x1.6b851ep-4f, 0x1.7147aep-4f,
+        0x1.770a3ep-4f, 0x1.7ccccep-4f, 0x1.828f5cp-4f, 0x1.8851ecp-4f, 0x1.8e147cp-4f,
+        0x1.93d70cp-4f, 0x1.9f5c28p-4f, 0x1.b66666p-4f, 0x1.d33334p-4f, 0x1.fp-4f,
+        0x1.066666p-3f, 0x1.14ccccp-3f, 0x1.233334p-3f, 0x1.31999ap-3f, 0x1.4p-3f,
+        0x1.4e6666p-3f, 0x1.5cccccp-3f, 0x1.6b3334p-3f, 0x1.79999ap-3f, 0x1.88p-3f,
+        0x1.966666p-3f, 0x1.a4ccccp-3f, 0x1.b33334p-3f, 0x1.c1999ap-3f, 0x1.dp-3f,
+        0x1.de6666p-3f, 0x1.ecccccp-3f, 0x1.fb3332p-3f, 0x1.04ccccp-2f, 0x1.0cp-2f,
+        0x1.133334p-2f, 0x1.1a6666p-2f, 0x1.21999ap-2f, 0x1.28ccccp-2f, 0x1.3p-2f,
+        0x1.373332p-2f, 0x1.3e6666p-2f, 0x1.45999ap-2f, 0x1.4cccccp-2f, 0x1.54p-2f,
+        0x1.5b3332p-2f, 0x1.626666p-2f, 0x1.69999ap-2f, 0x1.70ccccp-2f, 0x1.78p-2f,
+        0x1.7f3332p-2f, 0x1.866666p-2f, 0x1.8d999ap-2f, 0x1.94ccccp-2f, 0x1.9cp-2f,
+        0x1.a33332p-2f, 0x1.aa6666p-2f, 0x1.b1999ap-2f, 0x1.b8ccccp-2f, 0x1.cp-2f,
+        0x1.c73332p-2f, 0x1.ce6666p-2f, 0x1.d5999ap-2f, 0x1.dcccccp-2f, 0x1.e4p-2f,
+        0x1.eb3332p-2f, 0x1.f26666p-2f, 0x1.f99998p-2f, 0x1.006666p-1f, 0x1.04p-1f,
+        0x1.079998p-1f, 0x1.0b3334p-1f, 0x1.0eccccp-1f, 0x1.126666p-1f, 0x1.16p-1f,
+        0x1.19999ap-1f, 0x1.1d3334p-1f, 0x1.20ccccp-1f, 0x1.246668p-1f, 0x1.28p-1f,
+        0x1.2b999ap-1f, 0x1.2f3334p-1f, 0x1.32ccccp-1f, 0x1.366668p-1f, 0x1.3ap-1f,
+        0x1.3d999ap-1f, 0x1.413334p-1f, 0x1.44ccccp-1f, 0x1.486668p-1f, 0x1.4cp-1f,
+        0x1.4f999ap-1f, 0x1.533334p-1f, 0x1.56ccccp-1f, 0x1.5a6668p-1f, 0x1.5ep-1f,
+        0x1.61999ap-1f, 0x1.653334p-1f, 0x1.68ccccp-1f, 0x1.6c6668p-1f, 0x1.7p-1f,
+        0x1.73999ap-1f, 0x1.773334p-1f, 0x1.7accccp-1f, 0x1.7e6668p-1f, 0x1.82p-1f,
+        0x1.85999ap-1f, 0x1.893334p-1f, 0x1.8cccccp-1f, 0x1.906666p-1f, 0x1.94p-1f,
+        0x1.97999ap-1f, 0x1.9b3334p-1f, 0x1.9eccccp-1f, 0x1.a26666p-1f, 0x1.a6p-1f,
+        0x1.a9999ap-1f, 0x1.ad3334p-1f, 0x1.b0ccccp-1f, 0x1.b46666p-1f, 0x1.b8p-1f,
+        0x1.bb999ap-1f, 0x1.bf3334p-1f, 0x1.c2ccccp-1f, 0x1.c66666p-1f, 0x1.cap-1f,
+        0x1.cd999ap-1f, 0x1.d13334p-1f, 0x1.d4ccccp-1f, 0x1.d86666p-1f, 0x1.dcp-1f,
+        0x1.df999ap-1f, 0x1.e33334p-1f, 0x1.e6ccccp-1f, 0x1.ea6666p-1f, 0x1.eep-1f,
+        0x1.f1999ap-1f, 0x1.f53334p-1f, 0x1.f8ccccp-1f, 0x1.fc6666p-1f, 0x1.ff199ap-1f,
+        INFINITY,
+    },
+};
+
+/* The map of states on the signed (0) or unsigned (1) map, for the tests
+ * and the checkpoints' check; NULL for another kind. */
+const float *fo_q8_map(int32_t kind)
+{
+    return kind == 0 || kind == 1 ? q8_maps[kind] : NULL;
+}
+
+FO_KERNEL static void q8_widen(int64_t n, const uint8_t *restrict c, float a,
+                               const float *restrict map, float *restrict out)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = map[c[i]] * a;
+}
+
+void step_q8_widen(int32_t kind, int64_t n, const uint8_t *c, float absmax, float *out)
+{
+    q8_widen(n, c, absmax, q8_maps[kind], out);
+}
+
+/* The block's absmax: the largest |v|, NaN if one is NaN (in the bits of
+ * |v|, which order as the floats do and put every NaN above inf, so the
+ * loop is an integer maximum, which vectorizes). */
+FO_KERNEL static float q8_absmax(int64_t n, const float *restrict v)
+{
+    uint32_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &v[i], 4);
+        b &= 0x7FFFFFFFu;
+        m = b > m ? b : m;
+    }
+    if (m > 0x7F800000u)
+        return NAN;
+    float a;
+    memcpy(&a, &m, 4);
+    return a;
+}
+
+/*
+ * The search, as two table reads: the bits of a quotient x (sign, exponent
+ * and the top Q8_M bits of the mantissa) index a bucket of magnitudes, so
+ * narrow that no bucket holds two midpoints of either map (a row per
+ * binade from 2**-23, where the smallest midpoint is 1.6e-7, to 0.5;
+ * below, one row for [0, 2**-23); above, one for [1, inf)). A bucket keeps
+ * how many midpoints lie below it and the one inside it (INFINITY if
+ * none): x's count is the one plus whether x exceeds the other, exactly
+ * the count of midpoints below x. Built from q8_mids when the library is
+ * loaded; the base counts are 32-bit so that the search loop vectorizes.
+ */
+#define Q8_M 7
+#define Q8_E0 104                           /* the biased exponent of 2**-23 */
+#define Q8_ROWS 25
+#define Q8_HALF (Q8_ROWS << Q8_M)           /* buckets of one sign */
+static float q8_bmid[2][2 * Q8_HALF];
+static int32_t q8_bbase[2][2 * Q8_HALF];
+
+/* The buckets of map kind: bucket j of sign s, row r and mantissa bits f
+ * holds magnitudes [lo, hi), that is x in [lo, hi) (s 0) or (-hi, -lo]. */
+static void q8_build(int kind)
+{
+    const float *mid = q8_mids[kind];
+    for (int j = 0; j < 2 * Q8_HALF; j++) {
+        int s = j >= Q8_HALF, r = (j % Q8_HALF) >> Q8_M, f = j & ((1 << Q8_M) - 1);
+        double lo = r == 0 ? 0.0 : r == Q8_ROWS - 1 ? 1.0
+                  : ldexp(1.0 + f / (double)(1 << Q8_M), r - 24);
+        double hi = r == 0 ? 0x1p-23 : r == Q8_ROWS - 1 ? INFINITY
+                  : ldexp(1.0 + (f + 1) / (double)(1 << Q8_M), r - 24);
+        int32_t below = 0;
+        float in = INFINITY;
+        for (int k = 0; k < 255; k++) {
+            double m = mid[k];
+            if (s ? m <= -hi : m < lo)
+                below++;
+            else if (s ? m <= -lo : m < hi)
+                in = mid[k];
+        }
+        q8_bbase[kind][j] = below;
+        q8_bmid[kind][j] = in;
+    }
+}
+
+__attribute__((constructor)) static void q8_build_both(void)
+{
+    q8_build(0);
+    q8_build(1);
+}
+
+/*
+ * The codes of v / a: the count of midpoints below it (the buckets above),
+ * moved up one at an exact midpoint with an odd count (a tie goes to the
+ * even code). NaN counts none: code 0. On the signed map a code of the
+ * other sign than v moves one towards v, modulo 256 (bitsandbytes' sign
+ * fix: a tiny negative first moment stays negative); the signed map's
+ * negative codes are 0..126. Three loops, so that each vectorizes (GCC
+ * does not mix the bytes' stores with the floats' loads in one): the
+ * search into 32-bit counts, the fix on the values' bits, the narrowing.
+ */
+FO_KERNEL static void q8_codes(int64_t n, const float *restrict v, float a, int kind,
+                               uint8_t *restrict c)
+{
+    const float *restrict bmid = q8_bmid[kind];
+    const int32_t *restrict bbase = q8_bbase[kind];
+    int32_t t[FO_Q8_BLOCK];
+    int32_t b[FO_Q8_BLOCK];
+    for (int64_t i = 0; i < n; i++) {
+        float x = v[i] / a;
+        int32_t bx;
+        memcpy(&bx, &x, sizeof bx);
+        int32_t row = ((bx >> 23) & 0xFF) - (Q8_E0 - 1);
+        row = row < 0 ? 0 : row > Q8_ROWS - 1 ? Q8_ROWS - 1 : row;
+        int32_t j = (bx < 0 ? Q8_HALF : 0) + (row << Q8_M)
+                    + ((bx >> (23 - Q8_M)) & ((1 << Q8_M) - 1));
+        float m = bmid[j];
+        int32_t k = bbase[j] + (m < x ? 1 : 0);
+        k += m == x ? (k & 1) : 0;
+        t[i] = x == x ? k : 0;
+    }
+    if (kind == 0) {
+        memcpy(b, v, (size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) {
+            int32_t mag = b[i] & 0x7FFFFFFF, neg = b[i] < 0;
+            int32_t pos = !neg & (mag != 0) & (mag <= 0x7F800000);      /* v > 0 */
+            int32_t other = (t[i] < 127) != neg;
+            t[i] += other ? (pos ? 1 : -1) : 0;
+        }
+    }
+    for (int64_t i = 0; i < n; i++)
+        c[i] = (uint8_t)(t[i] & 255);
+}
+
+float step_q8_store(int32_t kind, int64_t n, const float *v, uint8_t *c)
+{
+    float a = q8_absmax(n, v);
+    q8_codes(n, v, a, kind, c);
+    return a;
+}
+
+int fo_q8_store(const float *v, int64_t n, int32_t kind, uint8_t *c, float *absmax)
+{
+    if (n < 0 || fo_q8_map(kind) == NULL)
+        return FO_EINVAL;
+    for (int64_t o = 0; o < n; o += FO_Q8_BLOCK) {
+        int64_t m = n - o < FO_Q8_BLOCK ? n - o : FO_Q8_BLOCK;
+        absmax[o / FO_Q8_BLOCK] = step_q8_store(kind, m, v + o, c + o);
+    }
+    return FO_OK;
+}

@@ -1,0 +1,335 @@
+"""8-bit blockwise states (bitsandbytes' format) of float32 parameters.
+
+The contract (docs/semantics.md, "8-bit states"): a step reads each state
+as ``map[code] * absmax`` of its block, runs the float32 rule unchanged, and
+stores each new state block by block as fastopt/_reference/bnb8.py writes
+out (the block's largest magnitude, the nearest code, ties to the even
+code, the signed map's sign fix); so a step equals the float32 step on the
+dequantized states followed by the reference's quantization, bit for bit in
+parameters, codes and absmax, for every rule that has them, every gradient
+type, option and thread count.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import fastopt
+from fastopt import State8bit, _ext, _rules
+from fastopt._reference import bnb8
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+F32 = np.float32
+BF16 = np.dtype(ml_dtypes.bfloat16)
+SIGNED, UNSIGNED = bnb8.dynamic_map(True), bnb8.dynamic_map(False)
+# a block exactly, one short, one over, a short last block, and a tensor that
+# two threads split (over the serial threshold, cut at a block boundary)
+SHAPES = [(1,), (256,), (255,), (3, 257), (70001,)]
+
+
+def bits(a):
+    return a.view(np.uint32) if a.dtype == F32 else a
+
+
+# ---- the maps and one block ---------------------------------------------------------
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_the_kernels_maps_are_bitsandbytes_maps(signed):
+    np.testing.assert_array_equal(_ext.q8_map(0 if signed else 1).view(np.uint32),
+                                  bnb8.dynamic_map(signed).view(np.uint32))
+    np.testing.assert_array_equal(fastopt.State8bit.zeros(1, signed).dequantize(),
+                                  np.zeros(1, F32))
+    with pytest.raises(ValueError, match="kind is 0 or 1"):
+        _ext.q8_map(2)
+    with pytest.raises(ValueError, match="kind is 0 or 1"):
+        _ext.q8_store(np.zeros(3, F32), 2)
+
+
+def _awkward_blocks(rng):
+    """Blocks of 1..256 values: plain, all zeros, signed zeros, tiny
+    negatives, subnormals, every midpoint of a map (ties), a NaN."""
+    out = []
+    for n in (1, 2, 17, 255, 256):
+        for scale in (1e-12, 1e-3, 1.0, 1e6):
+            out.append((rng.standard_normal(n) * scale).astype(F32))
+    out.append(np.zeros(256, F32))
+    out.append(np.array([0.0, -0.0, -1e-12, 1e-12, 3.0], F32))
+    out.append(np.array([1e-45, -1e-45, 2e-38], F32))
+    for code in (SIGNED, UNSIGNED):
+        mids = (code[:-1] + code[1:]) * F32(0.5)
+        out.append(np.concatenate([[F32(1.0)], mids[:255]]).astype(F32))
+        out.append(np.concatenate([[F32(1.0)], np.nextafter(mids[:255], F32(2))]).astype(F32))
+    out.append(np.array([1.0, np.nan, -2.0], F32))
+    return out
+
+
+def test_a_block_is_stored_as_the_reference_stores_it():
+    rng = np.random.default_rng(11)
+    for v in _awkward_blocks(rng):
+        for kind, code in ((0, SIGNED), (1, UNSIGNED)):
+            vv = v if kind == 0 else np.abs(v)
+            c, a = _ext.q8_store(np.ascontiguousarray(vv), kind)
+            rc, ra = bnb8.quantize(vv, code, kind == 0)
+            np.testing.assert_array_equal(c, rc)
+            np.testing.assert_array_equal(a, ra)
+
+
+def test_quantize_and_dequantize_are_the_formats():
+    rng = np.random.default_rng(4)
+    v = (rng.standard_normal((33, 40)) * 1e-3).astype(F32)
+    v[0, :5] = [0.0, -0.0, -1e-12, np.nan, 1.0]
+    for signed, code in ((True, SIGNED), (False, UNSIGNED)):
+        vv = v if signed else np.abs(v)
+        s = State8bit.quantize(vv, signed)
+        rc, ra = bnb8.quantize(vv, code, signed)
+        np.testing.assert_array_equal(s.codes, rc)
+        np.testing.assert_array_equal(s.absmax, ra)
+        np.testing.assert_array_equal(s.dequantize(), bnb8.dequantize(rc, ra, code))
+        assert s.codes.shape == v.shape and s.absmax.shape == (bnb8.blocks(v.size),)
+        assert s.nbytes == v.size + 4 * bnb8.blocks(v.size)
+
+
+# ---- every rule: the float32 step on the dequantized states, then stored ----------
+
+def _calls():
+    """(name, function, state names, keyword arguments) of each rule with
+    8-bit states, hyperparameters off their defaults."""
+    return [
+        ("adamw", fastopt.adamw, ["exp_avgs", "exp_avg_sqs"],
+         dict(step=3, lr=1e-2, weight_decay=0.1)),
+        ("adam", fastopt.adam, ["exp_avgs", "exp_avg_sqs"],
+         dict(step=5, lr=1e-2, weight_decay=0.1, eps=1e-6)),
+        ("sgd", fastopt.sgd, ["momentum_buffers"],
+         dict(step=3, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+        ("adagrad", fastopt.adagrad, ["state_sums"], dict(step=3, lr=0.1, lr_decay=0.01)),
+        ("rmsprop", fastopt.rmsprop, ["square_avgs"], dict(lr=1e-2, weight_decay=0.05)),
+        ("lion", fastopt.lion, ["exp_avgs"], dict(lr=1e-3, weight_decay=0.1)),
+    ]
+
+
+CALLS = _calls()
+UNSIGNED_SLOT = {"exp_avg_sqs": True}
+OPTIONS = [{}, dict(grad_scale=4.0, max_grad_norm=0.5, maximize=True),
+           dict(grad_scale=3.0, skip_if_nonfinite=True, clip_value=0.2),
+           dict(max_grad_norm=1.0, clip_convention="optax", norm_type=math.inf)]
+
+
+def _states(names, rng):
+    """Per state name, per shape: a State8bit of random values (non-negative
+    on the unsigned map)."""
+    out = {}
+    for name in names:
+        unsigned = UNSIGNED_SLOT.get(name, False)
+        vals = [rng.standard_normal(s).astype(F32) * F32(1e-2) for s in SHAPES]
+        out[name] = [State8bit.quantize(np.abs(v) if unsigned or name == "state_sums"
+                                        or name == "square_avgs" else v, not unsigned)
+                     for v in vals]
+    return out
+
+
+def _copy(states):
+    return {k: [State8bit(s.codes.copy(), s.absmax.copy(), s.signed) for s in v]
+            for k, v in states.items()}
+
+
+def _expected(fn, x0, g, states, kw, opts):
+    xs = [a.copy() for a in x0]
+    wide = {k: [s.dequantize() for s in v] for k, v in states.items()}
+    info = fn(xs, g, **wide, **kw, **opts)
+    if not info.applied:
+        return info, xs, _copy(states)
+    out = {}
+    for k, v in wide.items():
+        code = UNSIGNED if UNSIGNED_SLOT.get(k) else SIGNED
+        out[k] = []
+        for a in v:
+            c, m = bnb8.quantize(a, code, code is SIGNED)
+            out[k].append(State8bit(c, m, code is SIGNED))
+    return info, xs, out
+
+
+@pytest.mark.parametrize("name,fn,names,kw", CALLS, ids=[c[0] for c in CALLS])
+def test_every_rule_with_8bit_states_is_the_float32_rule_then_the_format(name, fn, names, kw):
+    rng = np.random.default_rng(sum(map(ord, name)))
+    for gdt in (np.float32, BF16, np.float16):
+        for opts in OPTIONS:
+            opts = dict(opts)
+            if "maximize" in opts and name == "rmsprop":
+                opts.pop("maximize")
+            x0 = [rng.standard_normal(s).astype(F32) for s in SHAPES]
+            g = [(rng.standard_normal(s) * 3).astype(gdt) for s in SHAPES]
+            st = _states(names, rng)
+            ie, xe, se = _expected(fn, x0, g, st, kw, opts)
+            for nth in (1, 2, 3):
+                xs = [a.copy() for a in x0]
+                mine = _copy(st)
+                info = fn(xs, g, **mine, **kw, **opts, n_threads=nth)
+                assert info.applied == ie.applied and info.finite == ie.finite
+                assert info.norm == ie.norm or (math.isnan(info.norm) and math.isnan(ie.norm))
+                for a, b in zip(xs, xe):
+                    np.testing.assert_array_equal(bits(a), bits(b))
+                for k in names:
+                    for a, b in zip(mine[k], se[k]):
+                        np.testing.assert_array_equal(a.codes, b.codes)
+                        np.testing.assert_array_equal(a.absmax, b.absmax)
+
+
+def test_a_trajectory_of_adamw_stays_the_float32_rule_then_the_format():
+    """Fifty steps from zeros, each equal to the float32 step on the
+    dequantized states then stored; the first moment of a small negative
+    gradient stays negative (the sign fix)."""
+    rng = np.random.default_rng(2)
+    x8 = rng.standard_normal((40, 70)).astype(F32)
+    m, v = State8bit.zeros(x8.shape), State8bit.zeros(x8.shape, signed=False)
+    for t in range(1, 51):
+        g = rng.standard_normal(x8.shape).astype(F32)
+        g[0, 0] = -1e-9
+        ie, xe, se = _expected(fastopt.adamw, [x8], [g], {"exp_avgs": [m],
+                                                          "exp_avg_sqs": [v]},
+                               dict(step=t, lr=1e-3), {})
+        fastopt.adamw(x8, g, m, v, step=t, lr=1e-3)
+        np.testing.assert_array_equal(bits(x8), bits(xe[0]))
+        np.testing.assert_array_equal(m.codes, se["exp_avgs"][0].codes)
+        np.testing.assert_array_equal(v.absmax, se["exp_avg_sqs"][0].absmax)
+    assert m.dequantize()[0, 0] < 0 and m.codes[0, 0] < 127
+
+
+def test_a_step_mixes_8bit_and_float32_tensors_under_one_global_norm():
+    rng = np.random.default_rng(6)
+    shapes = [(5000,), (10,), (300, 7)]
+    x0 = [rng.standard_normal(s).astype(F32) for s in shapes]
+    g = [rng.standard_normal(s).astype(F32) for s in shapes]
+    ms = [State8bit.zeros(shapes[0]), np.zeros(shapes[1], F32), State8bit.zeros(shapes[2])]
+    vs = [State8bit.zeros(shapes[0], False), np.zeros(shapes[1], F32),
+          State8bit.zeros(shapes[2], False)]
+    xs = [a.copy() for a in x0]
+    info = fastopt.adamw(xs, g, ms, vs, step=1, lr=1e-2, max_grad_norm=0.1)
+    xw = [a.copy() for a in x0]
+    mw = [np.zeros(s, F32) for s in shapes]
+    vw = [np.zeros(s, F32) for s in shapes]
+    ref = fastopt.adamw(xw, g, mw, vw, step=1, lr=1e-2, max_grad_norm=0.1)
+    assert info.norm == ref.norm
+    for a, b in zip(xs, xw):                 # states start at 0: the same update
+        np.testing.assert_array_equal(bits(a), bits(b))
+    np.testing.assert_array_equal(ms[1], mw[1])
+    np.testing.assert_array_equal(ms[0].codes, bnb8.quantize(mw[0], SIGNED, True)[0])
+
+
+def test_a_nonfinite_gradient_with_skip_writes_nothing():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(1000).astype(F32)
+    m = State8bit.quantize(rng.standard_normal(1000).astype(F32))
+    v = State8bit.quantize(np.abs(rng.standard_normal(1000)).astype(F32), False)
+    before = [a.copy() for a in (x, m.codes, m.absmax, v.codes, v.absmax)]
+    g = rng.standard_normal(1000).astype(np.float16)
+    g[700] = np.inf
+    info = fastopt.adamw(x, g, m, v, step=2, skip_if_nonfinite=True)
+    assert not info.applied and not info.finite
+    for a, b in zip((x, m.codes, m.absmax, v.codes, v.absmax), before):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_without_skip_a_nan_gradient_makes_its_blocks_nan():
+    """The documented consequence: a NaN state makes its block's absmax NaN,
+    so every value of that block reads NaN afterwards (other blocks keep
+    theirs)."""
+    x = np.ones(600, F32)
+    m, v = State8bit.zeros(600), State8bit.zeros(600, False)
+    g = np.full(600, 0.5, F32)
+    g[300] = np.nan
+    fastopt.adamw(x, g, m, v, step=1)
+    assert np.isnan(m.absmax[1]) and np.isfinite(m.absmax[[0, 2]]).all()
+    assert np.isnan(m.dequantize()[256:512]).all() and np.isfinite(m.dequantize()[:256]).all()
+
+
+# ---- refusals: a clear error, nothing written ---------------------------------------
+
+def _bad_calls():
+    x = np.ones(600, F32)
+    g = np.ones(600, F32)
+
+    def m():
+        return State8bit.zeros(600)
+
+    def v():
+        return State8bit.zeros(600, False)
+
+    short = State8bit(np.zeros(600, np.uint8), np.zeros(2, F32))
+    wide = State8bit(np.zeros(600, np.uint16), np.zeros(3, F32))
+    return [
+        ("wrong map", lambda: fastopt.adamw(x, g, v(), v(), step=1),
+         ValueError, r"exp_avgs\[0\] is on the unsigned map"),
+        ("absmax length", lambda: fastopt.adamw(x, g, short, v(), step=1),
+         ValueError, r"exp_avgs\[0\]\.absmax has shape \(2,\); it must be \(3,\)"),
+        ("codes dtype", lambda: fastopt.adamw(x, g, wide, v(), step=1),
+         TypeError, r"exp_avgs\[0\]\.codes has dtype uint16"),
+        ("codes shape", lambda: fastopt.adamw(x, g, State8bit.zeros(599), v(), step=1),
+         ValueError, r"exp_avgs\[0\]\.codes has shape \(599,\)"),
+        ("float64 params", lambda: fastopt.adamw(x.astype(np.float64), g.astype(np.float64),
+                                                 m(), v(), step=1),
+         TypeError, r"8-bit states are kept for float32 parameters"),
+        ("rule without", lambda: fastopt.adamax(x, g, m(), v(), step=1),
+         ValueError, r"the rule adamax has none"),
+        ("amsgrad", lambda: fastopt.adam(x, g, m(), v(), step=1, amsgrad=True,
+                                         max_exp_avg_sqs=State8bit.zeros(600, False)),
+         ValueError, r"amsgrad's running maximum has no 8-bit form"),
+        ("rmsprop momentum", lambda: fastopt.rmsprop(
+            x, g, m(), momentum_buffers=np.zeros(600, F32), momentum=0.9),
+         ValueError, r"RMSprop's momentum buffer"),
+        ("mixed states", lambda: fastopt.adamw(x, g, m(), np.zeros(600, F32), step=1),
+         TypeError, r"the other states of params\[0\] are 8-bit"),
+        ("broadcast grad", lambda: fastopt.adamw(x, g[:1], m(), v(), step=1),
+         ValueError, r"grads\[0\] has shape \(1,\)"),
+        ("shared absmax", lambda: (lambda a: fastopt.adamw(
+            x, g, a, State8bit(np.zeros(600, np.uint8), a.absmax, False), step=1))(m()),
+         ValueError, r"exp_avgs\[0\]\.absmax and exp_avg_sqs\[0\]\.absmax share memory"),
+        ("read-only codes", lambda: fastopt.adamw(x, g, _readonly(m()), v(), step=1),
+         ValueError, r"exp_avgs\[0\]\.codes must be a writeable"),
+        ("signed flag", lambda: fastopt.adamw(x, g, State8bit(m().codes, m().absmax, 1),
+                                              v(), step=1),
+         TypeError, r"exp_avgs\[0\]\.signed must be a bool"),
+    ], x
+
+
+def _readonly(s):
+    s.codes.setflags(write=False)
+    return s
+
+
+def test_bad_8bit_inputs_raise_and_write_nothing():
+    calls, x = _bad_calls()
+    for what, call, exc, msg in calls:
+        before = x.copy()
+        with pytest.raises(exc, match=msg):
+            call()
+        np.testing.assert_array_equal(x, before, err_msg=what)
+
+
+def test_the_rules_table_says_which_rules_have_8bit_states():
+    have = {r.name for r in _rules.RULES if r.q8 >= 0}
+    assert have == {"sgd_torch", "adagrad_torch", "adam_torch", "adamw_torch",
+                    "rmsprop_torch", "lion"}
+    assert _rules.RULES[_rules.ID["adamw_torch"]].q8 == 2     # exp_avg_sq unsigned
+
+
+def test_the_core_refuses_8bit_states_without_absmax_or_for_another_rule():
+    """The fast path under the checks: uint8 states without their absmax,
+    an absmax of the wrong length, or a rule without 8-bit states decline
+    (None) with nothing written, whatever reaches the core."""
+    from fastopt import _step
+    x = np.ones(600, F32)
+    g = np.ones(600, F32)
+    m, v = np.zeros(600, np.uint8), np.zeros(600, np.uint8)
+    am, av = np.zeros(3, F32), np.zeros(3, F32)
+    adamw = _step.group_tuple(_rules.ID["adamw_torch"], t=1, lr=0.1, alpha=0.9, beta=0.999,
+                              eps=1e-8)
+    adamax = (_rules.ID["adamax_torch"],) + adamw[1:]
+    args = ((x,), (g,), (m,), (v,), (None,), (0,))
+    tail = (1.0, 0.0, 0.0, 0, 0, False, 2)
+    assert _ext.step(*args, (adamw,), *tail) is None
+    assert _ext.step(*args, (adamw,), *tail, absmax=((am, np.zeros(2, F32), None),)) is None
+    assert _ext.step(*args, (adamw,), *tail, absmax=((am, am, None),)) is None   # shared
+    assert _ext.step(*args, (adamax,), *tail, absmax=((am, av, None),)) is None
+    assert (x == 1).all() and not m.any() and not v.any() and not am.any() and not av.any()
+    assert _ext.step(*args, (adamw,), *tail, absmax=((am, av, None),)) is not None
+    assert (x != 1).all() and am.all() and av.all()
