@@ -205,9 +205,14 @@ def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
     are taken, updated in their own type with gradients and states of it
     (the torch drop-ins' way, fastopt/torch/_mixed.py; they are checked
     before, since the dispatch below takes float32 and float64 only).
-    absmax: per tensor the absmax arrays of its 8-bit states (their codes
-    in states; fastopt/_q8.py, which checked the whole call before: the
-    dispatch below has no 8-bit states)."""
+    absmax: per tensor the absmax arrays of its 8-bit states, their codes in
+    states; when None and some state is a ``fastopt.State8bit``, the whole
+    call is checked and split so by fastopt/_q8.py first (the dispatch
+    below has no 8-bit states)."""
+    if absmax is None:
+        eight = _q8.split(f, xs, gs, states, index, groups, labels)
+        if eight is not None:
+            gs, states, absmax = eight
     arrays = (tuple(xs), tuple(gs), *(tuple(s) for s in states))
     scalars = (tuple(index), tuple(groups), opts.grad_scale, opts.max_norm,
                opts.clip_value, opts.clip, opts.norm_type, opts.check_finite, n_threads,
@@ -307,11 +312,6 @@ def run_lists(f, params, grads, states, group, names, n_threads, param_copies=No
         for k, name in enumerate(names):
             out[f"s{k + 1}"] = [f"{name}[{i}]" for i in range(n)]
         return out
-    eight = _q8.split(f, xs, gs, sts[:3], (0,) * n, (group,), labels)
-    if eight is not None:
-        gs, sts, absmax = eight
-        return run(f, xs, gs, sts, (0,) * n, (group,), opts, n_threads, labels,
-                   copies=copies, seed=seed, absmax=absmax)
     return run(f, xs, gs, sts[:3], (0,) * n, (group,), opts, n_threads, labels,
                copies=copies, seed=seed)
 

@@ -47,12 +47,18 @@ NAMES = ["meta.npy", "state.v.0.npy", "state.h.0.npy", "state.v.9.npy", "x.npy",
          "", "a/b.npy", "META.NPY", "state.v.0.npy.npy", ".npy"]
 
 
-def _template(cls, shapes, dtype, tmpdir):
+def _new(cls, params, eight):
+    """The optimizer of a case: 8-bit states (state_dtype "int8-blockwise")
+    or its parameters' own."""
+    return cls(params, lr=0.01, **({"state_dtype": "int8-blockwise"} if eight else {}))
+
+
+def _template(cls, shapes, dtype, tmpdir, eight=False):
     """A real checkpoint (its members) of a small stepped optimizer."""
-    key = (cls.__name__, shapes, dtype)
+    key = (cls.__name__, shapes, dtype, eight)
     if key not in _TEMPLATES:
         params = [np.linspace(-1, 1, int(np.prod(s)), dtype=dtype).reshape(s) for s in shapes]
-        opt = cls(params, lr=0.01)
+        opt = _new(cls, params, eight)
         opt.step([np.asarray(np.cos(p)) for p in params])
         path = os.path.join(tmpdir, "template.npz")
         opt.save(path)
@@ -64,7 +70,8 @@ def _template(cls, shapes, dtype, tmpdir):
 def _state(opt):
     sd = opt.state_dict()
     return (sd["steps"], repr(sd["param_groups"]),
-            [a.tobytes() for arrs in sd["state"].values() for a in arrs])
+            [b.tobytes() for arrs in sd["state"].values() for a in arrs
+             for b in ((a.codes, a.absmax) if hasattr(a, "codes") else (a,))])
 
 
 def _entry(name, payload):
@@ -211,10 +218,13 @@ def _maxrss():
 def checkpoint_case(src, tmpdir) -> None:
     from fastopt import optim
 
-    cls = src.pick([optim.OnnxMomentum, optim.OnnxAdagrad, optim.OnnxAdam])
+    cls = src.pick([optim.OnnxMomentum, optim.OnnxAdagrad, optim.OnnxAdam, optim.AdamW])
     shapes = tuple(src.pick([(5,), (2, 3), (), (0,), (4, 1)]) for _ in range(src.int(1, 3)))
     dtype = src.pick([np.float32, np.float64])
-    members = _template(cls, shapes, dtype, tmpdir)
+    eight = cls is optim.AdamW and src.int(0, 1) == 1     # 8-bit states: one of 4100
+    if eight:
+        shapes, dtype = ((4100,),) + shapes, np.float32
+    members = _template(cls, shapes, dtype, tmpdir, eight)
     entries = [_entry(n, p) for n, p in members]
     for _ in range(src.int(1, 4)):
         _mutate(src, entries)
@@ -233,7 +243,7 @@ def checkpoint_case(src, tmpdir) -> None:
     del data, entries
 
     params = [np.linspace(-1, 1, int(np.prod(s)), dtype=dtype).reshape(s) for s in shapes]
-    opt = cls(params, lr=0.01)
+    opt = _new(cls, params, eight)
     opt.step([np.asarray(np.sin(p)) for p in params])
     before = _state(opt)
     state_kib = sum(p.nbytes for p in params) * 2 // 1024

@@ -119,6 +119,8 @@ def snapshot(objs):
         elif isinstance(o, dict):
             for item in o.values():
                 visit(item)
+        elif hasattr(o, "codes") and hasattr(o, "absmax"):          # an 8-bit state
+            visit([o.codes, o.absmax])
         elif hasattr(o, "detach") and hasattr(o, "numpy"):          # a torch tensor
             visit(o.detach().numpy())
         elif hasattr(o, "param_groups") and hasattr(o, "inner"):    # a ShardedOptimizer

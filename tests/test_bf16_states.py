@@ -330,8 +330,8 @@ def test_bad_state_dtype_options_raise():
     x = [np.zeros(8, np.float32)]
     cases = [
         (lambda: optim.AdamW(x, state_dtype="float16"),
-         r"fastopt.optim.AdamW: state_dtype must be None, 'float32' or 'bfloat16', "
-         r"got 'float16'"),
+         r"fastopt.optim.AdamW: state_dtype must be None, 'float32', 'bfloat16' or "
+         r"'int8-blockwise', got 'float16'"),
         (lambda: optim.AdamW([np.zeros(8)], state_dtype="bfloat16"),
          r"state_dtype='bfloat16' needs float32 parameters \(or master_weights=True\); "
          r"param_groups\[0\]\['params'\]\[0\] is float64"),

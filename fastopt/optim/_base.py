@@ -40,6 +40,7 @@ class _Optimizer:
                  state_rounding: str = "auto", seed: int = 0):
         f = self._fname()
         self._state_dtype = _states.check_dtype(f, state_dtype)
+        self._q8 = _states.is_q8(state_dtype)
         self._round_flags = _step.rounding_flags(f, state_rounding)
         self._state_rounding = state_rounding
         self._seed = _step.check_seed(f, seed)
@@ -115,8 +116,9 @@ class _Optimizer:
     @property
     def state_dtype(self):
         """The states' dtype as built (``state_dtype=``; None: each
-        parameter's own). Fixed for the optimizer's life."""
-        return self._state_dtype
+        parameter's own; ``"int8-blockwise"``: 8-bit states). Fixed for the
+        optimizer's life."""
+        return _states.Q8 if self._q8 else self._state_dtype
 
     @property
     def state_rounding(self) -> str:
@@ -149,7 +151,9 @@ class _Optimizer:
         """{state name: [array per parameter]} in the order of :attr:`params`.
 
         The arrays are the optimizer's own (views into :attr:`arenas` with
-        ``contiguous_state=True``); modify them only deliberately.
+        ``contiguous_state=True``); modify them only deliberately. With
+        ``state_dtype="int8-blockwise"`` a parameter's entry is a
+        :class:`fastopt.State8bit` (its codes and absmax, updated in place).
         """
         return {name: [a for gs in self._state for a in gs[name]] for name in self._STATES}
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import _validation as _v
 from .._groups import split_counts
+from .._q8 import State8bit
 
 
 def split(opt, f, grads):
@@ -73,7 +74,12 @@ def _written(opt):
     for group, st in zip(opt.param_groups, opt._state):
         yield from group["params"]
         for n in opt._STATES:
-            yield from st[n]
+            for a in st[n]:
+                if isinstance(a, State8bit):
+                    yield a.codes
+                    yield a.absmax
+                else:
+                    yield a
 
 
 def written_extents(opt):

@@ -6,7 +6,7 @@ import numpy as np
 from .. import _dtypes
 from .._groups import group_params
 from ._checks import order
-from ._states import dtype_of
+from ._states import dtype_of, new_state
 
 _ALIGN = 64  # bytes: state views in the optional arena start on cache lines
 _FLOATS = _dtypes.NUMPY
@@ -67,9 +67,11 @@ def allocate(opt):
             for name in opt._STATES:
                 fill = opt._initial(group, name)
                 for p in group["params"]:
-                    a = np.zeros(p.shape, dtype_of(opt, p), order=order(p))
-                    if fill:
-                        a.fill(fill)
+                    a = new_state(opt, p, name, fill)
+                    if a is None:
+                        a = np.zeros(p.shape, dtype_of(opt, p), order=order(p))
+                        if fill:
+                            a.fill(fill)
                     gs[name].append(a)
         return state, {}
     # one arena per dtype, every state view starting on a 64-byte boundary
@@ -78,6 +80,10 @@ def allocate(opt):
     for name in opt._STATES:
         for gi, group in enumerate(opt.param_groups):
             for p in group["params"]:
+                eight = new_state(opt, p, name, opt._initial(group, name))
+                if eight is not None:               # 8-bit: its own arrays
+                    layout.append((gi, name, None, eight, p))
+                    continue
                 dt = dtype_of(opt, p)
                 step = _ALIGN // dt.itemsize
                 off = sizes.get(dt, 0)
@@ -89,6 +95,9 @@ def allocate(opt):
         skip = (-raw.ctypes.data % _ALIGN) // dt.itemsize
         arenas[dt] = raw[skip:skip + n]
     for gi, name, dt, off, p in layout:
+        if dt is None:
+            state[gi][name].append(off)
+            continue
         a = arenas[dt][off:off + p.size].reshape(p.shape, order=order(p))
         fill = opt._initial(opt.param_groups[gi], name)
         if fill:

@@ -1,13 +1,22 @@
 """The optimizers' states stored apart: ``state_dtype="bfloat16"`` keeps
 the states of float32 parameters (or masters) in bfloat16, widened and
-rounded back by every step (docs/semantics.md, "bfloat16 states"). Which
-dtype a state array has, the checks of the option, and each tensor's
-stochastic rounding key."""
+rounded back by every step (docs/semantics.md, "bfloat16 states");
+``state_dtype="int8-blockwise"`` keeps them in bitsandbytes' 8-bit
+blockwise format (``fastopt.State8bit``; "8-bit states"), those of
+parameters under ``MIN_8BIT_SIZE`` elements in float32, as bitsandbytes
+does. Which dtype a state array has, the checks of the option, and each
+tensor's stochastic rounding key."""
 from __future__ import annotations
 
 import numpy as np
 
-from .. import _dtypes, _rules, _step
+from .. import _dtypes, _q8, _rules, _step
+
+#: state_dtype's name of 8-bit blockwise states
+Q8 = "int8-blockwise"
+#: parameters with fewer elements keep float32 states under Q8
+#: (bitsandbytes' min_8bit_size)
+MIN_8BIT_SIZE = 4096
 
 #: the names state_dtype takes, and their dtypes (None: the parameter's own)
 _NAMES = {"float32": np.dtype(np.float32),
@@ -17,7 +26,7 @@ _NAMES = {"float32": np.dtype(np.float32),
 def check_dtype(f, state_dtype):
     """None, or the NumPy dtype of "float32"/"bfloat16" (a dtype or type
     naming one of them is taken too)."""
-    if state_dtype is None:
+    if state_dtype is None or (isinstance(state_dtype, str) and state_dtype == Q8):
         return None
     if isinstance(state_dtype, str) and state_dtype in _NAMES:
         return _NAMES[state_dtype]
@@ -27,14 +36,70 @@ def check_dtype(f, state_dtype):
         dt = None
     if dt is not None and dt in _NAMES.values():
         return dt
-    raise ValueError(f"{f}: state_dtype must be None, 'float32' or 'bfloat16', got "
-                     f"{state_dtype!r}")
+    raise ValueError(f"{f}: state_dtype must be None, 'float32', 'bfloat16' or "
+                     f"'{Q8}', got {state_dtype!r}")
+
+
+def is_q8(state_dtype) -> bool:
+    """Does state_dtype ask for 8-bit blockwise states?"""
+    return isinstance(state_dtype, str) and state_dtype == Q8
+
+
+def _row(opt):
+    """The C rule row of opt's update (its name), or None."""
+    rule = getattr(opt, "_RULE", None)
+    return getattr(rule, "row", rule)
+
+
+def check_q8(opt, f) -> None:
+    """8-bit states: a rule that has them, float32 parameters (or masters),
+    no AGC, and none of the options without an 8-bit form."""
+    row = _row(opt)
+    if row not in _rules.ID or _rules.RULES[_rules.ID[row]].q8 < 0:
+        takes = ", ".join(r.name for r in _rules.RULES if r.q8 >= 0)
+        raise ValueError(f"{f}: state_dtype='{Q8}' is not available for "
+                         f"{type(opt).__name__} (8-bit states: the rules {takes})")
+    for gi, group in enumerate(opt.param_groups):
+        for i, p in enumerate(group["params"]):
+            if p.dtype.newbyteorder("=") != np.float32:
+                raise ValueError(f"{f}: state_dtype='{Q8}' needs float32 parameters (or "
+                                 f"master_weights=True); param_groups[{gi}]['params'][{i}] "
+                                 f"is {p.dtype}")
+        bad = [k for k in ("amsgrad", "centered") if group.get(k)]
+        if group.get("momentum") and row == "rmsprop_torch":
+            bad.append("momentum")
+        if group.get("clipping") is not None:
+            bad.append("clipping")
+        if bad:
+            raise ValueError(f"{f}: state_dtype='{Q8}' does not combine with "
+                             f"param_groups[{gi}]'s {bad[0]} (it has no 8-bit form)")
+
+
+def unsigned(opt, name) -> bool:
+    """Is state ``name`` of opt's rule kept on the unsigned map?"""
+    row = _rules.RULES[_rules.ID[_row(opt)]]
+    return name in row.states and bool(row.q8 >> row.states.index(name) & 1)
+
+
+def new_state(opt, p, name, fill=0.0):
+    """A fresh state of parameter p: a State8bit (8-bit states, p at least
+    MIN_8BIT_SIZE elements), else an array of its dtype. None to let the
+    caller allocate the array."""
+    if not opt._q8 or p.size < MIN_8BIT_SIZE:
+        return None
+    if fill:
+        return _q8.State8bit.quantize(np.full(p.shape, fill, np.float32),
+                                      not unsigned(opt, name))
+    return _q8.State8bit.zeros(p.shape, not unsigned(opt, name))
 
 
 def check_apart(opt, f) -> None:
     """States of another dtype than their parameters' are bfloat16 ones of
     float32 parameters, of a rule that stores them apart, without AGC."""
-    dt = opt.state_dtype
+    if opt._q8:
+        check_q8(opt, f)
+        return
+    dt = opt._state_dtype
     if dt is None:
         return
     for gi, group in enumerate(opt.param_groups):
@@ -47,8 +112,7 @@ def check_apart(opt, f) -> None:
         if dt == _NAMES["bfloat16"] and group.get("clipping") is not None:
             raise ValueError(f"{f}: state_dtype='bfloat16' does not combine with AGC "
                              f"clipping (param_groups[{gi}] clips)")
-    rule = getattr(opt, "_RULE", None)
-    row = getattr(rule, "row", rule)      # a table rule's C row, or the row's name
+    row = _row(opt)                        # a table rule's C row, or the row's name
     if dt == _NAMES["bfloat16"] and row in _rules.ID and _rules.ID[row] in \
             _rules.OWN_TYPE_STATES:
         raise ValueError(f"{f}: state_dtype='bfloat16' is not available for "
@@ -58,13 +122,13 @@ def check_apart(opt, f) -> None:
 
 def dtype_of(opt, p) -> np.dtype:
     """The dtype of parameter p's states."""
-    return opt.state_dtype if opt.state_dtype is not None else p.dtype.newbyteorder("=")
+    return opt._state_dtype if opt._state_dtype is not None else p.dtype.newbyteorder("=")
 
 
 def apart(opt) -> bool:
     """Does opt keep states of another dtype than their parameters'
     (bfloat16 ones, stored apart)?"""
-    return opt.state_dtype is not None and opt.state_dtype != np.float32
+    return opt._state_dtype is not None and opt._state_dtype != np.float32
 
 
 def keys(opt, where):

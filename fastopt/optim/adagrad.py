@@ -42,6 +42,7 @@ class Adagrad(_Optimizer):
     """
 
     _KERNEL = staticmethod(_unsupported)
+    _RULE = "adagrad_torch"
     _STATES = ("sum",)
     _T0 = 1
     _HYPER = {

@@ -24,9 +24,11 @@ import zlib
 
 import numpy as np
 
-from .. import _npz
+from .. import _npz, _q8
 from ._checks import as_bool, native
+from ._states import MIN_8BIT_SIZE, Q8
 from ._states import apart as _apart  # states stored apart: raw words + a header tag
+from ._states import unsigned as _unsigned
 
 try:
     import fcntl
@@ -75,9 +77,21 @@ def state_dict(opt) -> dict:
         "steps": opt._steps,
         "param_groups": [dict({k: g[k] for k in opt._HYPER}, n_params=len(g["params"]))
                          for g in opt.param_groups],
-        "state": {name: [np.array(a, copy=True) for a in arrays]
-                  for name, arrays in opt.state.items()},
+        "state": {name: [_copy(a) for a in arrays] for name, arrays in opt.state.items()},
     }
+
+
+def _copy(a):
+    """A state's copy: an array's, or an 8-bit state's codes and absmax."""
+    if isinstance(a, _q8.State8bit):
+        return _q8.State8bit(a.codes.copy(), a.absmax.copy(), a.signed)
+    return np.array(a, copy=True)
+
+
+def _eight(opt, p) -> bool:
+    """Are parameter p's states 8-bit (state_dtype "int8-blockwise", p at
+    least MIN_8BIT_SIZE elements)?"""
+    return opt._q8 and p.size >= MIN_8BIT_SIZE
 
 
 def saved_by(cls, name) -> bool:
@@ -169,10 +183,52 @@ def _check_state(opt, f, state) -> None:
             raise CheckpointError(f"{f}: the checkpoint has {n} {sname!r} arrays for "
                                   f"{len(params)} parameters")
         for i, (a, p) in enumerate(zip(arrays, params)):
+            if _eight(opt, p):
+                _check_eight(opt, f, sname, i, p, a)
+                continue
             if not isinstance(a, np.ndarray):
                 raise CheckpointError(f"{f}: the checkpoint's state {sname!r} of "
                                       f"params[{i}] is not an array")
-            _state_spec(f, sname, i, p, dtype=opt.state_dtype if _apart(opt) else None)(a)
+            _state_spec(f, sname, i, p, dtype=opt._state_dtype if _apart(opt) else None)(a)
+
+
+def _check_eight(opt, f, sname, i, p, a) -> None:
+    """An 8-bit state of a state dict: a State8bit on its slot's map, codes
+    and absmax of the parameter's sizes."""
+    what = f"state {sname!r} of params[{i}]"
+    if not isinstance(a, _q8.State8bit):
+        raise CheckpointError(f"{f}: the checkpoint's {what} is not an 8-bit state "
+                              f"(fastopt.State8bit); this optimizer keeps 8-bit states "
+                              f"(state_dtype='{Q8}')")
+    if bool(a.signed) == _unsigned(opt, sname):
+        raise CheckpointError(f"{f}: the checkpoint's {what} is on the other map than "
+                              f"its state's")
+    for arr, spec in ((a.codes, _codes_spec(f, what, p)),
+                      (a.absmax, _absmax_spec(f, what, p))):
+        if not isinstance(arr, np.ndarray):
+            raise CheckpointError(f"{f}: the checkpoint's {what} holds a "
+                                  f"{type(arr).__name__}, not arrays")
+        spec(arr)
+
+
+def _codes_spec(f, what, p):
+    def check(h):
+        if h.shape != p.shape or native(h.dtype) != np.uint8:
+            raise CheckpointError(f"{f}: the checkpoint's {what} has codes of shape "
+                                  f"{h.shape} and dtype {h.dtype}; it needs uint8 of "
+                                  f"shape {p.shape}")
+    return check
+
+
+def _absmax_spec(f, what, p):
+    n = _q8.blocks(p.size)
+
+    def check(h):
+        if h.shape != (n,) or native(h.dtype) != np.float32:
+            raise CheckpointError(f"{f}: the checkpoint's {what} has an absmax of shape "
+                                  f"{h.shape} and dtype {h.dtype}; it needs float32 of "
+                                  f"shape ({n},), one per block of {_q8.BLOCK}")
+    return check
 
 
 def checked_state_dict(opt, f, sd):
@@ -194,7 +250,11 @@ def restore(opt, f, sd, params=None) -> None:
             np.copyto(dst, src)
     for sname in opt._STATES:
         for dst, src in zip(opt.state[sname], state[sname]):
-            np.copyto(dst, src)
+            if isinstance(dst, _q8.State8bit):
+                np.copyto(dst.codes, src.codes)
+                np.copyto(dst.absmax, src.absmax)
+            else:
+                np.copyto(dst, src)
     for group, new in zip(opt.param_groups, groups):
         for k in opt._HYPER:
             group[k] = new[k]
@@ -247,11 +307,21 @@ def save(opt, path, params=False) -> None:
     sd = state_dict(opt)
     meta = {k: sd[k] for k in ("format", "version", "optimizer", "steps", "param_groups")}
     if _apart(opt):                 # the tag of the raw words below
-        meta["state_dtype"] = opt.state_dtype.name
+        meta["state_dtype"] = opt._state_dtype.name
+    if opt._q8:                     # codes, absmax, the block and the maps
+        meta["state_dtype"] = Q8
+        meta["q8_block"] = _q8.BLOCK
     arrays = {_META_KEY: np.array(json.dumps(meta))}
     for sname, arrs in sd["state"].items():
         for i, a in enumerate(arrs):
-            arrays[f"state.{sname}.{i}"] = a.view(np.uint16) if _apart(opt) else a
+            if isinstance(a, _q8.State8bit):
+                arrays[f"state.{sname}.{i}"] = a.codes
+                arrays[f"state.{sname}.{i}.absmax"] = a.absmax
+            else:
+                arrays[f"state.{sname}.{i}"] = a.view(np.uint16) if _apart(opt) else a
+    if opt._q8:
+        for kind in ("signed", "unsigned"):
+            arrays[f"q8.map.{kind}"] = _q8.dynamic_map(kind == "signed")
     if params:
         for i, p in enumerate(opt.params):
             arrays[f"{_PARAM_PREFIX}{i}"] = p
@@ -327,7 +397,8 @@ def load(opt, f, path, params=None) -> None:
 def _max_file_bytes(opt) -> int:
     """The largest file :func:`save` can write for opt, parameters included
     (a generous bound)."""
-    n_entries = 1 + (len(opt._STATES) + 1) * len(opt.params)
+    per = 2 * len(opt._STATES) + 1 if opt._q8 else len(opt._STATES) + 1  # 8-bit: absmax
+    n_entries = 1 + per * len(opt.params) + (2 if opt._q8 else 0)          # and the maps
     data = (len(opt._STATES) + 1) * sum(p.nbytes for p in opt.params)
     return data + 4 * _META_MAX_CHARS + _ENTRY_SLACK * n_entries + (64 << 10)
 
@@ -407,13 +478,13 @@ def _words(opt, f, tag):
     """The dtype of a file's state entries when the optimizer stores its
     states apart (their raw 16-bit words: uint16), else None; the header's
     ``state_dtype`` tag must say the same as the optimizer's."""
-    mine = opt.state_dtype.name if _apart(opt) else None
+    mine = Q8 if opt._q8 else opt._state_dtype.name if _apart(opt) else None
     if tag != mine:
         def says(d):
             return "states of their parameters' dtype" if d is None else f"{d!s:.40} states"
         raise CheckpointError(f"{f}: the checkpoint holds {says(tag)}; this "
                               f"optimizer keeps {says(mine)} (state_dtype)")
-    return np.dtype(np.uint16) if mine else None
+    return np.dtype(np.uint16) if mine and mine != Q8 else None
 
 
 def read_npz(opt, f, fh, params=None) -> tuple:
@@ -425,9 +496,10 @@ def read_npz(opt, f, fh, params=None) -> tuple:
     with _npz.NpzReader(fh, max_bytes=_max_file_bytes(opt)) as r:
         meta = _read_meta(opt, f, r)
         words = _words(opt, f, meta.pop("state_dtype", None))
+        _check_block(opt, f, meta.pop("q8_block", None))
         names = set(r.keys)
         n = len(opt.params)
-        specs = {}
+        specs = _map_specs(opt, f, names)
         for sname in opt._STATES:
             keys = [f"state.{sname}.{i}" for i in range(n)]
             absent = [k for k in keys if k not in names]
@@ -436,7 +508,15 @@ def read_npz(opt, f, fh, params=None) -> tuple:
                     f"{f}: the file has no {absent[0]!r} entry ({len(absent)} of the "
                     f"{n} {sname!r} arrays missing)")
             for i, (key, p) in enumerate(zip(keys, opt.params)):
-                specs[key] = _state_spec(f, sname, i, p, dtype=words)
+                if _eight(opt, p):
+                    what = f"state {sname!r} of params[{i}]"
+                    specs[key] = _codes_spec(f, what, p)
+                    specs[key + ".absmax"] = _absmax_spec(f, what, p)
+                    if key + ".absmax" not in names:
+                        raise CheckpointError(f"{f}: the file has no {key + '.absmax'!r} "
+                                              f"entry (the absmax of an 8-bit state)")
+                else:
+                    specs[key] = _state_spec(f, sname, i, p, dtype=words)
         pspecs = _param_specs(opt, f, names, params)
         skipped = {k for k in names if k.startswith(_PARAM_PREFIX)} if params is False \
             else set()
@@ -447,11 +527,64 @@ def read_npz(opt, f, fh, params=None) -> tuple:
                                   f"parameters or by another program")
         for key, spec in {**specs, **pspecs}.items():     # every header, before any data
             r.header(key, spec)
-        state = {sname: [r.read(f"state.{sname}.{i}", specs[f"state.{sname}.{i}"])
-                         for i in range(n)] for sname in opt._STATES}
+        _check_maps(f, {k: r.read(k, specs[k]) for k in specs if k.startswith("q8.map.")})
+        state = {sname: [_read_state(opt, r, specs, sname, i) for i in range(n)]
+                 for sname in opt._STATES}
         if words is not None:       # the raw words as the optimizer's states
-            state = {k: [a.view(opt.state_dtype) for a in v] for k, v in state.items()}
+            state = {k: [a.view(opt._state_dtype) for a in v] for k, v in state.items()}
         saved = [r.read(k, spec) for k, spec in pspecs.items()] or None
     sd = dict(meta)
     sd["state"] = state
     return sd, saved
+
+
+def _read_state(opt, r, specs, sname, i):
+    """State sname of params[i] from the file: an array, or an 8-bit
+    state of its codes and absmax entries."""
+    key = f"state.{sname}.{i}"
+    a = r.read(key, specs[key])
+    if key + ".absmax" not in specs:
+        return a
+    return _q8.State8bit(a, r.read(key + ".absmax", specs[key + ".absmax"]),
+                         not _unsigned(opt, sname))
+
+
+def _check_block(opt, f, block) -> None:
+    """The header's block size of 8-bit states: 256, and given exactly when
+    the optimizer keeps them."""
+    if block != (_q8.BLOCK if opt._q8 else None):
+        raise CheckpointError(f"{f}: the checkpoint's 8-bit block size is {block!r:.40}; "
+                              f"fastopt's 8-bit states use blocks of {_q8.BLOCK}")
+
+
+def _map_specs(opt, f, names) -> dict:
+    """The header checks of the file's two 8-bit maps (when the optimizer
+    keeps 8-bit states; float32[256] each)."""
+    if not opt._q8:
+        return {}
+    out = {}
+    for kind in ("signed", "unsigned"):
+        key = f"q8.map.{kind}"
+        if key not in names:
+            raise CheckpointError(f"{f}: the file has no {key!r} entry (the map of its "
+                                  f"8-bit states)")
+
+        def check(h, key=key):
+            if h.shape != (256,) or native(h.dtype) != np.float32:
+                raise CheckpointError(f"{f}: the checkpoint's {key} has shape {h.shape} and "
+                                      f"dtype {h.dtype}; a map is float32[256]")
+        out[key] = check
+    return out
+
+
+def _check_maps(f, maps) -> None:
+    """The file's maps must be bitsandbytes' dynamic maps, the ones the
+    kernels hold (a map that is not sorted is said so first)."""
+    for key, m in maps.items():
+        if not (np.diff(m.astype(np.float64)) > 0).all():
+            raise CheckpointError(f"{f}: the checkpoint's {key} is not increasing; it is "
+                                  f"not a map of 8-bit codes")
+        mine = _q8.dynamic_map(key.endswith(".signed"))
+        if not np.array_equal(m.view(np.uint32), mine.view(np.uint32)):
+            raise CheckpointError(f"{f}: the checkpoint's {key} differs from bitsandbytes' "
+                                  f"dynamic map, the only map fastopt's 8-bit states use")

@@ -45,6 +45,7 @@ class SGD(_Optimizer):
     """
 
     _KERNEL = staticmethod(_unsupported)
+    _RULE = "sgd_torch"
     _T0 = 0
     _HYPER = {
         "lr": _c.lr_or_none,

@@ -23,6 +23,7 @@ from bad_inputs.builders import (
     setitem,
     shared_pair,
 )
+from fastopt import State8bit
 
 # Messages are exact; {L} in `what` is replaced by the long-list size.
 
@@ -34,6 +35,13 @@ def adw(m=None, v=None, **kw):
     m = np.zeros(3, bf16) if m is None else m
     v = np.zeros(3, bf16) if v is None else v
     return (arr(), arr(fill=0.5), m, v), dict({"step": 1}, **kw)
+
+def q8(m=None, v=None, **kw):
+    """adamw (and adamax) arguments: float32 parameters with 8-bit states."""
+    m = State8bit.zeros(3) if m is None else m
+    v = State8bit.zeros(3, signed=False) if v is None else v
+    return (arr(), arr(fill=0.5), m, v), dict({"step": 1}, **kw)
+
 
 #: The advice after a number, NumPy scalar or list of numbers given for an array.
 NUMBERS_HINT = "; convert it with np.asarray(..., dtype=...) to an array of its parameter's dtype"
@@ -355,6 +363,29 @@ CASES = [
          "fastopt.lamb: exp_avgs[0] has dtype bfloat16 but its parameter has float32; LAMB's "
          "and LARS's states keep their parameter's dtype (their trust pass reads them as "
          "stored)"),
+    # --- 8-bit states (fastopt.State8bit; fastopt.adamw stands for every rule)
+    Case("adamw", "8-bit codes of dtype int8", lambda: q8(m=State8bit(
+        np.zeros(3, np.int8), np.zeros(1, F32))), TypeError,
+        "fastopt.adamw: exp_avgs[0].codes has dtype int8; it must be uint8"),
+    Case("adamw", "8-bit codes of another length", lambda: q8(m=State8bit.zeros(4)),
+         ValueError, "fastopt.adamw: exp_avgs[0].codes has shape (4,); it must be (3,) "
+         "(params[0]'s shape)"),
+    Case("adamw", "an 8-bit absmax of another length", lambda: q8(m=State8bit(
+        np.zeros(3, np.uint8), np.zeros(2, F32))), ValueError,
+        "fastopt.adamw: exp_avgs[0].absmax has shape (2,); it must be (1,) (one value per "
+        "block of 256 elements of params[0])"),
+    Case("adamw", "an 8-bit absmax of float64", lambda: q8(v=State8bit(
+        np.zeros(3, np.uint8), np.zeros(1), False)), TypeError,
+        "fastopt.adamw: exp_avg_sqs[0].absmax has dtype float64; it must be float32"),
+    Case("adamw", "a second moment on the signed map", lambda: q8(v=State8bit.zeros(3)),
+         ValueError, "fastopt.adamw: exp_avg_sqs[0] is on the signed map, but this state is "
+         "kept on the unsigned map (State8bit(..., signed=False))"),
+    Case("adamw", "8-bit and float32 states for one parameter", lambda: q8(v=arr()),
+         TypeError, "fastopt.adamw: exp_avg_sqs[0] is not a State8bit (got ndarray), but the "
+         "other states of params[0] are 8-bit; a parameter's states are stored alike"),
+    Case("adamax", "8-bit states", lambda: q8(), ValueError,
+         "fastopt.adamax: exp_avgs[0] is an 8-bit state, but the rule adamax has none "
+         "(8-bit states: sgd, adagrad, adam, adamw, rmsprop, lion)"),
     # --- the thread-count context manager
     Case("set_num_threads", "n_threads = 0", lambda: ((0,), {}), ValueError,
          "fastopt.set_num_threads: n_threads must be a positive int up to 1024, -1 (all "

@@ -78,8 +78,8 @@ OPTIM_CASES = [
          lambda: (([arr(), arr(dtype=np.int64)],), {"lr": 0.1}), TypeError,
          OP + "OnnxAdam: params[1] has dtype int64; fastopt updates float32 or float64 arrays"),
     Case("optim.AdamW", "state_dtype = 'float16'", opt_ctor(arr(), state_dtype="float16"),
-         ValueError, OP + "AdamW: state_dtype must be None, 'float32' or 'bfloat16', got "
-                          "'float16'"),
+         ValueError, OP + "AdamW: state_dtype must be None, 'float32', 'bfloat16' or "
+                          "'int8-blockwise', got 'float16'"),
     Case("optim.AdamW", "state_dtype = 'bfloat16' for float64 parameters",
          opt_ctor(arr(dtype=F64), state_dtype="bfloat16"), ValueError,
          OP + "AdamW: state_dtype='bfloat16' needs float32 parameters (or "

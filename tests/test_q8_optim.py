@@ -1,0 +1,212 @@
+"""8-bit states in the optimizer objects: ``state_dtype="int8-blockwise"``.
+
+A parameter of at least 4096 elements keeps its states as
+``fastopt.State8bit`` (bitsandbytes' min_8bit_size), a smaller one in
+float32; a step equals the public function's on the same states, bit for
+bit; checkpoints carry the codes, the absmax, the block size and the maps,
+round-trip bit for bit, and a file whose maps, block size or arrays do not
+fit is refused with nothing changed.
+"""
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+import fastopt
+from fastopt import State8bit
+from fastopt.optim import CheckpointError
+
+F32 = np.float32
+Q8 = "int8-blockwise"
+SHAPES = [(80, 70), (300,), (5000,)]       # 5600 and 5000: 8-bit; 300: float32
+
+
+def _params(seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(F32) for s in SHAPES]
+
+
+def _grads(rng):
+    return [rng.standard_normal(s).astype(F32) for s in SHAPES]
+
+
+CASES = [
+    ("AdamW", dict(lr=1e-2, weight_decay=0.1), fastopt.adamw, ("exp_avg", "exp_avg_sq"),
+     lambda t: dict(step=t, lr=1e-2, weight_decay=0.1)),
+    ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True), fastopt.sgd, ("momentum_buffer",),
+     lambda t: dict(step=t, lr=0.1, momentum=0.9, nesterov=True)),
+    ("Adagrad", dict(lr=0.1, initial_accumulator_value=0.5), fastopt.adagrad, ("sum",),
+     lambda t: dict(step=t, lr=0.1)),
+    ("Lion", dict(lr=1e-3, weight_decay=0.1), fastopt.lion, ("exp_avg",),
+     lambda t: dict(lr=1e-3, weight_decay=0.1)),
+]
+
+
+@pytest.mark.parametrize("name,hyper,fn,states,kw", CASES, ids=[c[0] for c in CASES])
+def test_an_optimizer_with_8bit_states_steps_as_the_function(name, hyper, fn, states, kw):
+    rng = np.random.default_rng(1)
+    xs = _params()
+    opt = getattr(fastopt.optim, name)(xs, **hyper, state_dtype=Q8)
+    assert opt.state_dtype == Q8
+    st = opt.state
+    for s in states:
+        assert [type(a) for a in st[s]] == [State8bit, np.ndarray, State8bit]
+        assert st[s][1].dtype == F32
+    mine = _params()
+    copies = {s: [State8bit(a.codes.copy(), a.absmax.copy(), a.signed)
+                  if isinstance(a, State8bit) else a.copy() for a in st[s]] for s in states}
+    names = {"AdamW": ("exp_avgs", "exp_avg_sqs"), "SGD": ("momentum_buffers",),
+             "Adagrad": ("state_sums",), "Lion": ("exp_avgs",)}[name]
+    for t in range(1, 6):
+        g = _grads(rng)
+        opt.step(g)
+        fn(mine, g, **{n: copies[s] for n, s in zip(names, states)}, **kw(t))
+        for a, b in zip(opt.params, mine):
+            np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+        for s in states:
+            for a, b in zip(opt.state[s], copies[s]):
+                if isinstance(a, State8bit):
+                    np.testing.assert_array_equal(a.codes, b.codes)
+                    np.testing.assert_array_equal(a.absmax, b.absmax)
+                else:
+                    np.testing.assert_array_equal(a, b)
+
+
+def test_8bit_states_on_the_right_maps_and_contiguous_state():
+    opt = fastopt.optim.AdamW(_params(), state_dtype=Q8, contiguous_state=True)
+    st = opt.state
+    assert st["exp_avg"][0].signed and not st["exp_avg_sq"][0].signed
+    assert st["exp_avg"][1].base is not None         # the float32 one in the arena
+    opt.step(_grads(np.random.default_rng(2)))
+    assert st["exp_avg"][0].absmax.any() and st["exp_avg"][1].any()
+
+
+def _trained(path=None, steps=3, seed=5):
+    rng = np.random.default_rng(seed)
+    opt = fastopt.optim.AdamW(_params(), lr=1e-2, state_dtype=Q8)
+    for _ in range(steps):
+        opt.step(_grads(rng))
+    if path is not None:
+        opt.save(path, params=True)
+    return opt, rng
+
+
+def test_a_checkpoint_round_trips_bit_for_bit_and_resumes(tmp_path):
+    path = tmp_path / "q8.npz"
+    opt, rng = _trained(path)
+    with zipfile.ZipFile(path) as z:
+        names = set(z.namelist())
+    assert {"q8.map.signed.npy", "q8.map.unsigned.npy", "state.exp_avg.0.absmax.npy"} <= names
+    other = fastopt.optim.AdamW([np.zeros(s, F32) for s in SHAPES], lr=1e-2, state_dtype=Q8)
+    other.load(path)
+    for s in ("exp_avg", "exp_avg_sq"):
+        for a, b in zip(opt.state[s], other.state[s]):
+            if isinstance(a, State8bit):
+                np.testing.assert_array_equal(a.codes, b.codes)
+                np.testing.assert_array_equal(a.absmax, b.absmax)
+            else:
+                np.testing.assert_array_equal(a, b)
+    g = _grads(rng)
+    opt.step(g)
+    other.step(g)
+    for a, b in zip(opt.params, other.params):
+        np.testing.assert_array_equal(a, b)
+    # the state dict round trip too
+    sd = opt.state_dict()
+    third = fastopt.optim.AdamW([p.copy() for p in opt.params], lr=1e-2, state_dtype=Q8)
+    third.load_state_dict(sd)
+    np.testing.assert_array_equal(third.state["exp_avg_sq"][2].codes,
+                                  opt.state["exp_avg_sq"][2].codes)
+
+
+def _rewrite(src, dst, change):
+    """Copy checkpoint src to dst with change(name, array or meta dict)."""
+    with zipfile.ZipFile(src) as z:
+        arrays = {n[:-4]: np.load(z.open(n)) for n in z.namelist()}
+    meta = json.loads(str(arrays["meta"][()]))
+    change(arrays, meta)
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(dst, **arrays)
+
+
+def _bad_files():
+    def maps_unsorted(a, m):
+        a["q8.map.signed"] = a["q8.map.signed"][::-1].copy()
+
+    def maps_other(a, m):
+        a["q8.map.unsigned"] = np.linspace(0, 1, 256).astype(F32)
+
+    def block(a, m):
+        m["q8_block"] = 128
+
+    def absmax_short(a, m):
+        a["state.exp_avg.0.absmax"] = a["state.exp_avg.0.absmax"][:-1].copy()
+
+    def codes_wide(a, m):
+        a["state.exp_avg_sq.2"] = a["state.exp_avg_sq.2"].astype(np.uint16)
+
+    def no_absmax(a, m):
+        del a["state.exp_avg.2.absmax"]
+
+    def float_tag(a, m):
+        del m["state_dtype"]
+
+    return [(maps_unsorted, "is not increasing"), (maps_other, "differs from bitsandbytes"),
+            (block, "8-bit block size is 128"), (absmax_short, r"absmax of shape \(21,\)"),
+            (codes_wide, "codes of shape"), (no_absmax, "no 'state.exp_avg.2.absmax'"),
+            (float_tag, "holds states of their parameters' dtype")]
+
+
+@pytest.mark.parametrize("change,msg", _bad_files(), ids=lambda c: getattr(c, "__name__", ""))
+def test_a_bad_8bit_checkpoint_is_refused_with_nothing_changed(tmp_path, change, msg):
+    good = tmp_path / "good.npz"
+    _trained(good)
+    bad = tmp_path / "bad.npz"
+    _rewrite(good, bad, change)
+    opt, _ = _trained(seed=9)
+    before = [(a.codes.copy(), a.absmax.copy()) if isinstance(a, State8bit) else a.copy()
+              for s in ("exp_avg", "exp_avg_sq") for a in opt.state[s]]
+    params = [p.copy() for p in opt.params]
+    with pytest.raises(CheckpointError, match=msg):
+        opt.load(bad)
+    after = [a for s in ("exp_avg", "exp_avg_sq") for a in opt.state[s]]
+    for b, a in zip(before, after):
+        if isinstance(a, State8bit):
+            np.testing.assert_array_equal(a.codes, b[0])
+            np.testing.assert_array_equal(a.absmax, b[1])
+        else:
+            np.testing.assert_array_equal(a, b)
+    for p, q in zip(opt.params, params):
+        np.testing.assert_array_equal(p, q)
+    assert opt.steps == 3
+
+
+def test_float_and_8bit_checkpoints_do_not_mix(tmp_path):
+    path = tmp_path / "f32.npz"
+    f32 = fastopt.optim.AdamW(_params(), lr=1e-2)
+    f32.step(_grads(np.random.default_rng(0)))
+    f32.save(path)
+    opt, _ = _trained()
+    with pytest.raises(CheckpointError, match="int8-blockwise"):
+        opt.load(path)
+    path8 = tmp_path / "q8.npz"
+    opt.save(path8)
+    with pytest.raises(CheckpointError, match="int8-blockwise"):
+        f32.load(path8)
+    with pytest.raises(CheckpointError, match="not an 8-bit state"):
+        opt.load_state_dict(f32.state_dict())
+
+
+@pytest.mark.parametrize("make,msg", [
+    (lambda xs: fastopt.optim.Adamax(xs, state_dtype=Q8), "not available for Adamax"),
+    (lambda xs: fastopt.optim.LAMB(xs, state_dtype=Q8), "not available for LAMB"),
+    (lambda xs: fastopt.optim.AdamW(xs, amsgrad=True, state_dtype=Q8), "amsgrad"),
+    (lambda xs: fastopt.optim.RMSprop(xs, momentum=0.9, state_dtype=Q8), "momentum"),
+    (lambda xs: fastopt.optim.AdamW([x.astype(np.float64) for x in xs], state_dtype=Q8),
+     "needs float32 parameters"),
+    (lambda xs: fastopt.optim.AdamW(xs, state_dtype="int4"), "'int8-blockwise'"),
+])
+def test_8bit_options_that_cannot_be_are_refused(make, msg):
+    with pytest.raises(ValueError, match=msg):
+        make(_params())
