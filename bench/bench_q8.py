@@ -137,3 +137,7 @@ def test_bench_q8_smoke():
     times = rotating(fs, 0.0, 2)
     assert set(times) == set(BYTES) - {"bnb 8-bit"}
     assert state_bytes([(4096,)])["8-bit"] == 2 + 2 * 4 * 16 / 4096
+
+
+if __name__ == "__main__":
+    main()

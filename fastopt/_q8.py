@@ -170,6 +170,31 @@ def _check_array(f, lab, a, x, types, what) -> None:
                          f"in a step with 8-bit states (it is updated in place)")
 
 
+def unpack(states, index, groups):
+    """The cheap first try of a step whose states may be 8-bit: None if no
+    state is a :class:`State8bit`; else (states, absmax) as :func:`split`
+    returns them, taking each State8bit's arrays as they are (the fast
+    path checks their types, sizes, layout and overlaps, and declines
+    otherwise), or False when one is on the other map than its slot's or
+    holds something else than arrays (then :func:`split` says what)."""
+    if not any(type(s) is State8bit for st in states for s in st):
+        return None
+    out = [list(st) for st in states]
+    absmax = []
+    for i, j in enumerate(index):
+        row = [None, None, None]
+        q8 = RULES[groups[j][0]].q8
+        for k in range(3):
+            s = out[k][i]
+            if type(s) is State8bit:
+                if q8 < 0 or s.signed is not (not q8 >> k & 1) \
+                        or type(s.codes) is not np.ndarray:
+                    return False
+                out[k][i], row[k] = s.codes, s.absmax
+        absmax.append(tuple(row))
+    return out, tuple(absmax)
+
+
 def split(f, xs, gs, states, index, groups, labels):
     """If some state of the call is a :class:`State8bit`: check the whole
     call (raising TypeError/ValueError naming the argument; nothing is

@@ -210,9 +210,17 @@ def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
     call is checked and split so by fastopt/_q8.py first (the dispatch
     below has no 8-bit states)."""
     if absmax is None:
-        eight = _q8.split(f, xs, gs, states, index, groups, labels)
+        eight = _q8.unpack(states, index, groups)
+        if eight:           # 8-bit states taken as they are: the fast path, else checked
+            out = _ext.step(tuple(xs), tuple(gs), *(tuple(s) for s in eight[0]),
+                            tuple(index), tuple(groups), opts.grad_scale, opts.max_norm,
+                            opts.clip_value, opts.clip, opts.norm_type, opts.check_finite,
+                            n_threads, given_norm, None if copies is None else tuple(copies),
+                            seed, half_params, eight[1])
+            if out is not None:
+                return StepInfo(*out)
         if eight is not None:
-            gs, states, absmax = eight
+            gs, states, absmax = _q8.split(f, xs, gs, states, index, groups, labels)
     arrays = (tuple(xs), tuple(gs), *(tuple(s) for s in states))
     scalars = (tuple(index), tuple(groups), opts.grad_scale, opts.max_norm,
                opts.clip_value, opts.clip, opts.norm_type, opts.check_finite, n_threads,
