@@ -49,6 +49,7 @@ def tables():
               if fo_spair(x, x, s) >= 0]
     return {"rules": rules, "dtypes": dtypes, "pairs": pairs, "copies": copies,
             "grads": alone, "states": states, "step_extra": FO_STEP_EXTRA,
+            "q8_block": FO_Q8_BLOCK,
             "key_step": FO_KEY_STEP, "round_nearest": FO_STEP_ROUND_NEAREST,
             "round_stochastic": FO_STEP_ROUND_STOCHASTIC}
 
@@ -111,7 +112,8 @@ def q8_store(cnp.ndarray v, int kind):
     one float32 absmax per block of FO_Q8_BLOCK (fastopt.State8bit.quantize;
     the tests compare it with fastopt/_reference/bnb8.py)."""
     if not (v.dtype == np.float32 and v.flags.c_contiguous):
-        raise ValueError("fastopt._ext.q8_store: a C-contiguous float32 array")
+        raise ValueError(f"fastopt._ext.q8_store: v must be a C-contiguous float32 array, "
+                         f"got {v.dtype}{'' if v.flags.c_contiguous else ', not C-contiguous'}")
     cdef int64_t n = v.size
     codes = np.zeros(n, np.uint8)
     absmax = np.zeros((n + FO_Q8_BLOCK - 1) // FO_Q8_BLOCK, np.float32)

@@ -14,9 +14,10 @@ map entry to ``value / absmax`` (docs/semantics.md, "8-bit states").
 The rules that take them are the rows of ``fastopt._rules`` with ``q8 >= 0``
 (which slots use the unsigned map); their functions (:func:`fastopt.adamw`,
 :func:`fastopt.sgd`, ...) take a :class:`State8bit` wherever they take a state
-array. A step that has one is checked here in full before anything is
-written, and then runs through the one fast path (``_ext.step`` with the
-absmax arrays).
+array. A step that has one first offers their arrays as they are to the
+one fast path (``_ext.step`` with the absmax arrays: :func:`unpack`), and
+if it declines, is checked here in full (:func:`split`), nothing written
+before, and offered again.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from . import _dtypes, _ext
 from . import _validation as _v
 from ._rules import AMSGRAD, CENTERED, ID, RULES, needs
 
-#: elements per block (one absmax each)
+#: elements per block (one absmax each): FO_Q8_BLOCK (tests/test_tables.py)
 BLOCK = 256
 _F32 = np.dtype(np.float32)
 _U8 = np.dtype(np.uint8)
@@ -177,7 +178,7 @@ def unpack(states, index, groups):
     path checks their types, sizes, layout and overlaps, and declines
     otherwise), or False when one is on the other map than its slot's or
     holds something else than arrays (then :func:`split` says what)."""
-    if not any(type(s) is State8bit for st in states for s in st):
+    if not any(isinstance(s, State8bit) for st in states for s in st):
         return None
     out = [list(st) for st in states]
     absmax = []
@@ -186,7 +187,7 @@ def unpack(states, index, groups):
         q8 = RULES[groups[j][0]].q8
         for k in range(3):
             s = out[k][i]
-            if type(s) is State8bit:
+            if isinstance(s, State8bit):
                 if q8 < 0 or s.signed is not (not q8 >> k & 1) \
                         or type(s.codes) is not np.ndarray:
                     return False
@@ -199,15 +200,15 @@ def split(f, xs, gs, states, index, groups, labels):
     """If some state of the call is a :class:`State8bit`: check the whole
     call (raising TypeError/ValueError naming the argument; nothing is
     written) and return (gs, states, absmax): the gradients (a copy in C
-    order where one is not), the states with each State8bit's codes in its
-    place, and per tensor the three absmax arrays (None where none).
-    Else None."""
+    order where one is not, or where one is an array the step writes), the
+    states with each State8bit's codes in its place, and per tensor the
+    three absmax arrays (None where none). Else None."""
     if not any(isinstance(s, State8bit) for st in states for s in st):
         return None
     names = labels() if callable(labels) else labels
     gs, states = list(gs), [list(st) for st in states]
     absmax = []
-    items = []
+    items, grad_at = [], {}         # (label, array, written); item index -> tensor
     for i, x in enumerate(xs):
         group = groups[index[i]]
         xlab, glab = names["x"][i], names["g"][i]
@@ -217,6 +218,7 @@ def split(f, xs, gs, states, index, groups, labels):
         _check_array(f, glab, gs[i], x, grads, "g")
         if not gs[i].flags.c_contiguous:
             gs[i] = np.ascontiguousarray(gs[i])
+        grad_at[len(items) + 1] = i
         items += [(xlab, x, True), (glab, gs[i], False)]
         n = needs(group)
         row = [None, None, None]
@@ -245,7 +247,6 @@ def split(f, xs, gs, states, index, groups, labels):
             states[k][i], row[k] = s.codes, s.absmax
             items += [(lab + ".codes", s.codes, True), (lab + ".absmax", s.absmax, True)]
         absmax.append(tuple(row))
-    if _v._overlaps(f, items):
-        raise ValueError(f"{f}: a gradient is a view of an array the step writes; pass a "
-                         f"copy of the gradient")
+    for k in _v._overlaps(f, items):     # a gradient that is a written array: read a copy
+        gs[grad_at[k]] = gs[grad_at[k]].copy()
     return gs, states, tuple(absmax)

@@ -206,21 +206,9 @@ def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
     (the torch drop-ins' way, fastopt/torch/_mixed.py; they are checked
     before, since the dispatch below takes float32 and float64 only).
     absmax: per tensor the absmax arrays of its 8-bit states, their codes in
-    states; when None and some state is a ``fastopt.State8bit``, the whole
-    call is checked and split so by fastopt/_q8.py first (the dispatch
-    below has no 8-bit states)."""
-    if absmax is None:
-        eight = _q8.unpack(states, index, groups)
-        if eight:           # 8-bit states taken as they are: the fast path, else checked
-            out = _ext.step(tuple(xs), tuple(gs), *(tuple(s) for s in eight[0]),
-                            tuple(index), tuple(groups), opts.grad_scale, opts.max_norm,
-                            opts.clip_value, opts.clip, opts.norm_type, opts.check_finite,
-                            n_threads, given_norm, None if copies is None else tuple(copies),
-                            seed, half_params, eight[1])
-            if out is not None:
-                return StepInfo(*out)
-        if eight is not None:
-            gs, states, absmax = _q8.split(f, xs, gs, states, index, groups, labels)
+    states; when None and some state is a ``fastopt.State8bit`` (the fast
+    path declines it), _run_q8 takes the step (the dispatch below has no
+    8-bit states)."""
     arrays = (tuple(xs), tuple(gs), *(tuple(s) for s in states))
     scalars = (tuple(index), tuple(groups), opts.grad_scale, opts.max_norm,
                opts.clip_value, opts.clip, opts.norm_type, opts.check_finite, n_threads,
@@ -229,11 +217,39 @@ def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
         arrays += (tuple(copies),)
     out = _ext.step(*arrays[:5], *scalars[:-1], ws=arrays[5] if copies is not None else None,
                     seed=seed, half_params=half_params, absmax=absmax)
+    if out is None and absmax is None:
+        eight = _q8.unpack(states, index, groups)
+        if eight is not None:       # some state is a State8bit
+            return _run_q8(f, xs, gs, states, index, groups, scalars, labels, copies, seed,
+                           half_params, eight)
     if out is None and absmax is not None:
         _q8_refused(f)
     if out is None:
         _check_own_type_states(f, arrays, index, groups, labels)
         out = accept(STEP, arrays, scalars, f, labels, precheck)
+    return StepInfo(*out)
+
+
+def _run_q8(f, xs, gs, states, index, groups, scalars, labels, copies, seed, half_params,
+            eight):
+    """run's step with 8-bit states: their arrays as they are on the fast
+    path (``eight``: fastopt/_q8.py's unpack, False if some State8bit is not
+    in its form), else the call checked in full (fastopt/_q8.py's split:
+    TypeError/ValueError naming the argument, nothing written) and run."""
+    n_threads = scalars[8]
+    if eight:
+        out = _ext.step(tuple(xs), tuple(gs), *(tuple(s) for s in eight[0]), *scalars[:9],
+                        scalars[9], None if copies is None else tuple(copies), seed,
+                        half_params, eight[1])
+        if out is not None:
+            return StepInfo(*out)
+    gs, states, absmax = _q8.split(f, xs, gs, states, index, groups, labels)
+    n_threads = _v.check_n_threads(f, n_threads)
+    out = _ext.step(tuple(xs), tuple(gs), *(tuple(s) for s in states), *scalars[:8],
+                    n_threads, scalars[9], None if copies is None else tuple(copies), seed,
+                    half_params, absmax)
+    if out is None:
+        _q8_refused(f)
     return StepInfo(*out)
 
 

@@ -237,7 +237,7 @@ static int tensor_in(const fastopt_tensor *pt, int64_t k, const fo_step_group *g
         TEN_FAIL(FASTOPT_EUNSUPPORTED, FASTOPT_FIELD_FLAGS);
     if (pt->n < 0 || pt->n > INT64_MAX / 8)
         TEN_FAIL(FASTOPT_EINVAL, FASTOPT_FIELD_N);
-    if (fo_dtype_name(pt->dtype) == NULL)
+    if (fo_dtype_name(pt->dtype) == NULL || fo_grad_pair(pt->dtype) < 0)   /* (Q8: codes) */
         TEN_FAIL(FASTOPT_EINVAL, FASTOPT_FIELD_DTYPE);
     if (fo_pair(pt->dtype, pt->gdtype) < 0)
         TEN_FAIL(FASTOPT_EINVAL, FASTOPT_FIELD_GDTYPE);

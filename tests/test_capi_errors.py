@@ -55,6 +55,9 @@ def _bad(field, mutate, code=EINVAL, where="TENSOR", index=1, group=None, o=None
 CASES = {
     "n": ("N", lambda ts, a, b: setattr(ts[1], "n", -1)),
     "dtype": ("DTYPE", lambda ts, a, b: setattr(ts[1], "dtype", 99)),
+    # the 8-bit codes' type is a row of the table that no field of the C API takes
+    "dtype_q8": ("DTYPE", lambda ts, a, b: setattr(ts[1], "dtype", C["FASTOPT_Q8"])),
+    "gdtype_q8": ("GDTYPE", lambda ts, a, b: setattr(ts[1], "gdtype", C["FASTOPT_Q8"])),
     "gdtype": ("GDTYPE", lambda ts, a, b: setattr(ts[1], "gdtype", 1)),
     "wdtype": ("WDTYPE", lambda ts, a, b: (setattr(ts[1], "w", b[0].ctypes.data + 4),
                                            setattr(ts[1], "wdtype", 1))),

@@ -59,7 +59,10 @@ def _awkward_blocks(rng):
         mids = (code[:-1] + code[1:]) * F32(0.5)
         out.append(np.concatenate([[F32(1.0)], mids[:255]]).astype(F32))
         out.append(np.concatenate([[F32(1.0)], np.nextafter(mids[:255], F32(2))]).astype(F32))
+        out.append(np.concatenate([[F32(1.0)], np.nextafter(mids[:255], F32(-2))]).astype(F32))
     out.append(np.array([1.0, np.nan, -2.0], F32))
+    out.append(np.array([1.0, np.inf, -2.0], F32))
+    out.append(np.array([-np.inf, 0.5, 0.0], F32))
     return out
 
 
@@ -333,3 +336,48 @@ def test_the_core_refuses_8bit_states_without_absmax_or_for_another_rule():
     assert (x == 1).all() and not m.any() and not v.any() and not am.any() and not av.any()
     assert _ext.step(*args, (adamw,), *tail, absmax=((am, av, None),)) is not None
     assert (x != 1).all() and am.all() and av.all()
+
+
+def test_8bit_states_give_the_same_bits_when_the_pool_splits_them(tmp_path):
+    """The C driver through a copy of the library that pools every call
+    (tests/_step_ctypes.py): a tensor of 1e6 + 3 elements cut into chunks at
+    block boundaries by 2 and 3 threads gives the serial call's bits, and
+    the extension's."""
+    import ctypes as ct
+
+    import _step_ctypes as cs
+    lib = cs.build(str(tmp_path))
+    if lib is None:
+        pytest.skip("no C compiler")
+    pooled = cs.pooled_copy(lib, str(tmp_path))
+    rng = np.random.default_rng(12)
+    n = 1_000_003
+    x0 = rng.standard_normal(n).astype(F32)
+    g = rng.standard_normal(n).astype(F32)
+    m0 = State8bit.quantize(rng.standard_normal(n).astype(F32) * F32(1e-2))
+    v0 = State8bit.quantize(rng.standard_normal(n).astype(F32) ** 2 * F32(1e-4), False)
+    hp = dict(rule="adamw_torch", t=3, lr=1e-2, alpha=0.9, beta=0.999, eps=1e-8, decay=0.01)
+
+    def run(library, nth):
+        x = x0.copy()
+        out = [x, m0.codes.copy(), m0.absmax.copy(), v0.codes.copy(), v0.absmax.copy()]
+        t = cs.tensor(x, g, (out[1], out[3]), 0)
+        t.absmax[0], t.absmax[1] = out[2].ctypes.data, out[4].ctypes.data
+        ts = (cs.Tensor * 1)(t)
+        gr = (cs.Group * 1)(cs.group_struct(hp))
+        o, res = cs.opts_struct(), cs.Result()
+        assert library.fo_step(ts, 1, gr, 1, ct.byref(o), ct.byref(res), nth) == 0
+        return out
+
+    serial = run(lib, 1)
+    before = cs.parallel_calls(pooled)
+    for nth in (2, 3):
+        for a, b in zip(run(pooled, nth), serial):
+            np.testing.assert_array_equal(a, b)
+    assert cs.parallel_calls(pooled) >= before + 2          # (each call pooled)
+    x = x0.copy()
+    m = State8bit(m0.codes.copy(), m0.absmax.copy())
+    v = State8bit(v0.codes.copy(), v0.absmax.copy(), False)
+    fastopt.adamw(x, g, m, v, step=3, lr=1e-2, weight_decay=0.01, n_threads=2)
+    for a, b in zip((x, m.codes, m.absmax, v.codes, v.absmax), serial):
+        np.testing.assert_array_equal(a, b)

@@ -40,8 +40,10 @@ def test_pairs_and_copies_agree_with_the_c_table():
     assert sorted(t["copies"]) == sorted(_dtypes.COPIES)
     assert sorted(t["states"]) == sorted(_dtypes.STATES + _dtypes.Q8_STATES + tuple(
         (h, h) for h in _dtypes.OWN_HALF))
-    from fastopt._reference import half
+    from fastopt._reference import bnb8, half
     assert t["key_step"] == half.KEY_STEP == 0x9E3779B97F4A7C15
+    from fastopt import _q8
+    assert t["q8_block"] == _q8.BLOCK == bnb8.BLOCK == 256
     assert _step.ROUNDING == {"auto": 0, "nearest": t["round_nearest"],
                               "stochastic": t["round_stochastic"]}
     # every float type may be a gradient alone (the norm, the clip); 8-bit

@@ -189,8 +189,8 @@ def test_refusals_write_nothing():
     same(before, snapshot(opt, [q, p]))
     with pytest.raises(ValueError, match="flat=True does not combine with master_weights"):
         ft.SGD([q], master_weights=True, flat=True)
-    with pytest.raises(ValueError, match="state_dtype must be None, 'float32' or "
-                       "'bfloat16'.*'float16'"):
+    with pytest.raises(ValueError, match="state_dtype must be None, 'float32', "
+                       "'bfloat16'.*'int8-blockwise', got 'float16'"):
         ft.Adam([q], state_dtype="float16")
     with pytest.raises(ValueError, match="state_dtype='bfloat16' is not available for LAMB"):
         ft.LAMB([q], state_dtype="bfloat16")

@@ -96,6 +96,9 @@ def check_inner_options(f, state_dtype, master_weights=False) -> None:
     if master_weights is not False:
         raise ValueError(f"{f}: master_weights is not available sharded: the shards keep "
                          f"float32 or float64 parameters, their own masters")
+    if isinstance(state_dtype, str) and state_dtype == "int8-blockwise":
+        raise ValueError(f"{f}: state_dtype='int8-blockwise' is not available sharded: "
+                         f"8-bit states' blocks would start at the shards' offsets")
     dt = check_dtype(f, state_dtype)
     if dt is not None and dt != np.float32:
         raise ValueError(f"{f}: state_dtype={dt.name!r} is not available sharded: the "

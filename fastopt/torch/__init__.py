@@ -128,6 +128,12 @@ is; ``flat=True`` is refused), ``state_dict()`` holds the masters and the
 states in their own dtypes, and ``load_state_dict`` keeps them so (torch's
 would cast them to the parameter's dtype).
 
+``state_dtype="int8-blockwise"``: bitsandbytes' 8-bit states for float32
+parameters of 4096 elements or more (``state[p][name]`` uint8 codes, its
+``name + "_absmax"`` a float32 per 256), the checked route each step;
+``Adam8bit``/``AdamW8bit`` take bitsandbytes' arguments, ``load_state_dict``
+its state dicts, and ``to_bitsandbytes(opt)`` gives one it loads.
+
 Every optimizer here works with ``torch.amp.GradScaler``: the scaler hands
 the step its scale and whether it found an inf or NaN, and the C call
 divides the scale out (the gradients keep their values) or the step is
@@ -151,6 +157,8 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from .. import _step
 from ._base import _FastoptOptimizer, _scalar, _step_tensor, _zeros
+from ._bnb8 import classes as _bnb8
+from ._bnb8 import to_bitsandbytes
 from ._generic import CLASSES as _CLASSES
 
 # the rules of the table (fastopt._rules.TORCH_RULES): RMSprop, ...
@@ -161,6 +169,9 @@ __all__ = [
     "Adagrad",
     "Adam",
     "AdamW",
+    "Adam8bit",
+    "AdamW8bit",
+    "to_bitsandbytes",
     "OnnxAdagrad",
     "OnnxAdam",
     "OnnxMomentum",
@@ -570,11 +581,11 @@ class OnnxAdam(_Onnx):
 
     def _fields(self, h):
         return {"rule": _step.RULES["adam"], "lr": h["lr"], "alpha": h["alpha"],
-                "beta": h["beta"],
-                "eps": h["epsilon"], "decay": h["norm_coefficient"],
+                "beta": h["beta"], "eps": h["epsilon"], "decay": h["norm_coefficient"],
                 "decay_post": h["norm_coefficient_post"]}
 
 
+globals().update(_bnb8(Adam, AdamW))       # bitsandbytes' names: Adam8bit, AdamW8bit
 # Old names, kept for one release: each warns and returns its new name's class.
 _DEPRECATED = {"Momentum": ("OnnxMomentum", "the same class; torch.optim.SGD is "
                             "fastopt.torch.SGD")}

@@ -17,11 +17,11 @@ from typing import ClassVar
 
 import torch
 
-from .. import _dtypes, _interrupt, _step
+from .. import _interrupt, _step
 from .. import _validation as _v
-from . import _flat, _mixed, _prep
+from . import _flat, _mixed, _prep, _q8
+from ._checks import _DTYPES, _check_grad, _check_param, _check_state
 
-_DTYPES = _dtypes.torch_dtypes(torch)
 _UNSUPPORTED = ("foreach", "fused", "capturable", "differentiable")
 _NO_OPTIONS = _step.Options()
 
@@ -80,58 +80,6 @@ def _betas_types(f, betas):
         raise ValueError(f"{f}: betas must be either both floats or both Tensors, as "
                          f"in torch.optim; got ({type(b1).__name__}, "
                          f"{type(b2).__name__})")
-
-
-def _check_param(f, where, p, mixed=_mixed.NONE):
-    """A parameter that fastopt can update (raises); mixed: the
-    optimizer's mixed-precision options (None: for the flat layout)."""
-    if p.device.type != "cpu":
-        raise ValueError(f"{f}: {where} is on {p.device}; fastopt updates CPU tensors")
-    _mixed.check_param(f, where, p, mixed)
-    if p.dtype not in _DTYPES and p.dtype not in _mixed.HALF:
-        kind = "complex " if p.is_complex() else ""
-        raise TypeError(f"{f}: {where} has dtype {p.dtype}; fastopt updates float32 or "
-                        f"float64 tensors, not {kind}{p.dtype}")
-    if p.layout != torch.strided or p.is_neg():
-        raise TypeError(f"{f}: {where} is not a plain strided tensor")
-
-
-def _check_grad(f, where, p, g):
-    """The gradient g of the parameter p (raises)."""
-    if g.is_sparse or g.layout != torch.strided:
-        raise TypeError(f"{f}: {where} has a sparse gradient; fastopt needs dense ones")
-    if g.dtype != p.dtype:
-        raise TypeError(f"{f}: the gradient of {where} has dtype {g.dtype} but the "
-                        f"parameter has {p.dtype}")
-    if g.shape != p.shape:
-        raise ValueError(f"{f}: the gradient of {where} has shape {tuple(g.shape)} but "
-                         f"the parameter has {tuple(p.shape)}")
-    if not g.is_cpu:        # p is (_check_param); is_cpu makes no device object
-        raise ValueError(f"{f}: the gradient of {where} is on {g.device}")
-
-
-def _check_state(f, where, p, name, s, dtype=None):
-    """A state tensor of its parameter's device and shape and of dtype
-    (None: the parameter's) (raises)."""
-    lab = f"state[{name!r}] of {where}"
-    if s is None:
-        raise ValueError(f"{f}: {lab} is missing")
-    if not isinstance(s, torch.Tensor):
-        raise TypeError(f"{f}: {lab} must be a tensor, got {type(s).__name__}")
-    if s.layout != torch.strided or s.is_neg() or s.is_conj():
-        raise TypeError(f"{f}: {lab} is not a plain strided tensor")
-    if s.device != p.device:
-        raise ValueError(f"{f}: {lab} is on {s.device} but the parameter is on "
-                         f"{p.device}")
-    if s.dtype != (p.dtype if dtype is None else dtype):
-        if dtype is None or dtype == p.dtype:
-            raise TypeError(f"{f}: {lab} has dtype {s.dtype} but the parameter has "
-                            f"{p.dtype}")
-        raise TypeError(f"{f}: {lab} has dtype {s.dtype}; the optimizer keeps it in "
-                        f"{dtype} (master_weights, state_dtype)")
-    if s.shape != p.shape:
-        raise ValueError(f"{f}: {lab} has shape {tuple(s.shape)} but the parameter has "
-                         f"{tuple(p.shape)} (a state_dict of another model?)")
 
 
 def _whole(v) -> bool:
@@ -254,12 +202,14 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         return self._mixed.state_dtype
 
     def load_state_dict(self, state_dict) -> None:
-        """torch's load_state_dict; masters (and, with ``state_dtype``,
-        states) keep their dtype where torch would cast them to their
-        parameter's."""
-        saved = _mixed.saved_tensors(self, state_dict)
+        """torch's load_state_dict; masters and states keep their dtype where
+        torch would cast them to the parameter's; bitsandbytes' state dicts
+        (``state1``, ``absmax1``, ``qmap1``...) load as this one's keys."""
+        state_dict = _q8.from_bitsandbytes(self, state_dict)
+        saved, codes = _mixed.saved_tensors(self, state_dict), _q8.saved_codes(self, state_dict)
         super().load_state_dict(state_dict)
         _mixed.restore(self, saved)
+        _q8.restore_codes(self, codes)
 
     def __getstate__(self):
         return {**super().__getstate__(), "n_threads": self.n_threads,
@@ -386,17 +336,14 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                     x, xv = self._master(f, w, p, st, new, hit and old)
                 sdt = mixed.states_dtype(p)
                 made = self._new_states(x, st, names, h)
+                q8 = _q8.eight(mixed, p)
+                made = _q8.floats(st, names) if q8 and not made else made   # (eager ones)
                 if made:
-                    new.update(_mixed.retype(made, names, sdt) if mixed.active else made)
+                    new.update(_q8.quantized(self._ROW, made, names) if q8 else
+                               _mixed.retype(made, names, sdt) if mixed.active else made)
                 full = {**st, **new} if new else st
-                views = []
-                for name in names:
-                    s = full[name] if name in new else st.get(name)
-                    v = self._view(old, s) if hit and s is not None else None
-                    if v is None:
-                        _check_state(f, w, p, name, s, sdt)
-                        v = self._view(old, s, True)
-                    views.append(v)
+                views = self._state_views(f, w, p, names, (full, new, st), sdt, q8, hit, old,
+                                          written)
                 seeds.append(mixed.key(first + i))
                 t = self._t(f, w, full, new)
                 held = self._carried(f, w, full)
@@ -493,10 +440,29 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         _interrupt.whole(self._update, f, opts)
         return loss
 
+    def _state_views(self, f, w, p, names, states, sdt, q8, hit, old, written) -> list:
+        """The step's views of p's states (names; states: all, the new, the
+        kept): NumPy views, from the last step's cache ``old`` when p was a
+        ``hit`` there, else checked and made, or (q8) State8bit views."""
+        full, new, st = states
+        views = []
+        for k, name in enumerate(names):
+            if q8:
+                views.append(_q8.view(f, w, self._ROW, k, p, name, full))
+                written.add(full[name + _q8.ABSMAX].untyped_storage().data_ptr())
+                continue
+            s = full[name] if name in new else st.get(name)
+            v = self._view(old, s) if hit and s is not None else None
+            if v is None:
+                _check_state(f, w, p, name, s, sdt)
+                v = self._view(old, s, True)
+            views.append(v)
+        return views
+
     def _update(self, f, opts) -> None:
         """The update of step(), run whole (a KeyboardInterrupt meanwhile
         is raised after it: fastopt._interrupt)."""
-        prepare = self._PREPARE
+        prepare = self._PREPARE and not self._mixed.q8     # (8-bit: the checked route)
         if self._flat is not None and prepare and self._FLAT_CALL:
             info = self._flat.run(self, f, opts)
             if info is not None:

@@ -35,6 +35,8 @@ class Mixed(NamedTuple):
     flags: int = 0                             # the group flags of state_rounding
     seed: int = 0
     own_half: bool = False      # 16-bit parameters without masters step in their type
+    q8: bool = False            # state_dtype="int8-blockwise": 8-bit states (_q8.py)
+    min_8bit_size: int = 4096   # ... of parameters of at least this many elements
 
     @property
     def active(self) -> bool:
@@ -78,12 +80,14 @@ def check(f, cls, master_weights, state_dtype, state_rounding, seed, flat) -> Mi
     if not isinstance(master_weights, bool):
         raise TypeError(f"{f}: master_weights must be True or False, got "
                         f"{type(master_weights).__name__}")
-    dt = state_dtype
-    if isinstance(dt, str) or dt not in _STATE_DTYPES.values():
+    q8 = isinstance(state_dtype, str) and state_dtype == "int8-blockwise"
+    dt = None if q8 else state_dtype
+    if isinstance(dt, str) or (dt is not None and dt not in _STATE_DTYPES.values()):
         dt = _STATE_DTYPES.get(dt) if isinstance(dt, str) else None
         if dt is None and state_dtype is not None:
-            raise ValueError(f"{f}: state_dtype must be None, 'float32' or 'bfloat16' (or "
-                             f"torch.float32, torch.bfloat16), got {state_dtype!r}")
+            raise ValueError(f"{f}: state_dtype must be None, 'float32', 'bfloat16' (or "
+                             f"torch.float32, torch.bfloat16) or 'int8-blockwise', got "
+                             f"{state_dtype!r}")
     flags = _step.rounding_flags(f, state_rounding)
     seed = _step.check_seed(f, seed)
     # 16-bit parameters in their own type: the rules whose states may be
@@ -93,13 +97,20 @@ def check(f, cls, master_weights, state_dtype, state_rounding, seed, flat) -> Mi
     own = cls._ROW in _rules.ID and _rules.RULES[_rules.ID[cls._ROW]].apart
     if own and not flags and dt is None:
         flags = _step.ROUNDING["nearest"]
-    out = Mixed(master_weights, dt, flags, seed, own)
+    out = Mixed(master_weights, dt, flags, seed, own, q8)
+    if q8 and (cls._ROW not in _rules.ID or _rules.RULES[_rules.ID[cls._ROW]].q8 < 0):
+        raise ValueError(f"{f}: state_dtype='int8-blockwise' is not available for "
+                         f"{cls.__name__} (8-bit states: SGD, Adagrad, Adam, AdamW, RMSprop "
+                         f"and Lion)")
+    if q8 and master_weights:
+        raise ValueError(f"{f}: state_dtype='int8-blockwise' keeps the states of float32 "
+                         f"parameters; it does not combine with master_weights")
     if out.state_dtype is _BF16:
         if not own:
             raise ValueError(f"{f}: state_dtype='bfloat16' is not available for "
                              f"{cls.__name__}: its trust pass reads the states in their "
                              f"parameters' dtype")
-    if (master_weights or dt is not None) and flat:
+    if (master_weights or dt is not None or q8) and flat:
         raise ValueError(f"{f}: flat=True does not combine with master_weights or "
                          f"state_dtype; leave flat at False")
     return out
@@ -113,6 +124,9 @@ def check_param(f, where, p, mixed) -> None:
     if p.dtype in HALF and mixed is None:
         raise TypeError(f"{f}: {where} has dtype {p.dtype}; flat=True lays out float32 or "
                         f"float64 parameters")
+    if mixed is not None and mixed.q8 and p.dtype != torch.float32:
+        raise TypeError(f"{f}: {where} has dtype {p.dtype}; state_dtype='int8-blockwise' "
+                        f"keeps the states of float32 parameters")
     if p.dtype in HALF and not mixed.master_weights:
         if not mixed.own_half:
             raise TypeError(f"{f}: {where} has dtype {p.dtype}; this optimizer updates "

@@ -1,0 +1,182 @@
+"""8-bit states in fastopt.torch: ``state_dtype="int8-blockwise"`` keeps
+the rule's states of a float32 parameter of ``min_8bit_size`` elements or
+more in bitsandbytes' 8-bit blockwise format (docs/semantics.md, "8-bit
+states"): ``state[p][name]`` holds the uint8 codes (the parameter's shape)
+and ``state[p][name + "_absmax"]`` the float32 absmax per block of 256;
+smaller parameters keep float32 states. Their creation, check and the
+step's view of them (``fastopt.State8bit`` over the tensors' memory), and
+the translation of bitsandbytes' state dicts (``state1``/``absmax1``/
+``qmap1``..., nested under ``__bnb_optimizer_quant_state__`` as its
+``state_dict`` saves them)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .. import _rules
+from .._q8 import BLOCK, State8bit, blocks, dynamic_map
+
+#: state_dtype's name of 8-bit states, and the suffix of an absmax's key
+Q8 = "int8-blockwise"
+ABSMAX = "_absmax"
+#: bitsandbytes' key of the nested 8-bit state in its state dicts
+BNB_NESTED = "__bnb_optimizer_quant_state__"
+
+
+def unsigned(row: str, k: int) -> bool:
+    """Is slot k of the rule row's states on the unsigned map?"""
+    return bool(_rules.RULES[_rules.ID[row]].q8 >> k & 1)
+
+
+def eight(mixed, p) -> bool:
+    """Does parameter p keep 8-bit states under these options?"""
+    return mixed.q8 and p.numel() >= mixed.min_8bit_size
+
+
+def quantized(row, new: dict, names) -> dict:
+    """The new states with each of the rule's (names) as 8-bit codes and
+    absmax tensors (a fresh state of zeros, or its values quantized)."""
+    out = dict(new)
+    for k, name in enumerate(names):
+        v = new.get(name)
+        if not isinstance(v, torch.Tensor):
+            continue
+        n = v.numel()
+        if not v.any():
+            out[name] = torch.zeros(v.shape, dtype=torch.uint8)
+            out[name + ABSMAX] = torch.zeros(blocks(n), dtype=torch.float32)
+            continue
+        s = State8bit.quantize(v.detach().to(torch.float32).numpy(), not unsigned(row, k))
+        out[name] = torch.from_numpy(s.codes)
+        out[name + ABSMAX] = torch.from_numpy(s.absmax)
+    return out
+
+
+def floats(st: dict, names) -> dict:
+    """The rule's states a parameter holds in float where 8-bit ones are
+    kept (made before the first step, as torch's Adagrad makes its sums),
+    for the step to store them 8-bit (:func:`quantized`)."""
+    return {n: st[n] for n in names if isinstance(st.get(n), torch.Tensor)
+            and st[n].is_floating_point() and n + ABSMAX not in st}
+
+
+def view(f, where, row, k, p, name, st: dict) -> State8bit:
+    """The step's State8bit over p's 8-bit state ``name`` (slot k): its codes
+    and absmax tensors' memory, checked (TypeError/ValueError naming the
+    entry; nothing is written)."""
+    codes, absmax = st.get(name), st.get(name + ABSMAX)
+    for key, t, dtype, shape in ((name, codes, torch.uint8, tuple(p.shape)),
+                                 (name + ABSMAX, absmax, torch.float32, (blocks(p.numel()),))):
+        what = f"state[{key!r}] of {where}"
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{f}: {what} must be a tensor (8-bit states: "
+                            f"state_dtype='{Q8}'), got {type(t).__name__}")
+        if t.dtype != dtype or tuple(t.shape) != shape:
+            raise ValueError(f"{f}: {what} has dtype {t.dtype} and shape {tuple(t.shape)}; "
+                             f"this optimizer keeps it as {dtype} of shape {shape}")
+        if t.device.type != "cpu" or not t.is_contiguous() or t.requires_grad:
+            raise ValueError(f"{f}: {what} must be a contiguous CPU tensor without grad")
+    return State8bit(codes.numpy(), absmax.numpy(), not unsigned(row, k))
+
+
+def from_bitsandbytes(opt, state_dict):
+    """bitsandbytes' layout of a state dict (its 8-bit optimizers' keys
+    ``state1``, ``state2``, ``absmax1``, ``absmax2``, ``qmap1``, ``qmap2``, the
+    8-bit ones nested under ``__bnb_optimizer_quant_state__``) as this
+    optimizer's keys; a state dict without them is returned as it is.
+    A map other than bitsandbytes' dynamic one raises ValueError."""
+    if not isinstance(state_dict, dict) or not isinstance(state_dict.get("state"), dict):
+        return state_dict
+    states = state_dict["state"]
+    if not any(isinstance(s, dict) and ("state1" in s or BNB_NESTED in s)
+               for s in states.values()):
+        return state_dict
+    f = f"fastopt.torch.{type(opt).__name__}.load_state_dict"
+    names_at = _names(opt)
+    out = {}
+    for i, s in states.items():
+        s = dict(s)
+        s.update(s.pop(BNB_NESTED, {}))
+        new = {k: v for k, v in s.items() if not k.startswith(("state", "absmax", "qmap"))}
+        names = names_at[i] if isinstance(i, int) and 0 <= i < len(names_at) else ()
+        for k, name in enumerate(names):
+            j = k + 1
+            if f"state{j}" in s:
+                new[name] = s[f"state{j}"]
+            if f"absmax{j}" in s:
+                new[name + ABSMAX] = s[f"absmax{j}"]
+            q = s.get(f"qmap{j}")
+            if q is not None and not np.array_equal(
+                    np.asarray(q.detach().cpu(), np.float32).view(np.uint32),
+                    dynamic_map(not unsigned(opt._ROW, k)).view(np.uint32)):
+                raise ValueError(f"{f}: state {i}'s qmap{j} is not bitsandbytes' dynamic "
+                                 f"map, the only map fastopt's 8-bit states use")
+        if isinstance(new.get("step"), (int, float)):      # bitsandbytes counts in an int
+            new["step"] = torch.tensor(float(new["step"]))
+        out[i] = new
+    return {**state_dict, "state": out}
+
+
+def to_bitsandbytes(opt) -> dict:
+    """opt's state dict in bitsandbytes' layout (``state1``/``state2``; for
+    8-bit states also ``absmax1``/``absmax2`` and the maps ``qmap1``/
+    ``qmap2``, nested under ``__bnb_optimizer_quant_state__`` as
+    bitsandbytes' own ``state_dict`` nests them; the count an int), for its
+    optimizers' ``load_state_dict``."""
+    sd = opt.state_dict()
+    names_at = _names(opt)
+    out = {}
+    for i, s in sd["state"].items():
+        names = names_at[i]
+        new = {k: v for k, v in s.items()
+               if k not in names and not (k.endswith(ABSMAX) and k[:-len(ABSMAX)] in names)}
+        nested = {}
+        for k, name in enumerate(names):
+            j = k + 1
+            if name not in s:
+                continue
+            if name + ABSMAX in s:
+                nested[f"state{j}"] = s[name]
+                nested[f"absmax{j}"] = s[name + ABSMAX]
+                nested[f"qmap{j}"] = torch.from_numpy(dynamic_map(not unsigned(opt._ROW, k)))
+            else:
+                new[f"state{j}"] = s[name]
+        if nested:
+            new[BNB_NESTED] = nested
+        if isinstance(new.get("step"), torch.Tensor):
+            new["step"] = int(new["step"].item())
+        out[i] = new
+    return {**sd, "state": out}
+
+
+def saved_codes(opt, state_dict) -> dict:
+    """Before torch's load_state_dict casts every state tensor of a float
+    parameter to its dtype: (parameter position, key) -> the saved uint8
+    codes (8-bit states), to put back after it (:func:`restore_codes`)."""
+    if not opt._mixed.q8 or not isinstance(state_dict, dict):
+        return {}
+    saved_ids = [i for g in state_dict.get("param_groups", ()) for i in g.get("params", ())]
+    st = state_dict.get("state", {})
+    return {(pos, k): v for pos, i in enumerate(saved_ids)
+            for k, v in (st.get(i) or {}).items()
+            if isinstance(v, torch.Tensor) and v.dtype == torch.uint8}
+
+
+def restore_codes(opt, saved: dict) -> None:
+    """After torch's load_state_dict: the saved codes again as uint8."""
+    params = [p for g in opt.param_groups for p in g["params"]]
+    for (pos, k), v in saved.items():
+        opt.state[params[pos]][k] = v.detach().to(device=params[pos].device, copy=True)
+
+
+def _names(opt) -> list:
+    """Per parameter (in state-dict order), its group's rule state names,
+    in slot order."""
+    out = []
+    for gi, group in enumerate(opt.param_groups):
+        names = opt._group_fields(opt._checked("", group, gi))[1]
+        out += [names] * len(group["params"])
+    return out
+
+
+__all__ = ["Q8", "ABSMAX", "BLOCK", "from_bitsandbytes", "to_bitsandbytes"]
