@@ -7,9 +7,11 @@ the real directory by that token before comparing).
 """
 from __future__ import annotations
 
+import atexit
 import bz2
 import io
 import os
+import shutil
 import tempfile
 import zipfile
 import zlib
@@ -20,6 +22,7 @@ from npz_hostile import bomb_member, member, npy_header, raw_zip
 
 F32, F64 = np.float32, np.float64
 CKPT_DIR = tempfile.mkdtemp(prefix="fastopt-bad-inputs-")
+atexit.register(shutil.rmtree, CKPT_DIR, ignore_errors=True)      # (every run made one)
 TOKEN = "<tmp>"
 
 try:
