@@ -55,13 +55,20 @@ def _kernel_search(code, x, signed):
     return lo if x < (lower + val) * F32(0.5) else pivot
 
 
+def _probes(code, seed, n):
+    """Values to search: every code, every midpoint and its neighbours, n
+    uniform values over [-1.2, 1.2], the signed zeros, +-1, +-2, +-inf."""
+    mids = (code[:-1] + code[1:]) * F32(0.5)
+    return np.concatenate([code, mids, np.nextafter(mids, F32(2)), np.nextafter(mids, F32(-2)),
+                           np.random.default_rng(seed).uniform(-1.2, 1.2, n).astype(F32),
+                           np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, np.inf, -np.inf], F32)])
+
+
 @pytest.mark.parametrize("signed", [True, False])
 def test_nearest_code_is_the_kernels_search(signed):
     code = bnb8.dynamic_map(signed)
     mids = (code[:-1] + code[1:]) * F32(0.5)
-    xs = np.concatenate([code, mids, np.nextafter(mids, F32(2)), np.nextafter(mids, F32(-2)),
-                         np.random.default_rng(0).uniform(-1.2, 1.2, 4000).astype(F32),
-                         np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, np.inf, -np.inf], F32)])
+    xs = _probes(code, 0, 4000)
     for x in xs.astype(F32):
         assert bnb8.nearest_code(x, code) == _kernel_search(code, x, signed), x
     assert bnb8.nearest_code(F32(np.nan), code) == _kernel_search(code, F32(np.nan), signed) == 0
@@ -99,11 +106,7 @@ def test_a_state_round_trips_as_the_format_says():
 @pytest.mark.parametrize("signed", [True, False])
 def test_nearest_codes_is_nearest_code_elementwise(signed):
     code = bnb8.dynamic_map(signed)
-    mids = (code[:-1] + code[1:]) * F32(0.5)
-    xs = np.concatenate([code, mids, np.nextafter(mids, F32(2)), np.nextafter(mids, F32(-2)),
-                         np.random.default_rng(1).uniform(-1.2, 1.2, 3000).astype(F32),
-                         np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, np.inf, -np.inf, np.nan],
-                                  F32)]).astype(F32)
+    xs = np.append(_probes(code, 1, 3000), F32(np.nan))
     np.testing.assert_array_equal(bnb8.nearest_codes(xs, code),
                                   [bnb8.nearest_code(x, code) for x in xs])
 
