@@ -1,5 +1,5 @@
 """A ctypes harness for the C step driver (src_c/step.c): builds src_c into a
-shared library with the extension's flags and calls fo_step / fo_global_norm
+shared library with the extension's arithmetic flags and calls fo_step / fo_global_norm
 / fo_clip_grads on NumPy arrays. Used by tests/test_step_c.py until the
 driver is wired into the extension, and kept as a second, Python-free
 route to the C afterwards."""
@@ -13,7 +13,11 @@ import subprocess
 import numpy as np
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src_c")
-CFLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
+# The extension's arithmetic (no fast-math, no contraction into FMA), so the
+# same bits, at -O2: step.c compiles in ~16 s instead of ~80 s at -O3, and
+# test_q8.py's comparison of this build with the extension checks that the
+# bits do not depend on the optimization level.
+CFLAGS = ["-O2", "-fno-math-errno", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
 
 RULES = {"momentum": 0, "adagrad": 1, "adam": 2, "sgd_torch": 3,
          "adagrad_torch": 4, "adam_torch": 5, "adamw_torch": 6}

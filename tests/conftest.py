@@ -94,8 +94,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def lib(tmp_path_factory):
     """src_c's step driver built on its own and loaded with ctypes
-    (tests/_step_ctypes.py), for test_step_c.py and test_step_guards.py;
-    built once per run."""
+    (tests/_step_ctypes.py), for test_step_c.py, test_step_guards.py and
+    test_q8.py; built once per run."""
     import _step_ctypes
     built = _step_ctypes.build(str(tmp_path_factory.mktemp("fo_step")))
     if built is None:

@@ -338,17 +338,14 @@ def test_the_core_refuses_8bit_states_without_absmax_or_for_another_rule():
     assert (x != 1).all() and am.all() and av.all()
 
 
-def test_8bit_states_give_the_same_bits_when_the_pool_splits_them(tmp_path):
-    """The C driver through a copy of the library that pools every call
-    (tests/_step_ctypes.py): a tensor of 1e6 + 3 elements cut into chunks at
-    block boundaries by 2 and 3 threads gives the serial call's bits, and
-    the extension's."""
+def test_8bit_states_give_the_same_bits_when_the_pool_splits_them(lib, tmp_path):
+    """The C driver (the session's ctypes build, tests/conftest.py) through
+    a copy of the library that pools every call (tests/_step_ctypes.py): a
+    tensor of 1e6 + 3 elements cut into chunks at block boundaries by 2 and
+    3 threads gives the serial call's bits, and the extension's."""
     import ctypes as ct
 
     import _step_ctypes as cs
-    lib = cs.build(str(tmp_path))
-    if lib is None:
-        pytest.skip("no C compiler")
     pooled = cs.pooled_copy(lib, str(tmp_path))
     rng = np.random.default_rng(12)
     n = 1_000_003
