@@ -131,8 +131,9 @@ would cast them to the parameter's dtype).
 ``state_dtype="int8-blockwise"``: bitsandbytes' 8-bit states for float32
 parameters of 4096 elements or more (``state[p][name]`` uint8 codes, its
 ``name + "_absmax"`` a float32 per 256), the checked route each step;
-``Adam8bit``/``AdamW8bit`` take bitsandbytes' arguments, ``load_state_dict``
-its state dicts, and ``to_bitsandbytes(opt)`` gives one it loads.
+bitsandbytes' names (``Adam8bit``, ``AdamW8bit``, ``SGD8bit``, ``Adagrad8bit``,
+``RMSprop8bit``, ``Lion8bit``) take its arguments, ``load_state_dict`` its state
+dicts, and ``to_bitsandbytes(opt)`` gives one it loads.
 
 Every optimizer here works with ``torch.amp.GradScaler``: the scaler hands
 the step its scale and whether it found an inf or NaN, and the C call
@@ -157,6 +158,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from .. import _step
 from ._base import _FastoptOptimizer, _scalar, _step_tensor, _zeros
+from ._bnb8 import NAMES as _BNB8
 from ._bnb8 import classes as _bnb8
 from ._bnb8 import to_bitsandbytes
 from ._generic import CLASSES as _CLASSES
@@ -169,8 +171,7 @@ __all__ = [
     "Adagrad",
     "Adam",
     "AdamW",
-    "Adam8bit",
-    "AdamW8bit",
+    *_BNB8,
     "to_bitsandbytes",
     "OnnxAdagrad",
     "OnnxAdam",
@@ -585,7 +586,7 @@ class OnnxAdam(_Onnx):
                 "decay_post": h["norm_coefficient_post"]}
 
 
-globals().update(_bnb8(Adam, AdamW))       # bitsandbytes' names: Adam8bit, AdamW8bit
+globals().update(_bnb8(globals()))          # bitsandbytes' names: Adam8bit, ...
 # Old names, kept for one release: each warns and returns its new name's class.
 _DEPRECATED = {"Momentum": ("OnnxMomentum", "the same class; torch.optim.SGD is "
                             "fastopt.torch.SGD")}

@@ -1,7 +1,8 @@
 """bitsandbytes' 8-bit optimizers' names and arguments, on fastopt's step.
 
 ``bnb.optim.AdamW8bit(...)`` -> ``fastopt.torch.AdamW8bit(...)`` with the same
-arguments and defaults: :class:`fastopt.torch.AdamW` (and Adam) with
+arguments and defaults, and so for ``Adam8bit``, ``SGD8bit``, ``Adagrad8bit``,
+``RMSprop8bit`` and ``Lion8bit``: fastopt.torch's drop-in of the rule with
 ``state_dtype="int8-blockwise"``, 8-bit states for parameters of
 ``min_8bit_size`` elements or more, in bitsandbytes' format and state-dict
 layout (``load_state_dict`` takes bitsandbytes' state dicts,
@@ -13,12 +14,12 @@ from __future__ import annotations
 
 from ._q8 import to_bitsandbytes
 
-__all__ = ["classes", "to_bitsandbytes"]
+__all__ = ["NAMES", "classes", "to_bitsandbytes"]
 
 
-def _bnb_args(f, amsgrad, optim_bits, args, min_8bit_size, is_paged) -> int:
-    """bitsandbytes' own arguments of its 8-bit Adam classes, checked;
-    returns min_8bit_size."""
+def _bnb_args(f, optim_bits, args, min_8bit_size, is_paged=False, amsgrad=False) -> int:
+    """bitsandbytes' own arguments of its 8-bit classes, checked; returns
+    min_8bit_size."""
     if amsgrad:
         raise ValueError(f"{f}: amsgrad=True has no 8-bit form (bitsandbytes refuses it too)")
     if optim_bits not in (8, 32) or isinstance(optim_bits, bool):
@@ -36,34 +37,74 @@ def _bnb_args(f, amsgrad, optim_bits, args, min_8bit_size, is_paged) -> int:
     return min_8bit_size
 
 
-def classes(Adam, AdamW) -> dict:
-    """{name: class} of the drop-ins named as bitsandbytes' (fastopt.torch
-    passes its Adam and AdamW, which they extend)."""
-    out = {}
-    for base, name, wd, doc in (
-            (Adam, "Adam8bit", 0, _ADAM8_DOC),
-            (AdamW, "AdamW8bit", 1e-2, "``bitsandbytes.optim.AdamW8bit`` on fastopt's step: "
-             ":class:`AdamW` (torch's decoupled decay, before the update) with 8-bit "
-             "blockwise states. Arguments as :class:`Adam8bit`; weight_decay default 1e-2.")):
-        out[name] = _eight_bit(base, name, wd, doc)
-    return out
+def classes(base: dict) -> dict:
+    """{name: class} of the drop-ins named as bitsandbytes' (NAMES); base
+    maps the name of each fastopt.torch class they extend to it."""
+    return {name: _eight_bit(base[name[:-4]], name, init, doc)
+            for name, (init, doc) in _INITS.items()}
 
 
-def _eight_bit(base, name, wd, doc):
-    """base (Adam or AdamW) with bitsandbytes' constructor: its arguments,
-    weight_decay default wd, 8-bit states."""
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd,
-                 amsgrad=False, optim_bits=32, args=None, min_8bit_size=4096,
-                 is_paged=False, *, n_threads=None):
-        f = f"fastopt.torch.{type(self).__name__}"
-        size = _bnb_args(f, amsgrad, optim_bits, args, min_8bit_size, is_paged)
-        base.__init__(self, params, lr, betas, eps, weight_decay, n_threads=n_threads,
-                      state_dtype="int8-blockwise")
-        self._mixed = self._mixed._replace(min_8bit_size=size)
-    cls = type(name, (base,), {"__init__": __init__, "__doc__": doc,
-                               "__module__": "fastopt.torch"})
-    cls.__init__.__qualname__ = f"{name}.__init__"
-    return cls
+def _eight_bit(base, name, init, doc):
+    """base with bitsandbytes' constructor init."""
+    init.__qualname__ = f"{name}.__init__"
+    return type(name, (base,), {"__init__": init, "__doc__": doc, "_BASE": base,
+                                "__module__": "fastopt.torch"})
+
+
+def _f(self) -> str:
+    return f"fastopt.torch.{type(self).__name__}"
+
+
+def _build(self, size, *a, **k):
+    """The base's constructor with 8-bit states; min_8bit_size size."""
+    self._BASE.__init__(self, *a, state_dtype="int8-blockwise", **k)
+    self._mixed = self._mixed._replace(min_8bit_size=size)
+
+
+# bitsandbytes' constructors: its names, order and defaults. Each checks its
+# own arguments and builds the base with 8-bit states.
+
+def _adam(wd):
+    def init(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd,
+             amsgrad=False, optim_bits=32, args=None, min_8bit_size=4096, is_paged=False,
+             *, n_threads=None):
+        size = _bnb_args(_f(self), optim_bits, args, min_8bit_size, is_paged, amsgrad)
+        _build(self, size, params, lr, betas, eps, weight_decay, n_threads=n_threads)
+    return init
+
+
+def _sgd(self, params, lr, momentum=0, dampening=0, weight_decay=0, nesterov=False,
+         args=None, min_8bit_size=4096, *, n_threads=None):
+    size = _bnb_args(_f(self), 32, args, min_8bit_size)
+    _build(self, size, params, lr, momentum, dampening, weight_decay, nesterov,
+           n_threads=n_threads)
+
+
+def _adagrad(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
+             initial_accumulator_value=0, eps=1e-10, optim_bits=8, args=None,
+             min_8bit_size=4096, *, n_threads=None):
+    size = _bnb_args(_f(self), optim_bits, args, min_8bit_size)
+    _build(self, size, params, lr, lr_decay, weight_decay, initial_accumulator_value, eps,
+           n_threads=n_threads)
+
+
+def _rmsprop(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
+             centered=False, args=None, min_8bit_size=4096, *, n_threads=None):
+    size = _bnb_args(_f(self), 32, args, min_8bit_size)
+    if momentum != 0 or centered:
+        raise ValueError(f"{_f(self)}: momentum={momentum!r}, centered={centered!r}: "
+                         f"RMSprop's momentum buffer and centred average have no 8-bit "
+                         f"form (bitsandbytes refuses centered and ignores momentum); "
+                         f"use fastopt.torch.RMSprop for them")
+    _build(self, size, params, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
+           momentum=momentum, centered=centered, n_threads=n_threads)
+
+
+def _lion(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0, args=None,
+          min_8bit_size=4096, is_paged=False, *, n_threads=None):
+    size = _bnb_args(_f(self), 32, args, min_8bit_size, is_paged)
+    _build(self, size, params, lr=lr, betas=betas, weight_decay=weight_decay,
+           n_threads=n_threads)
 
 
 _ADAM8_DOC = """``bitsandbytes.optim.Adam8bit`` on fastopt's step: :class:`Adam`
@@ -82,3 +123,42 @@ _ADAM8_DOC = """``bitsandbytes.optim.Adam8bit`` on fastopt's step: :class:`Adam`
         Parameters with fewer elements keep float32 states.
     n_threads : int, optional
     """
+
+
+def _doc(what, args, more=""):
+    return (f"``bitsandbytes.optim.{what[0]}`` on fastopt's step: :class:`{what[1]}` "
+            f"with 8-bit blockwise states.\n\n    Parameters\n    ----------\n"
+            f"    {args}\n        As bitsandbytes' (and torch's), with their defaults."
+            f"{more}\n    args : None\n        bitsandbytes' config object; not supported."
+            f"\n    min_8bit_size : int, default 4096\n        Parameters with fewer "
+            f"elements keep float32 states.\n    n_threads : int, optional\n    ")
+
+
+_INITS = {
+    "Adam8bit": (_adam(0), _ADAM8_DOC),
+    "AdamW8bit": (_adam(1e-2), "``bitsandbytes.optim.AdamW8bit`` on fastopt's step: "
+                  ":class:`AdamW` (torch's decoupled decay, before the update) with 8-bit "
+                  "blockwise states. Arguments as :class:`Adam8bit`; weight_decay default "
+                  "1e-2."),
+    "SGD8bit": (_sgd, _doc(
+        ("SGD8bit", "SGD"), "params, lr, momentum, dampening, weight_decay, nesterov",
+        "\n        dampening and nesterov act as in torch (bitsandbytes' kernel ignores "
+        "them);\n        momentum=0 is plain SGD with no state (bitsandbytes refuses it).")),
+    "Adagrad8bit": (_adagrad, _doc(
+        ("Adagrad8bit", "Adagrad"),
+        "params, lr, lr_decay, weight_decay, initial_accumulator_value, eps",
+        "\n        lr_decay and initial_accumulator_value act as in torch (bitsandbytes\n"
+        "        refuses any but 0).\n    optim_bits : 8\n        Taken at 8 or 32 "
+        "(8-bit states either way).")),
+    "RMSprop8bit": (_rmsprop, _doc(
+        ("RMSprop8bit", "RMSprop"), "params, lr, alpha, eps, weight_decay, momentum, centered",
+        "\n        momentum other than 0 and centered=True raise ValueError: their\n"
+        "        buffers have no 8-bit form (bitsandbytes refuses centered and\n"
+        "        ignores momentum).")),
+    "Lion8bit": (_lion, _doc(
+        ("Lion8bit", "Lion"), "params, lr, betas, weight_decay",
+        "\n    is_paged : False\n        True (paged CUDA memory) raises ValueError.")),
+}
+
+#: the classes named as bitsandbytes' (fastopt.torch exports them)
+NAMES = tuple(_INITS)

@@ -21,6 +21,10 @@ Q8 = "int8-blockwise"
 ABSMAX = "_absmax"
 #: bitsandbytes' key of the nested 8-bit state in its state dicts
 BNB_NESTED = "__bnb_optimizer_quant_state__"
+#: the hyperparameters bitsandbytes' one-state optimizers keep in a group's
+#: ``betas`` (Adagrad's are (0, 0)); rules without eps keep ``eps`` 0 there
+BNB_BETAS = {"sgd_torch": ("momentum", "dampening"), "rmsprop_torch": ("alpha", "momentum"),
+             "adagrad_torch": ()}
 
 
 def unsigned(row: str, k: int) -> bool:
@@ -83,8 +87,9 @@ def from_bitsandbytes(opt, state_dict):
     """bitsandbytes' layout of a state dict (its 8-bit optimizers' keys
     ``state1``, ``state2``, ``absmax1``, ``absmax2``, ``qmap1``, ``qmap2``, the
     8-bit ones nested under ``__bnb_optimizer_quant_state__``) as this
-    optimizer's keys; a state dict without them is returned as it is.
-    A map other than bitsandbytes' dynamic one raises ValueError."""
+    optimizer's keys, and a group's ``betas`` as the hyperparameters they
+    hold; a state dict without them is returned as it is. A map other than
+    bitsandbytes' dynamic one raises ValueError."""
     if not isinstance(state_dict, dict) or not isinstance(state_dict.get("state"), dict):
         return state_dict
     states = state_dict["state"]
@@ -114,14 +119,42 @@ def from_bitsandbytes(opt, state_dict):
         if isinstance(new.get("step"), (int, float)):      # bitsandbytes counts in an int
             new["step"] = torch.tensor(float(new["step"]))
         out[i] = new
-    return {**state_dict, "state": out}
+    groups = state_dict.get("param_groups")
+    if isinstance(groups, list):
+        groups = [_group_from_bnb(opt, g) if isinstance(g, dict) else g for g in groups]
+    return {**state_dict, "state": out, "param_groups": groups}
+
+
+def _group_from_bnb(opt, g: dict) -> dict:
+    """One of bitsandbytes' groups with this rule's hyperparameters under
+    their own names (BNB_BETAS; those the group has already are kept)."""
+    names = BNB_BETAS.get(opt._ROW)
+    g = dict(g)
+    if names is not None and "betas" in g:
+        betas = g.pop("betas")
+        if isinstance(betas, (tuple, list)):
+            for k, v in zip(names, betas):
+                g.setdefault(k, v)
+    if "eps" not in opt.defaults:
+        g.pop("eps", None)
+    return g
+
+
+def _group_to_bnb(opt, g: dict) -> dict:
+    names = BNB_BETAS.get(opt._ROW)
+    g = dict(g)
+    if names is not None:
+        g["betas"] = tuple(g[k] for k in names) or (0.0, 0.0)
+    g.setdefault("eps", 0.0)
+    return g
 
 
 def to_bitsandbytes(opt) -> dict:
     """opt's state dict in bitsandbytes' layout (``state1``/``state2``; for
     8-bit states also ``absmax1``/``absmax2`` and the maps ``qmap1``/
     ``qmap2``, nested under ``__bnb_optimizer_quant_state__`` as
-    bitsandbytes' own ``state_dict`` nests them; the count an int), for its
+    bitsandbytes' own ``state_dict`` nests them; the count an int, 1 for
+    SGD, which keeps none; each group with bitsandbytes' ``betas`` and ``eps`` too), for its
     optimizers' ``load_state_dict``."""
     sd = opt.state_dict()
     names_at = _names(opt)
@@ -145,8 +178,11 @@ def to_bitsandbytes(opt) -> dict:
             new[BNB_NESTED] = nested
         if isinstance(new.get("step"), torch.Tensor):
             new["step"] = int(new["step"].item())
+        elif "step" not in new:     # torch's SGD keeps no count; bitsandbytes' reads
+            new["step"] = 1         # it only to start its buffer at its first step
         out[i] = new
-    return {**sd, "state": out}
+    return {**sd, "state": out, "param_groups": [_group_to_bnb(opt, g)
+                                                  for g in sd["param_groups"]]}
 
 
 def saved_codes(opt, state_dict) -> dict:
