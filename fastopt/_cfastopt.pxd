@@ -30,6 +30,7 @@ cdef extern from "fastopt.h" nogil:
         int32_t t0
         int32_t apart
         int32_t q8
+        int32_t q8n
     fo_rule_facts fo_rule_info(int32_t rule)
     const char *fo_dtype_name(int32_t dtype)
 

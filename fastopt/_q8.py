@@ -25,7 +25,7 @@ import numpy as np
 
 from . import _dtypes, _ext
 from . import _validation as _v
-from ._rules import AMSGRAD, CENTERED, ID, RULES, needs
+from ._rules import RULES, needs
 
 #: elements per block (one absmax each): FO_Q8_BLOCK (tests/test_tables.py)
 BLOCK = 256
@@ -115,22 +115,28 @@ def _where(group) -> str:
 
 
 def _check_rule(f, group, k, label) -> int:
-    """The unsigned-map slots of group's rule (its q8), or raise: a rule or an
-    option without 8-bit states."""
-    rule, flags = group[0], group[1]
-    q8 = RULES[rule].q8
-    if q8 < 0:
+    """The unsigned-map slots of group's rule (its q8), or raise: a rule
+    without 8-bit states, or options that use more states than the rule's
+    q8n have an 8-bit form."""
+    row = RULES[group[0]]
+    if row.q8 < 0:
         takes = ", ".join(r.name.replace("_torch", "") for r in RULES if r.q8 >= 0)
         raise ValueError(f"{f}: {label} is an 8-bit state, but the rule {_where(group)} "
                          f"has none (8-bit states: {takes})")
-    if flags & AMSGRAD and rule in (ID["adam_torch"], ID["adamw_torch"]):
-        raise ValueError(f"{f}: {label} is an 8-bit state, but amsgrad's running "
-                         f"maximum has no 8-bit form; use float32 states with amsgrad")
-    if rule == ID["rmsprop_torch"] and (group[5] != 0.0 or flags & CENTERED):
-        raise ValueError(f"{f}: {label} is an 8-bit state, but RMSprop's momentum "
-                         f"buffer and centred average have no 8-bit form; use momentum=0 "
-                         f"and centered=False, or float32 states")
-    return q8
+    used = needs(group)
+    if used > row.q8n:
+        raise ValueError(f"{f}: {label} is an 8-bit state, but the options given "
+                         f"{beyond(row, used)}")
+    return row.q8
+
+
+def beyond(row, used: int) -> str:
+    """Options that use more states of rule row than have an 8-bit form,
+    said (the end of an error message)."""
+    have = ", ".join(row.states[:row.q8n])
+    return (f"use {used} states of {row.name.replace('_torch', '')}, and only {have} "
+            f"ha{'s' if row.q8n == 1 else 've'} an 8-bit form; use float32 states with "
+            f"these options")
 
 
 def _check_state(f, label, xlab, s, x, unsigned) -> None:

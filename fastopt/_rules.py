@@ -7,7 +7,10 @@ that names a rule, numbers it or counts its states reads it from here.
 
 A row: the rule's name, the names of its states s1..s3 (for messages; the
 most a group of the rule may use), the smallest step count t its groups
-may have. A rule of TORCH_RULES also carries here, once for every front
+may have, whether its states may be stored apart from its parameters, and
+its 8-bit states (the slots on the unsigned map, and how many of its
+states have an 8-bit form: a group whose options use more keeps float
+states). A rule of TORCH_RULES also carries here, once for every front
 end, its hyperparameters (torch's names, bounds and defaults) and the
 mapping from them to its C group (its TorchRule row).
 """
@@ -22,6 +25,7 @@ class Rule(NamedTuple):
     t0: int
     apart: bool = True      # its states may be stored apart (bfloat16 of float32)
     q8: int = -1            # -1: no 8-bit states; else its slots on the unsigned map
+    q8n: int = 0            # how many of its states (s1 on) have an 8-bit form
 
 
 # group flags (fo_step_group.flags)
@@ -31,15 +35,15 @@ RULES = (
     Rule("momentum", ("v",), 0),
     Rule("adagrad", ("h",), 0),
     Rule("adam", ("v", "h"), 0),
-    Rule("sgd_torch", ("momentum_buffer",), 0, q8=0),
-    Rule("adagrad_torch", ("sum",), 1, q8=0),
-    Rule("adam_torch", ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), 1, q8=2),
-    Rule("adamw_torch", ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), 1, q8=2),
-    Rule("rmsprop_torch", ("square_avg", "momentum_buffer", "grad_avg"), 1, q8=0),
+    Rule("sgd_torch", ("momentum_buffer",), 0, q8=0, q8n=1),
+    Rule("adagrad_torch", ("sum",), 1, q8=0, q8n=1),
+    Rule("adam_torch", ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), 1, q8=2, q8n=2),
+    Rule("adamw_torch", ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), 1, q8=2, q8n=2),
+    Rule("rmsprop_torch", ("square_avg", "momentum_buffer", "grad_avg"), 1, q8=0, q8n=1),
     Rule("adamax_torch", ("exp_avg", "exp_inf"), 1),
     Rule("adadelta_torch", ("square_avg", "acc_delta"), 1),
     Rule("radam_torch", ("exp_avg", "exp_avg_sq"), 1),
-    Rule("lion", ("exp_avg",), 1, q8=0),
+    Rule("lion", ("exp_avg",), 1, q8=0, q8n=1),
     Rule("nadam_torch", ("exp_avg", "exp_avg_sq"), 1),
     Rule("ademamix", ("exp_avg_fast", "exp_avg_slow", "exp_avg_sq"), 1),
     Rule("lamb", ("exp_avg", "exp_avg_sq"), 1, apart=False),
@@ -56,7 +60,9 @@ OWN_TYPE_STATES = frozenset(i for i, r in enumerate(RULES) if not r.apart)
 def needs(group: tuple) -> int:
     """How many states a group (in the fast path's tuple form: rule, flags,
     t, lr, alpha, beta, ...) uses: torch SGD without momentum none, torch
-    Adam(W) the third only with amsgrad, every other rule all of its row's."""
+    Adam(W) the third only with amsgrad, torch RMSprop its buffer and
+    average only with momentum and centring, every other rule all of its
+    row's (src_c/step.c step_states_needed is its twin)."""
     rule, flags = group[0], group[1]
     if rule == ID["sgd_torch"]:
         return 1 if group[4] != 0.0 else 0

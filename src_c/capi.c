@@ -28,7 +28,7 @@
 
 /* The published numbers are the core's (the generator reads them from the
  * core's headers; this is the compiler's check of that). */
-#define FO_X_RULE(N, S, T, A, Q) \
+#define FO_X_RULE(N, S, T, A, Q, QN) \
     _Static_assert(FASTOPT_RULE_##N == FO_RULE_##N, "capi: rule " #N);
 FO_RULE_TABLE(FO_X_RULE)
 #undef FO_X_RULE

@@ -49,6 +49,25 @@ typedef struct {
     int tf;
 } step_plan;
 
+/* How many states (s1 on) a group uses: torch SGD without momentum none,
+ * torch Adam(W) the third only with amsgrad, torch RMSprop its buffer and
+ * average only with momentum and centring (packed after s1), every other
+ * rule all of its row's (tables.h). fastopt/_rules.py needs() is its twin. */
+static int step_states_needed(const fo_step_group *g)
+{
+    switch (g->rule) {
+    case FO_RULE_SGD_TORCH:
+        return g->alpha != 0.0;
+    case FO_RULE_ADAM_TORCH:
+    case FO_RULE_ADAMW_TORCH:
+        return 2 + ((g->flags & FO_STEP_AMSGRAD) != 0);
+    case FO_RULE_RMSPROP_TORCH:
+        return 1 + (g->beta != 0.0) + ((g->flags & FO_STEP_CENTERED) != 0);
+    default:
+        return fo_rule_info(g->rule).states;
+    }
+}
+
 /* ---- kernel instantiation ------------------------------------------------- */
 
 /*
@@ -166,23 +185,8 @@ static int step_has_states(const fo_step_tensor *t, const fo_step_group *g)
         return 1;
     if (t->x == NULL || t->g == NULL)
         return 0;
-    switch (g->rule) {
-    case FO_RULE_SGD_TORCH:
-        return g->alpha == 0.0 || t->s1 != NULL;
-    case FO_RULE_ADAM_TORCH:
-    case FO_RULE_ADAMW_TORCH:
-        return t->s1 != NULL && t->s2 != NULL
-               && (!(g->flags & FO_STEP_AMSGRAD) || t->s3 != NULL);
-    case FO_RULE_RMSPROP_TORCH: {  /* states packed: s1, then buffer, then avg */
-        int k = 1 + (g->beta != 0.0) + ((g->flags & FO_STEP_CENTERED) != 0);
-        return t->s1 != NULL && (k < 2 || t->s2 != NULL) && (k < 3 || t->s3 != NULL);
-    }
-    default: {                      /* every state of its row (tables.h) */
-        int k = fo_rule_info(g->rule).states;
-        return (k < 1 || t->s1 != NULL) && (k < 2 || t->s2 != NULL)
-               && (k < 3 || t->s3 != NULL);
-    }
-    }
+    int k = step_states_needed(g);
+    return (k < 1 || t->s1 != NULL) && (k < 2 || t->s2 != NULL) && (k < 3 || t->s3 != NULL);
 }
 
 /* For the published API's error reports (capi.c): a tensor's states, and

@@ -12,36 +12,38 @@
 #include <stdint.h>
 
 /*
- * Update rules, in id order: X(NAME, STATES, T0, APART, Q8). NAME makes
- * FO_RULE_NAME; STATES is the most state arrays (s1..s3) the rule uses; T0
- * the smallest count t a group of the rule may have (ONNX counts from 0,
- * torch from 1; torch SGD's t is its steps before this one); APART 1 if its
- * states may be stored apart from its parameters (FO_SPAIR_TABLE), 0 if
- * they keep the parameters' type (a trust pass reads them as stored); Q8
- * -1 if its states cannot be 8-bit blockwise, else the slots on the
+ * Update rules, in id order: X(NAME, STATES, T0, APART, Q8, Q8N). NAME
+ * makes FO_RULE_NAME; STATES is the most state arrays (s1..s3) the rule
+ * uses; T0 the smallest count t a group of the rule may have (ONNX counts
+ * from 0, torch from 1; torch SGD's t is its steps before this one); APART
+ * 1 if its states may be stored apart from its parameters (FO_SPAIR_TABLE),
+ * 0 if they keep the parameters' type (a trust pass reads them as stored);
+ * Q8 -1 if its states cannot be 8-bit blockwise, else the slots on the
  * unsigned map (bit k: s(k+1); the others on the signed map), as
  * bitsandbytes keeps them: Adam's second moment unsigned, every one-state
- * rule's buffer signed (options may still refuse: step_q8_unsigned).
+ * rule's buffer signed; Q8N how many of its states (s1 on) have an 8-bit
+ * form, 0 with Q8 -1: a group whose options use more (amsgrad's maximum,
+ * RMSprop's momentum buffer or centred average) keeps float states.
  */
 #define FO_RULE_TABLE(X) \
-    X(MOMENTUM, 1, 0, 1, -1)       /* ONNX Momentum      s1 = V */ \
-    X(ADAGRAD, 1, 0, 1, -1)        /* ONNX Adagrad       s1 = H */ \
-    X(ADAM, 2, 0, 1, -1)           /* ONNX Adam          s1 = V, s2 = H */ \
-    X(SGD_TORCH, 1, 0, 1, 0)       /* torch SGD          s1 = momentum buffer */ \
-    X(ADAGRAD_TORCH, 1, 1, 1, 0)   /* torch Adagrad      s1 = sum */ \
-    X(ADAM_TORCH, 3, 1, 1, 2)      /* torch Adam         s1 = exp_avg, s2 = exp_avg_sq, */ \
-    X(ADAMW_TORCH, 3, 1, 1, 2)     /* torch AdamW           s3 = max_exp_avg_sq (amsgrad) */ \
-    X(RMSPROP_TORCH, 3, 1, 1, 0)   /* torch RMSprop      s1 = square_avg, then momentum_buffer \
+    X(MOMENTUM, 1, 0, 1, -1, 0)       /* ONNX Momentum      s1 = V */ \
+    X(ADAGRAD, 1, 0, 1, -1, 0)        /* ONNX Adagrad       s1 = H */ \
+    X(ADAM, 2, 0, 1, -1, 0)           /* ONNX Adam          s1 = V, s2 = H */ \
+    X(SGD_TORCH, 1, 0, 1, 0, 1)       /* torch SGD          s1 = momentum buffer */ \
+    X(ADAGRAD_TORCH, 1, 1, 1, 0, 1)   /* torch Adagrad      s1 = sum */ \
+    X(ADAM_TORCH, 3, 1, 1, 2, 2)      /* torch Adam         s1 = exp_avg, s2 = exp_avg_sq, */ \
+    X(ADAMW_TORCH, 3, 1, 1, 2, 2)     /* torch AdamW           s3 = max_exp_avg_sq (amsgrad) */ \
+    X(RMSPROP_TORCH, 3, 1, 1, 0, 1)   /* torch RMSprop      s1 = square_avg, then momentum_buffer \
                                    (momentum > 0), then grad_avg (centered) */ \
-    X(ADAMAX_TORCH, 2, 1, 1, -1)   /* torch Adamax       s1 = exp_avg, s2 = exp_inf */ \
-    X(ADADELTA_TORCH, 2, 1, 1, -1) /* torch Adadelta     s1 = square_avg, s2 = acc_delta */ \
-    X(RADAM_TORCH, 2, 1, 1, -1)    /* torch RAdam        s1 = exp_avg, s2 = exp_avg_sq */ \
-    X(LION, 1, 1, 1, 0)            /* Lion (optax, bitsandbytes)  s1 = exp_avg */ \
-    X(NADAM_TORCH, 2, 1, 1, -1)    /* torch NAdam        s1 = exp_avg, s2 = exp_avg_sq */ \
-    X(ADEMAMIX, 3, 1, 1, -1)       /* AdEMAMix (optax)   s1 = exp_avg_fast, s2 = exp_avg_slow, \
+    X(ADAMAX_TORCH, 2, 1, 1, -1, 0)   /* torch Adamax       s1 = exp_avg, s2 = exp_inf */ \
+    X(ADADELTA_TORCH, 2, 1, 1, -1, 0) /* torch Adadelta     s1 = square_avg, s2 = acc_delta */ \
+    X(RADAM_TORCH, 2, 1, 1, -1, 0)    /* torch RAdam        s1 = exp_avg, s2 = exp_avg_sq */ \
+    X(LION, 1, 1, 1, 0, 1)            /* Lion (optax, bitsandbytes)  s1 = exp_avg */ \
+    X(NADAM_TORCH, 2, 1, 1, -1, 0)    /* torch NAdam        s1 = exp_avg, s2 = exp_avg_sq */ \
+    X(ADEMAMIX, 3, 1, 1, -1, 0)       /* AdEMAMix (optax)   s1 = exp_avg_fast, s2 = exp_avg_slow, \
                                    s3 = exp_avg_sq */ \
-    X(LAMB, 2, 1, 0, -1)           /* LAMB (optax)       s1 = exp_avg, s2 = exp_avg_sq */ \
-    X(LARS, 1, 1, 0, -1)           /* LARS (optax)       s1 = momentum_buffer */
+    X(LAMB, 2, 1, 0, -1, 0)           /* LAMB (optax)       s1 = exp_avg, s2 = exp_avg_sq */ \
+    X(LARS, 1, 1, 0, -1, 0)           /* LARS (optax)       s1 = momentum_buffer */
 
 /*
  * Element types, in id order: X(NAME, CTYPE, SIZE). NAME makes FO_NAME;
@@ -117,7 +119,7 @@
     X(F32, F16)
 
 enum {
-#define FO_X_RULE(name, states, t0, apart, q8) FO_RULE_##name,
+#define FO_X_RULE(name, states, t0, apart, q8, q8n) FO_RULE_##name,
     FO_RULE_TABLE(FO_X_RULE)
 #undef FO_X_RULE
     FO_N_RULES
@@ -199,14 +201,16 @@ typedef struct fo_rule_facts {
     int32_t t0;         /* the smallest count t of its groups */
     int32_t apart;      /* its states may be stored apart */
     int32_t q8;         /* -1: no 8-bit states; else the unsigned map's slots */
+    int32_t q8n;        /* how many of its states have an 8-bit form */
 } fo_rule_facts;
 
 static inline fo_rule_facts fo_rule_info(int32_t rule)
 {
-    fo_rule_facts f = {0, 0, 0, 0, -1};
+    fo_rule_facts f = {0, 0, 0, 0, -1, 0};
     switch (rule) {
-#define FO_X_RULE(N, S, T, A, Q) \
-    case FO_RULE_##N: f.name = #N; f.states = S; f.t0 = T; f.apart = A; f.q8 = Q; break;
+#define FO_X_RULE(N, S, T, A, Q, QN) \
+    case FO_RULE_##N: \
+        f.name = #N; f.states = S; f.t0 = T; f.apart = A; f.q8 = Q; f.q8n = QN; break;
     FO_RULE_TABLE(FO_X_RULE)
 #undef FO_X_RULE
     default: break;

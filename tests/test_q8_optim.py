@@ -201,8 +201,16 @@ def test_float_and_8bit_checkpoints_do_not_mix(tmp_path):
 @pytest.mark.parametrize("make,msg", [
     (lambda xs: fastopt.optim.Adamax(xs, state_dtype=Q8), "not available for Adamax"),
     (lambda xs: fastopt.optim.LAMB(xs, state_dtype=Q8), "not available for LAMB"),
-    (lambda xs: fastopt.optim.AdamW(xs, amsgrad=True, state_dtype=Q8), "amsgrad"),
-    (lambda xs: fastopt.optim.RMSprop(xs, momentum=0.9, state_dtype=Q8), "momentum"),
+    (lambda xs: fastopt.optim.AdamW(xs, amsgrad=True, state_dtype=Q8),
+     r"param_groups\[0\] use 3 states of adamw, and only exp_avg, exp_avg_sq have"),
+    (lambda xs: fastopt.optim.RMSprop(xs, momentum=0.9, state_dtype=Q8),
+     r"param_groups\[0\] use 2 states of rmsprop, and only square_avg has an 8-bit"),
+    (lambda xs: fastopt.optim.RMSprop(xs, centered=True, state_dtype=Q8),
+     "use 2 states of rmsprop"),
+    (lambda xs: fastopt.optim.RMSprop([{"params": xs[:1]}, {"params": xs[1:], "momentum": 0.5,
+                                                            "centered": True}],
+                                      state_dtype=Q8),
+     r"param_groups\[1\] use 3 states"),
     (lambda xs: fastopt.optim.AdamW([x.astype(np.float64) for x in xs], state_dtype=Q8),
      "needs float32 parameters"),
     (lambda xs: fastopt.optim.AdamW(xs, state_dtype="int4"), "'int8-blockwise'"),
@@ -210,3 +218,35 @@ def test_float_and_8bit_checkpoints_do_not_mix(tmp_path):
 def test_8bit_options_that_cannot_be_are_refused(make, msg):
     with pytest.raises(ValueError, match=msg):
         make(_params())
+
+
+def test_the_digits_mlp_trained_with_8bit_adamw_is_as_accurate_as_with_float32():
+    """The demo's MLP (64-128-128-10; its two hidden weights of 8192 and
+    16384 elements get 8-bit states, the rest float32) on scikit-learn's
+    digits, 10 epochs of AdamW from five seeds each: the 8-bit runs' mean
+    test accuracy within 0.5 % of the float32 runs' (measured 98.33 % and
+    97.88 %; one image is 0.28 %)."""
+    load_digits = pytest.importorskip("sklearn.datasets").load_digits
+    from fastopt._cli.demo import _accuracy, _init_mlp, _loss_and_grads
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(F32)
+    order = np.random.default_rng(0).permutation(len(x))
+    test, train = order[:len(x) // 5], order[len(x) // 5:]
+
+    def accuracy(state_dtype, seed):
+        rng = np.random.default_rng(seed)
+        params = _init_mlp([64, 128, 128, 10], rng)
+        opt = fastopt.optim.AdamW(params, lr=1e-3, weight_decay=1e-2, state_dtype=state_dtype)
+        for _ in range(10):
+            shuffled = rng.permutation(train)
+            for s in range(0, len(shuffled), 32):
+                i = shuffled[s:s + 32]
+                opt.step(_loss_and_grads(params, x[i], y[i])[1])
+        kinds = [type(a) for a in opt.state["exp_avg"]]
+        assert kinds == ([np.ndarray] * 6 if state_dtype is None else
+                         [State8bit, np.ndarray, State8bit, np.ndarray, np.ndarray, np.ndarray])
+        return _accuracy(params, x[test], y[test])
+
+    f32 = np.mean([accuracy(None, seed) for seed in range(1, 6)])
+    q8 = np.mean([accuracy(Q8, seed) for seed in range(1, 6)])
+    assert f32 > 0.97 and q8 >= f32 - 0.005, (f32, q8)

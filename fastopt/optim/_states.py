@@ -53,26 +53,29 @@ def _row(opt):
 
 def check_q8(opt, f) -> None:
     """8-bit states: a rule that has them, float32 parameters (or masters),
-    no AGC, and none of the options without an 8-bit form."""
+    no AGC, and options that use no more states than the rule has 8-bit
+    forms of (its row's q8n)."""
     row = _row(opt)
     if row not in _rules.ID or _rules.RULES[_rules.ID[row]].q8 < 0:
         takes = ", ".join(r.name for r in _rules.RULES if r.q8 >= 0)
         raise ValueError(f"{f}: state_dtype='{Q8}' is not available for "
                          f"{type(opt).__name__} (8-bit states: the rules {takes})")
+    rule = _rules.RULES[_rules.ID[row]]
     for gi, group in enumerate(opt.param_groups):
         for i, p in enumerate(group["params"]):
             if p.dtype.newbyteorder("=") != np.float32:
                 raise ValueError(f"{f}: state_dtype='{Q8}' needs float32 parameters (or "
                                  f"master_weights=True); param_groups[{gi}]['params'][{i}] "
                                  f"is {p.dtype}")
-        bad = [k for k in ("amsgrad", "centered") if group.get(k)]
-        if group.get("momentum") and row == "rmsprop_torch":
-            bad.append("momentum")
         if group.get("clipping") is not None:
-            bad.append("clipping")
-        if bad:
             raise ValueError(f"{f}: state_dtype='{Q8}' does not combine with "
-                             f"param_groups[{gi}]'s {bad[0]} (it has no 8-bit form)")
+                             f"param_groups[{gi}]'s clipping (AGC)")
+        # the group as the step will give it to the core, for the states it uses
+        used = _rules.needs(with_flags(opt, opt._group_tuple(
+            dict(opt._kwargs(group), lr=0.0, t=opt._T0))))
+        if used > rule.q8n:
+            raise ValueError(f"{f}: state_dtype='{Q8}': the options of param_groups[{gi}] "
+                             f"{_q8.beyond(rule, used)}")
 
 
 def unsigned(opt, name) -> bool:

@@ -146,6 +146,8 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         self._flat = None       # the flat layout (_flat.FlatLayout), with flat=True
         self._checked(name, defaults, None)
         super().__init__(params, defaults)
+        if self._mixed.q8:
+            _q8.check_groups(name, self)
         if flat:
             _check_flat(name, [g["params"] for g in self.param_groups])
             self._flat = _flat.FlatLayout()

@@ -91,11 +91,6 @@ def _adagrad(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
 def _rmsprop(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
              centered=False, args=None, min_8bit_size=4096, *, n_threads=None):
     size = _bnb_args(_f(self), 32, args, min_8bit_size)
-    if momentum != 0 or centered:
-        raise ValueError(f"{_f(self)}: momentum={momentum!r}, centered={centered!r}: "
-                         f"RMSprop's momentum buffer and centred average have no 8-bit "
-                         f"form (bitsandbytes refuses centered and ignores momentum); "
-                         f"use fastopt.torch.RMSprop for them")
     _build(self, size, params, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
            momentum=momentum, centered=centered, n_threads=n_threads)
 
@@ -153,7 +148,7 @@ _INITS = {
     "RMSprop8bit": (_rmsprop, _doc(
         ("RMSprop8bit", "RMSprop"), "params, lr, alpha, eps, weight_decay, momentum, centered",
         "\n        momentum other than 0 and centered=True raise ValueError: their\n"
-        "        buffers have no 8-bit form (bitsandbytes refuses centered and\n"
+        "        states have no 8-bit form (bitsandbytes refuses centered and\n"
         "        ignores momentum).")),
     "Lion8bit": (_lion, _doc(
         ("Lion8bit", "Lion"), "params, lr, betas, weight_decay",

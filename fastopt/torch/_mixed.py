@@ -99,9 +99,9 @@ def check(f, cls, master_weights, state_dtype, state_rounding, seed, flat) -> Mi
         flags = _step.ROUNDING["nearest"]
     out = Mixed(master_weights, dt, flags, seed, own, q8)
     if q8 and (cls._ROW not in _rules.ID or _rules.RULES[_rules.ID[cls._ROW]].q8 < 0):
+        takes = ", ".join(r.name.replace("_torch", "") for r in _rules.RULES if r.q8 >= 0)
         raise ValueError(f"{f}: state_dtype='int8-blockwise' is not available for "
-                         f"{cls.__name__} (8-bit states: SGD, Adagrad, Adam, AdamW, RMSprop "
-                         f"and Lion)")
+                         f"{cls.__name__} (8-bit states: the rules {takes})")
     if q8 and master_weights:
         raise ValueError(f"{f}: state_dtype='int8-blockwise' keeps the states of float32 "
                          f"parameters; it does not combine with master_weights")

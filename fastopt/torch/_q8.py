@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .. import _rules
-from .._q8 import BLOCK, State8bit, blocks, dynamic_map
+from .._q8 import BLOCK, State8bit, beyond, blocks, dynamic_map
 
 #: state_dtype's name of 8-bit states, and the suffix of an absmax's key
 Q8 = "int8-blockwise"
@@ -30,6 +30,18 @@ BNB_BETAS = {"sgd_torch": ("momentum", "dampening"), "rmsprop_torch": ("alpha", 
 def unsigned(row: str, k: int) -> bool:
     """Is slot k of the rule row's states on the unsigned map?"""
     return bool(_rules.RULES[_rules.ID[row]].q8 >> k & 1)
+
+
+def check_groups(f, opt) -> None:
+    """Each group's options use no more states than opt's rule has 8-bit
+    forms of (its row's q8n), or raise (at construction; a step checks the
+    groups it is given again)."""
+    row = _rules.RULES[_rules.ID[opt._ROW]]
+    for gi, h in enumerate(opt.param_groups):
+        used = len(opt._group(h)[1])
+        if used > row.q8n:
+            raise ValueError(f"{f}: state_dtype='{Q8}': the options of param_groups[{gi}] "
+                             f"{beyond(row, used)}")
 
 
 def eight(mixed, p) -> bool:
