@@ -294,3 +294,43 @@ def test_the_one_state_drop_ins_with_8bit_states_step_as_the_function(make, fn, 
     name = names[0]
     np.testing.assert_array_equal(opt.state[ps[2]][name].numpy(), st[2].codes)
     np.testing.assert_array_equal(opt.state[ps[2]][name + "_absmax"].numpy(), st[2].absmax)
+
+
+def test_a_group_may_keep_float32_states():
+    """A group with ``"state_dtype": "float32"`` (bitsandbytes' optim_bits=32
+    override, as for its StableEmbedding) keeps float32 states for its large
+    parameters, even with options that have no 8-bit form, while the other
+    group's are 8-bit; each steps as the function on states of its kind, and
+    the key survives a state dict."""
+    ps = _params()
+    opt = ft.AdamW([{"params": ps[:2]}, {"params": ps[2:], "state_dtype": "float32",
+                                         "amsgrad": True}], lr=1e-2, state_dtype=Q8)
+    xs = [p.detach().numpy().copy() for p in ps]
+    st8 = [State8bit.zeros(xs[0].shape), np.zeros_like(xs[1])], \
+        [State8bit.zeros(xs[0].shape, False), np.zeros_like(xs[1])]
+    st32 = [np.zeros_like(xs[2]) for _ in range(3)]
+    for t in range(1, 4):
+        gs = _grads(ps, t)
+        for p, g in zip(ps, gs):
+            p.grad = g
+        opt.step()
+        fastopt.adamw(xs[:2], [g.numpy() for g in gs[:2]], *st8, step=t, lr=1e-2)
+        fastopt.adamw(xs[2], gs[2].numpy(), *st32[:2], step=t, lr=1e-2, amsgrad=True,
+                      max_exp_avg_sqs=st32[2])
+        for p, x in zip(ps, xs):
+            np.testing.assert_array_equal(p.detach().numpy(), x)
+    assert opt.state[ps[0]]["exp_avg"].dtype == torch.uint8
+    st = opt.state[ps[2]]
+    assert st["exp_avg"].dtype == torch.float32 and "exp_avg_absmax" not in st
+    np.testing.assert_array_equal(st["max_exp_avg_sq"].numpy(), st32[2])
+    other = ft.AdamW([{"params": ps[:2]}, {"params": ps[2:]}], lr=1e-2, state_dtype=Q8)
+    other.load_state_dict(opt.state_dict())
+    assert other.param_groups[1]["state_dtype"] == "float32"
+
+
+@pytest.mark.parametrize("value", ["bfloat16", torch.bfloat16, 32, "int8"])
+def test_a_group_state_dtype_other_than_float32_or_8bit_is_refused(value):
+    with pytest.raises(ValueError, match=r"param_groups\[1\]\['state_dtype'\] must be "
+                                         r"'int8-blockwise' or 'float32'"):
+        ft.Adam8bit([{"params": _params()[:1]},
+                     {"params": _params()[1:], "state_dtype": value}])

@@ -130,10 +130,10 @@ would cast them to the parameter's dtype).
 
 ``state_dtype="int8-blockwise"``: bitsandbytes' 8-bit states for float32
 parameters of 4096 elements or more (``state[p][name]`` uint8 codes, its
-``name + "_absmax"`` a float32 per 256), the checked route each step;
-bitsandbytes' names (``Adam8bit``, ``AdamW8bit``, ``SGD8bit``, ``Adagrad8bit``,
-``RMSprop8bit``, ``Lion8bit``) take its arguments, ``load_state_dict`` its state
-dicts, and ``to_bitsandbytes(opt)`` gives one it loads.
+``name + "_absmax"`` a float32 per 256; a group's ``"state_dtype": "float32"``
+keeps float32 ones), the checked route each step; bitsandbytes' names (``Adam8bit``,
+``AdamW8bit``, ``SGD8bit``, ``Adagrad8bit``, ``RMSprop8bit``, ``Lion8bit``) take its
+arguments, ``load_state_dict`` its state dicts, and ``to_bitsandbytes(opt)`` gives one it loads.
 
 Every optimizer here works with ``torch.amp.GradScaler``: the scaler hands
 the step its scale and whether it found an inf or NaN, and the C call

@@ -318,6 +318,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         for gi, group in enumerate(self.param_groups):
             h = self._checked(f, group, gi)
             fields, names = self._group_fields(h)
+            group8 = mixed.q8 and _q8.group_eight(f, gi, group)
             first, pos = pos, pos + len(group["params"])
             for i, p in enumerate(group["params"]):
                 if p.grad is None:
@@ -338,7 +339,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                     x, xv = self._master(f, w, p, st, new, hit and old)
                 sdt = mixed.states_dtype(p)
                 made = self._new_states(x, st, names, h)
-                q8 = _q8.eight(mixed, p)
+                q8 = _q8.eight(mixed, p, group8)
                 made = _q8.floats(st, names) if q8 and not made else made   # (eager ones)
                 if made:
                     new.update(_q8.quantized(self._ROW, made, names) if q8 else

@@ -3,7 +3,8 @@ the rule's states of a float32 parameter of ``min_8bit_size`` elements or
 more in bitsandbytes' 8-bit blockwise format (docs/semantics.md, "8-bit
 states"): ``state[p][name]`` holds the uint8 codes (the parameter's shape)
 and ``state[p][name + "_absmax"]`` the float32 absmax per block of 256;
-smaller parameters keep float32 states. Their creation, check and the
+smaller parameters, and those of a group with ``"state_dtype": "float32"``,
+keep float32 states. Their creation, check and the
 step's view of them (``fastopt.State8bit`` over the tensors' memory), and
 the translation of bitsandbytes' state dicts (``state1``/``absmax1``/
 ``qmap1``..., nested under ``__bnb_optimizer_quant_state__`` as its
@@ -33,20 +34,36 @@ def unsigned(row: str, k: int) -> bool:
 
 
 def check_groups(f, opt) -> None:
-    """Each group's options use no more states than opt's rule has 8-bit
+    """Each group's ``state_dtype`` is valid (:func:`group_eight`) and an
+    8-bit group's options use no more states than opt's rule has 8-bit
     forms of (its row's q8n), or raise (at construction; a step checks the
     groups it is given again)."""
     row = _rules.RULES[_rules.ID[opt._ROW]]
     for gi, h in enumerate(opt.param_groups):
         used = len(opt._group(h)[1])
-        if used > row.q8n:
+        if group_eight(f, gi, h) and used > row.q8n:
             raise ValueError(f"{f}: state_dtype='{Q8}': the options of param_groups[{gi}] "
                              f"{beyond(row, used)}")
 
 
-def eight(mixed, p) -> bool:
-    """Does parameter p keep 8-bit states under these options?"""
-    return mixed.q8 and p.numel() >= mixed.min_8bit_size
+def group_eight(f, gi, group) -> bool:
+    """Does group gi keep 8-bit states? Its ``state_dtype`` absent, None or
+    'int8-blockwise': yes; 'float32' or torch.float32: no, its states are
+    float32 (bitsandbytes' per-parameter ``optim_bits=32`` override, as for
+    its StableEmbedding); anything else raises ValueError."""
+    dt = group.get("state_dtype")
+    if dt is None or (isinstance(dt, str) and dt == Q8):
+        return True
+    if dt is torch.float32 or (isinstance(dt, str) and dt == "float32"):
+        return False
+    raise ValueError(f"{f}: param_groups[{gi}]['state_dtype'] must be '{Q8}' or 'float32' "
+                     f"(that group's states kept in float32), got {dt!r}")
+
+
+def eight(mixed, p, group8: bool) -> bool:
+    """Does parameter p of a group (8-bit or not: :func:`group_eight`) keep
+    8-bit states under these options?"""
+    return mixed.q8 and group8 and p.numel() >= mixed.min_8bit_size
 
 
 def quantized(row, new: dict, names) -> dict:
