@@ -386,6 +386,11 @@ CASES = [
     Case("adamax", "8-bit states", lambda: q8(), ValueError,
          "fastopt.adamax: exp_avgs[0] is an 8-bit state, but the rule adamax has none "
          "(8-bit states: sgd, adagrad, adam, adamw, rmsprop, lion)"),
+    Case("adam", "8-bit states with amsgrad", lambda: q8(
+        amsgrad=True, max_exp_avg_sqs=State8bit.zeros(3, signed=False)), ValueError,
+        "fastopt.adam: exp_avgs[0] is an 8-bit state, but the options given use 3 states of "
+        "adam, and only exp_avg, exp_avg_sq have an 8-bit form; use float32 states with "
+        "these options"),
     # --- the thread-count context manager
     Case("set_num_threads", "n_threads = 0", lambda: ((0,), {}), ValueError,
          "fastopt.set_num_threads: n_threads must be a positive int up to 1024, -1 (all "

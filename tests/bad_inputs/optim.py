@@ -84,6 +84,11 @@ OPTIM_CASES = [
          opt_ctor(arr(dtype=F64), state_dtype="bfloat16"), ValueError,
          OP + "AdamW: state_dtype='bfloat16' needs float32 parameters (or "
               "master_weights=True); param_groups[0]['params'][0] is float64"),
+    Case("optim.RMSprop", "state_dtype = 'int8-blockwise' with centered",
+         opt_ctor(arr(), centered=True, state_dtype="int8-blockwise"), ValueError,
+         OP + "RMSprop: state_dtype='int8-blockwise': the options of param_groups[0] use 2 "
+              "states of rmsprop, and only square_avg has an 8-bit form; use float32 states "
+              "with these options"),
     Case("optim.LAMB", "state_dtype = 'bfloat16'", opt_ctor(arr(), state_dtype="bfloat16"),
          ValueError, OP + "LAMB: state_dtype='bfloat16' is not available for LAMB: its trust "
                           "pass reads the states in their parameters' dtype"),
