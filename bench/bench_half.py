@@ -83,6 +83,12 @@ def calls(shapes, nth, seed=0):
         ms, vs = ([np.zeros(s, bf16) for s in shapes] for _ in range(2))
         out[name] = (lambda xs=xs, gs=gs, ms=ms, vs=vs, how=how: fastopt.adamw(
             xs, gs, ms, vs, step=1, **ADAMW, state_rounding=how, n_threads=nth))
+    return with_ceiling(out, shapes, nth)
+
+
+def with_ceiling(out: dict, shapes, nth) -> dict:
+    """out with the ceiling probe over as many float32 elements as the
+    shapes hold (4 arrays read, 3 written), every call run once (warm)."""
     n = sum(int(np.prod(s)) for s in shapes)
     bufs = [np.ones(n, np.float32) for _ in range(4)]
     out["ceiling"] = lambda: _probe.probe(bufs, nth)

@@ -31,10 +31,10 @@ import numpy as np
 
 import fastopt
 from fastopt import State8bit
-from fastopt._cli import _probe
 from fastopt._cli.workloads import resnet50_shapes
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_half import with_ceiling  # noqa: E402
 from bench_torch import rotating  # noqa: E402
 
 ADAMW = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
@@ -84,12 +84,7 @@ def calls(shapes, nth, seed=0, with_bnb=True):
         out["bnb 8-bit"] = bnb_step
     big = g32[int(np.argmax([g.size for g in g32]))]
     out["quantize"] = lambda: State8bit.quantize(big)
-    n = sum(int(np.prod(s)) for s in shapes)
-    bufs = [np.ones(n, np.float32) for _ in range(4)]
-    out["ceiling"] = lambda: _probe.probe(bufs, nth)
-    for f in out.values():
-        f()
-    return out
+    return with_ceiling(out, shapes, nth)
 
 
 def state_bytes(shapes) -> dict:
