@@ -198,6 +198,64 @@ def test_float_and_8bit_checkpoints_do_not_mix(tmp_path):
         opt.load_state_dict(f32.state_dict())
 
 
+def _grouped(params, override=True):
+    """AdamW with 8-bit states over params[0] and a second group, params[1:]
+    with amsgrad, that keeps float32 states (or, override False, does not
+    say so; then amsgrad is left off so that it builds)."""
+    second = {"params": params[1:], "amsgrad": override}
+    if override:
+        second["state_dtype"] = "float32"
+    return fastopt.optim.AdamW([{"params": params[:1]}, second], lr=1e-2, state_dtype=Q8)
+
+
+def test_a_group_may_keep_float32_states(tmp_path):
+    """A group with ``"state_dtype": "float32"`` (bitsandbytes' optim_bits=32
+    override, for embeddings) keeps float32 states for its large parameters,
+    with amsgrad (no 8-bit form), beside an 8-bit group; each steps as the
+    function on states of its kind; a checkpoint round-trips and is refused
+    by an optimizer whose groups keep other kinds, with nothing changed."""
+    opt = _grouped(_params())
+    assert [type(a) for a in opt.state["exp_avg"]] == [State8bit, np.ndarray, np.ndarray]
+    xs = [x.copy() for x in _params()]
+    m8, v8 = State8bit.zeros(SHAPES[0]), State8bit.zeros(SHAPES[0], False)
+    m, v, vmax = ([np.zeros(s, F32) for s in SHAPES[1:]] for _ in range(3))
+    rng = np.random.default_rng(1)
+    for t in range(1, 4):
+        g = _grads(rng)
+        opt.step(g)
+        fastopt.adamw(xs[0], g[0], m8, v8, step=t, lr=1e-2)
+        fastopt.adamw(xs[1:], g[1:], m, v, step=t, lr=1e-2, amsgrad=True, max_exp_avg_sqs=vmax)
+        for p, x in zip(opt.params, xs):
+            np.testing.assert_array_equal(p, x)
+    np.testing.assert_array_equal(opt.state["max_exp_avg_sq"][2], vmax[1])
+    path = tmp_path / "grouped.npz"
+    opt.save(path)
+    back = _grouped([np.zeros(s, F32) for s in SHAPES])
+    back.load(path)
+    np.testing.assert_array_equal(back.state["exp_avg"][2], opt.state["exp_avg"][2])
+    np.testing.assert_array_equal(back.state["exp_avg"][0].codes, m8.codes)
+    other = _grouped(_params(), override=False)
+    before = [a.codes.copy() if isinstance(a, State8bit) else a.copy()
+              for a in other.state["exp_avg"]]
+    with pytest.raises(CheckpointError, match=r"no 'state.exp_avg.2.absmax' entry"):
+        other.load(path)
+    for a, b in zip(other.state["exp_avg"], before):
+        np.testing.assert_array_equal(a.codes if isinstance(a, State8bit) else a, b)
+
+
+@pytest.mark.parametrize("opts,msg", [
+    (dict(state_dtype=Q8), r"param_groups\[1\]\['state_dtype'\] must be 'int8-blockwise' or "
+                           r"'float32' \(that group's states kept in float32\), got 'bfloat16'"),
+    ({}, r"param_groups\[1\] sets 'state_dtype'; a group may keep float32 states only in an "
+         r"optimizer with state_dtype='int8-blockwise'"),
+])
+def test_a_group_state_dtype_is_checked(opts, msg):
+    xs = _params()
+    with pytest.raises(ValueError, match=msg):
+        fastopt.optim.AdamW([{"params": xs[:1]}, {"params": xs[1:], "state_dtype": "bfloat16"}],
+                            **opts)
+
+
 @pytest.mark.parametrize("make,msg", [
     (lambda xs: fastopt.optim.Adamax(xs, state_dtype=Q8), "not available for Adamax"),
     (lambda xs: fastopt.optim.LAMB(xs, state_dtype=Q8), "not available for LAMB"),

@@ -6,7 +6,7 @@ import numpy as np
 from .. import _dtypes
 from .._groups import group_params
 from ._checks import order
-from ._states import dtype_of, new_state
+from ._states import dtype_of, group_state_dtype, new_state
 
 _ALIGN = 64  # bytes: state views in the optional arena start on cache lines
 _FLOATS = _dtypes.NUMPY
@@ -37,7 +37,7 @@ def make_groups(opt, f, params):
     for group, where in zip(raw, labels):
         ps = group_params(f, group, where, n)
         n += len(ps)
-        unknown = set(group) - set(opt._HYPER) - {"params", "schedule"}
+        unknown = set(group) - set(opt._HYPER) - {"params", "schedule", "state_dtype"}
         if unknown:
             raise ValueError(
                 f"{f}: {where} has unknown key(s) {sorted(unknown)}; "
@@ -52,7 +52,10 @@ def make_groups(opt, f, params):
                 f"fixed lr")
         if full["schedule"] is not None:
             full["lr"] = None
-        groups.append(opt._check_group(f, full, where))
+        checked = opt._check_group(f, full, where)
+        if "state_dtype" in group:      # (not a hyperparameter: how its states are kept)
+            checked["state_dtype"] = group_state_dtype(opt, f, where, group["state_dtype"])
+        groups.append(checked)
     if n == 0:
         raise ValueError(f"{f}: params is empty; give at least one parameter")
     return groups
@@ -67,7 +70,7 @@ def allocate(opt):
             for name in opt._STATES:
                 fill = opt._initial(group, name)
                 for p in group["params"]:
-                    a = new_state(opt, p, name, fill)
+                    a = new_state(opt, group, p, name, fill)
                     if a is None:
                         a = np.zeros(p.shape, dtype_of(opt, p), order=order(p))
                         if fill:
@@ -80,7 +83,7 @@ def allocate(opt):
     for name in opt._STATES:
         for gi, group in enumerate(opt.param_groups):
             for p in group["params"]:
-                eight = new_state(opt, p, name, opt._initial(group, name))
+                eight = new_state(opt, group, p, name, opt._initial(group, name))
                 if eight is not None:               # 8-bit: its own arrays
                     layout.append((gi, name, None, eight, p))
                     continue

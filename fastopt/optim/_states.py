@@ -3,9 +3,10 @@ the states of float32 parameters (or masters) in bfloat16, widened and
 rounded back by every step (docs/semantics.md, "bfloat16 states");
 ``state_dtype="int8-blockwise"`` keeps them in bitsandbytes' 8-bit
 blockwise format (``fastopt.State8bit``; "8-bit states"), those of
-parameters under ``MIN_8BIT_SIZE`` elements in float32, as bitsandbytes
-does. Which dtype a state array has, the checks of the option, and each
-tensor's stochastic rounding key."""
+parameters under ``MIN_8BIT_SIZE`` elements, and of a group with
+``"state_dtype": "float32"``, in float32, as bitsandbytes does. Which
+dtype a state array has, the checks of the option, and each tensor's
+stochastic rounding key."""
 from __future__ import annotations
 
 import numpy as np
@@ -52,7 +53,8 @@ def _row(opt):
 
 
 def check_q8(opt, f) -> None:
-    """8-bit states: a rule that has them, float32 parameters (or masters),
+    """8-bit states: a rule that has them and, in each group that keeps
+    them (not 'state_dtype': 'float32'), float32 parameters (or masters),
     no AGC, and options that use no more states than the rule has 8-bit
     forms of (its row's q8n)."""
     row = _row(opt)
@@ -62,6 +64,8 @@ def check_q8(opt, f) -> None:
                          f"{type(opt).__name__} (8-bit states: the rules {takes})")
     rule = _rules.RULES[_rules.ID[row]]
     for gi, group in enumerate(opt.param_groups):
+        if group.get("state_dtype") == "float32":
+            continue
         for i, p in enumerate(group["params"]):
             if p.dtype.newbyteorder("=") != np.float32:
                 raise ValueError(f"{f}: state_dtype='{Q8}' needs float32 parameters (or "
@@ -84,11 +88,36 @@ def unsigned(opt, name) -> bool:
     return name in row.states and bool(row.q8 >> row.states.index(name) & 1)
 
 
-def new_state(opt, p, name, fill=0.0):
-    """A fresh state of parameter p: a State8bit (8-bit states, p at least
-    MIN_8BIT_SIZE elements), else an array of its dtype. None to let the
-    caller allocate the array."""
-    if not opt._q8 or p.size < MIN_8BIT_SIZE:
+def group_state_dtype(opt, f, where, value) -> str:
+    """A group's own ``state_dtype`` (in an optimizer with 8-bit states):
+    'float32' keeps the group's states in float32 (bitsandbytes'
+    ``optim_bits=32`` override, as for embeddings), 'int8-blockwise' is the
+    optimizer's; anything else raises ValueError."""
+    if not opt._q8:
+        raise ValueError(f"{f}: {where} sets 'state_dtype'; a group may keep float32 "
+                         f"states only in an optimizer with state_dtype='{Q8}'")
+    if isinstance(value, str) and value in ("float32", Q8):
+        return value
+    raise ValueError(f"{f}: {where}['state_dtype'] must be '{Q8}' or 'float32' (that "
+                     f"group's states kept in float32), got {value!r}")
+
+
+def eight(opt, group, p) -> bool:
+    """Are parameter p's states (of this group) 8-bit: state_dtype
+    'int8-blockwise' and not the group's 'float32', p of at least
+    MIN_8BIT_SIZE elements?"""
+    return opt._q8 and group.get("state_dtype") != "float32" and p.size >= MIN_8BIT_SIZE
+
+
+def eights(opt) -> list:
+    """:func:`eight` of every parameter, in the order of opt.params."""
+    return [eight(opt, g, p) for g in opt.param_groups for p in g["params"]]
+
+
+def new_state(opt, group, p, name, fill=0.0):
+    """A fresh state of parameter p of group: a State8bit (:func:`eight`),
+    else None to let the caller allocate an array of its dtype."""
+    if not eight(opt, group, p):
         return None
     if fill:
         return _q8.State8bit.quantize(np.full(p.shape, fill, np.float32),

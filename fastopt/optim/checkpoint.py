@@ -25,8 +25,9 @@ import zlib
 import numpy as np
 
 from .. import _npz, _q8
+from . import _states
 from ._checks import as_bool, native
-from ._states import MIN_8BIT_SIZE, Q8
+from ._states import Q8
 from ._states import apart as _apart  # states stored apart: raw words + a header tag
 from ._states import unsigned as _unsigned
 
@@ -86,12 +87,6 @@ def _copy(a):
     if isinstance(a, _q8.State8bit):
         return _q8.State8bit(a.codes.copy(), a.absmax.copy(), a.signed)
     return np.array(a, copy=True)
-
-
-def _eight(opt, p) -> bool:
-    """Are parameter p's states 8-bit (state_dtype "int8-blockwise", p at
-    least MIN_8BIT_SIZE elements)?"""
-    return opt._q8 and p.size >= MIN_8BIT_SIZE
 
 
 def saved_by(cls, name) -> bool:
@@ -182,8 +177,8 @@ def _check_state(opt, f, state) -> None:
             n = len(arrays) if isinstance(arrays, (list, tuple)) else "no list of"
             raise CheckpointError(f"{f}: the checkpoint has {n} {sname!r} arrays for "
                                   f"{len(params)} parameters")
-        for i, (a, p) in enumerate(zip(arrays, params)):
-            if _eight(opt, p):
+        for i, (a, p, eight) in enumerate(zip(arrays, params, _states.eights(opt))):
+            if eight:
                 _check_eight(opt, f, sname, i, p, a)
                 continue
             if not isinstance(a, np.ndarray):
@@ -507,8 +502,8 @@ def read_npz(opt, f, fh, params=None) -> tuple:
                 raise CheckpointError(
                     f"{f}: the file has no {absent[0]!r} entry ({len(absent)} of the "
                     f"{n} {sname!r} arrays missing)")
-            for i, (key, p) in enumerate(zip(keys, opt.params)):
-                if _eight(opt, p):
+            for i, (key, p, eight) in enumerate(zip(keys, opt.params, _states.eights(opt))):
+                if eight:
                     what = f"state {sname!r} of params[{i}]"
                     specs[key] = _codes_spec(f, what, p)
                     specs[key + ".absmax"] = _absmax_spec(f, what, p)
