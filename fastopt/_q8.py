@@ -132,7 +132,9 @@ def _check_rule(f, group, k, label) -> int:
 
 def beyond(row, used: int) -> str:
     """Options that use more states of rule row than have an 8-bit form,
-    said (the end of an error message)."""
+    said (the end of an error message). The first q8n names are the ones
+    with an 8-bit form: a rule that packs its states by options (RMSprop)
+    packs from s1, and only its s1 has one."""
     have = ", ".join(row.states[:row.q8n])
     return (f"use {used} states of {row.name.replace('_torch', '')}, and only {have} "
             f"ha{'s' if row.q8n == 1 else 've'} an 8-bit form; use float32 states with "

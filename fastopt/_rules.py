@@ -9,8 +9,8 @@ A row: the rule's name, the names of its states s1..s3 (for messages; the
 most a group of the rule may use), the smallest step count t its groups
 may have, whether its states may be stored apart from its parameters, and
 its 8-bit states (the slots on the unsigned map, and how many of its
-states have an 8-bit form: a group whose options use more keeps float
-states). A rule of TORCH_RULES also carries here, once for every front
+states, as a group packs them, have an 8-bit form: a group whose options
+use more cannot have 8-bit states). A rule of TORCH_RULES also carries here, once for every front
 end, its hyperparameters (torch's names, bounds and defaults) and the
 mapping from them to its C group (its TorchRule row).
 """

@@ -21,9 +21,10 @@
  * Q8 -1 if its states cannot be 8-bit blockwise, else the slots on the
  * unsigned map (bit k: s(k+1); the others on the signed map), as
  * bitsandbytes keeps them: Adam's second moment unsigned, every one-state
- * rule's buffer signed; Q8N how many of its states (s1 on) have an 8-bit
- * form, 0 with Q8 -1: a group whose options use more (amsgrad's maximum,
- * RMSprop's momentum buffer or centred average) keeps float states.
+ * rule's buffer signed; Q8N how many of its states (s1 on, as a group
+ * packs them) have an 8-bit form, 0 with Q8 -1: a group whose options use
+ * more (amsgrad's maximum, RMSprop's momentum buffer or centred average)
+ * cannot have 8-bit states (the step declines it).
  */
 #define FO_RULE_TABLE(X) \
     X(MOMENTUM, 1, 0, 1, -1, 0)       /* ONNX Momentum      s1 = V */ \

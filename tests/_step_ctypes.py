@@ -14,7 +14,7 @@ import numpy as np
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src_c")
 # The extension's arithmetic (no fast-math, no contraction into FMA), so the
-# same bits, at -O2: step.c compiles in ~16 s instead of ~80 s at -O3, and
+# same bits, at -O2: step.c compiles several times faster than at -O3, and
 # test_q8.py's comparison of this build with the extension checks that the
 # bits do not depend on the optimization level.
 CFLAGS = ["-O2", "-fno-math-errno", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]

@@ -338,6 +338,32 @@ def test_the_core_refuses_8bit_states_without_absmax_or_for_another_rule():
     assert (x != 1).all() and am.all() and av.all()
 
 
+def test_the_core_declines_options_whose_states_have_no_8bit_form():
+    """Under the checks, the core itself: amsgrad's maximum, RMSprop's
+    momentum buffer or centred average held 8-bit decline (None) with
+    nothing written (FO_RULE_TABLE's Q8N against the states the group
+    uses); RMSprop with neither steps."""
+    from fastopt import _step
+    x, g = np.ones(600, F32), np.ones(600, F32)
+    s = [np.zeros(600, np.uint8) for _ in range(3)]
+    a = [np.zeros(3, F32) for _ in range(3)]
+    tail = (1.0, 0.0, 0.0, 0, 0, False, 2)
+    amsgrad = _step.group_tuple(_rules.ID["adamw_torch"], t=1, lr=0.1, alpha=0.9, beta=0.999,
+                                eps=1e-8, flags=_rules.AMSGRAD)
+    rms = dict(t=1, lr=0.01, alpha=0.99, eps=1e-8)
+    momentum = _step.group_tuple(_rules.ID["rmsprop_torch"], beta=0.9, **rms)
+    centred = _step.group_tuple(_rules.ID["rmsprop_torch"], flags=_rules.CENTERED, **rms)
+    for group, n in ((amsgrad, 3), (momentum, 2), (centred, 2)):
+        states = tuple((s[k],) if k < n else (None,) for k in range(3))
+        absmax = ((tuple(a[k] if k < n else None for k in range(3))),)
+        assert _ext.step((x,), (g,), *states, (0,), (group,), *tail, absmax=absmax) is None
+        assert (x == 1).all() and not any(t.any() for t in s + a)
+    plain = _step.group_tuple(_rules.ID["rmsprop_torch"], **rms)
+    assert _ext.step((x,), (g,), (s[0],), (None,), (None,), (0,), (plain,), *tail,
+                     absmax=((a[0], None, None),)) is not None
+    assert (x != 1).all() and a[0].all()
+
+
 def test_8bit_states_give_the_same_bits_when_the_pool_splits_them(lib, tmp_path):
     """The C driver (the session's ctypes build, tests/conftest.py) through
     a copy of the library that pools every call (tests/_step_ctypes.py): a

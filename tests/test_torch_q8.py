@@ -220,13 +220,13 @@ def test_training_with_8bit_states_reaches_the_float32_loss():
     (lambda ps: ft.AdamW8bit(ps, amsgrad=True), ValueError, "amsgrad=True has no 8-bit form"),
     (lambda ps: ft.AdamW8bit(ps, is_paged=True), ValueError, "is_paged=True"),
     (lambda ps: ft.AdamW8bit(ps, args=object()), ValueError, "args"),
-    (lambda ps: ft.AdamW8bit(ps, optim_bits=4), ValueError, "optim_bits must be 32"),
+    (lambda ps: ft.AdamW8bit(ps, optim_bits=4), ValueError, "optim_bits must be 8 or 32"),
     (lambda ps: ft.AdamW8bit(ps, min_8bit_size=-1), ValueError, "min_8bit_size"),
     (lambda ps: ft.RMSprop8bit(ps, momentum=0.9), ValueError,
      r"param_groups\[0\] use 2 states of rmsprop, and only square_avg has an 8-bit form"),
     (lambda ps: ft.RMSprop8bit(ps, centered=True), ValueError, "use 2 states of rmsprop"),
     (lambda ps: ft.AdamW(ps, amsgrad=True, state_dtype=Q8), ValueError,
-     "use 3 states of adam, and only exp_avg, exp_avg_sq have"),
+     "use 3 states of adamw, and only exp_avg, exp_avg_sq have"),
     (lambda ps: ft.Lion8bit(ps, is_paged=True), ValueError, "is_paged=True"),
     (lambda ps: ft.Adagrad8bit(ps, optim_bits=16), ValueError, "optim_bits"),
     (lambda ps: ft.SGD8bit(ps, 0.1, momentum=0.9, args={}), ValueError, "args"),
@@ -323,9 +323,35 @@ def test_a_group_may_keep_float32_states():
     st = opt.state[ps[2]]
     assert st["exp_avg"].dtype == torch.float32 and "exp_avg_absmax" not in st
     np.testing.assert_array_equal(st["max_exp_avg_sq"].numpy(), st32[2])
-    other = ft.AdamW([{"params": ps[:2]}, {"params": ps[2:]}], lr=1e-2, state_dtype=Q8)
-    other.load_state_dict(opt.state_dict())
+    qs = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    other = ft.AdamW([{"params": qs[:2]}, {"params": qs[2:]}], lr=1e-2, state_dtype=Q8)
+    other.load_state_dict(copy.deepcopy(opt.state_dict()))
     assert other.param_groups[1]["state_dtype"] == "float32"
+    assert other.state[qs[2]]["exp_avg"].dtype == torch.float32
+    for params, o in ((ps, opt), (qs, other)):
+        for p, g in zip(params, _grads(params, 9)):
+            p.grad = g
+        o.step()
+    for p, q in zip(ps, qs):
+        assert torch.equal(p, q)
+
+
+def test_a_group_edited_to_options_without_8bit_states_is_refused_at_the_step():
+    """amsgrad turned on in an 8-bit group after construction: the step
+    raises, with nothing written (the constructor's check, again)."""
+    ps = _params()
+    opt = ft.AdamW8bit(ps)
+    for p, g in zip(ps, _grads(ps, 1)):
+        p.grad = g
+    opt.step()
+    opt.param_groups[0]["amsgrad"] = True
+    before = [p.detach().clone() for p in ps]
+    codes = opt.state[ps[2]]["exp_avg"].clone()
+    keys = set(opt.state[ps[2]])
+    with pytest.raises(ValueError, match="use 3 states of adamw"):
+        opt.step()
+    assert all(torch.equal(p, b) for p, b in zip(ps, before))
+    assert torch.equal(opt.state[ps[2]]["exp_avg"], codes) and set(opt.state[ps[2]]) == keys
 
 
 @pytest.mark.parametrize("value", ["bfloat16", torch.bfloat16, 32, "int8"])

@@ -146,8 +146,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         self._flat = None       # the flat layout (_flat.FlatLayout), with flat=True
         self._checked(name, defaults, None)
         super().__init__(params, defaults)
-        if self._mixed.q8:
-            _q8.check_groups(name, self)
+        _q8.check_groups(name, self)
         if flat:
             _check_flat(name, [g["params"] for g in self.param_groups])
             self._flat = _flat.FlatLayout()
@@ -318,7 +317,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         for gi, group in enumerate(self.param_groups):
             h = self._checked(f, group, gi)
             fields, names = self._group_fields(h)
-            group8 = mixed.q8 and _q8.group_eight(f, gi, group)
+            group8 = _q8.group_eight(f, gi, group, mixed.q8)
             first, pos = pos, pos + len(group["params"])
             for i, p in enumerate(group["params"]):
                 if p.grad is None:

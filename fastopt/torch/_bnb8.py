@@ -23,8 +23,8 @@ def _bnb_args(f, optim_bits, args, min_8bit_size, is_paged=False, amsgrad=False)
     if amsgrad:
         raise ValueError(f"{f}: amsgrad=True has no 8-bit form (bitsandbytes refuses it too)")
     if optim_bits not in (8, 32) or isinstance(optim_bits, bool):
-        raise ValueError(f"{f}: optim_bits must be 32 (the default; the states are 8-bit "
-                         f"either way) or 8, got {optim_bits!r}")
+        raise ValueError(f"{f}: optim_bits must be 8 or 32 (the states are 8-bit either "
+                         f"way), got {optim_bits!r}")
     if args is not None:
         raise ValueError(f"{f}: args (bitsandbytes' config object) is not supported; pass "
                          f"the arguments themselves")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import _rules
+from .. import _rules, _step
 from .._q8 import BLOCK, State8bit, beyond, blocks, dynamic_map
 
 #: state_dtype's name of 8-bit states, and the suffix of an absmax's key
@@ -35,25 +35,33 @@ def unsigned(row: str, k: int) -> bool:
 
 def check_groups(f, opt) -> None:
     """Each group's ``state_dtype`` is valid (:func:`group_eight`) and an
-    8-bit group's options use no more states than opt's rule has 8-bit
-    forms of (its row's q8n), or raise (at construction; a step checks the
+    8-bit group's options use no more states than its rule has 8-bit forms
+    of (the row's q8n), or raise (at construction; a step checks the
     groups it is given again)."""
-    row = _rules.RULES[_rules.ID[opt._ROW]]
-    for gi, h in enumerate(opt.param_groups):
-        used = len(opt._group(h)[1])
-        if group_eight(f, gi, h) and used > row.q8n:
+    for gi, group in enumerate(opt.param_groups):
+        if not group_eight(f, gi, group, opt._mixed.q8):
+            continue
+        fields, _ = opt._group_fields(opt._checked(f, group, gi))
+        used = _rules.needs(_step.group_tuple(t=1, **fields))
+        row = _rules.RULES[fields["rule"]]
+        if used > row.q8n:
             raise ValueError(f"{f}: state_dtype='{Q8}': the options of param_groups[{gi}] "
                              f"{beyond(row, used)}")
 
 
-def group_eight(f, gi, group) -> bool:
-    """Does group gi keep 8-bit states? Its ``state_dtype`` absent, None or
-    'int8-blockwise': yes; 'float32' or torch.float32: no, its states are
-    float32 (bitsandbytes' per-parameter ``optim_bits=32`` override, as for
-    its StableEmbedding); anything else raises ValueError."""
+def group_eight(f, gi, group, q8: bool) -> bool:
+    """Does group gi keep 8-bit states (q8: the optimizer keeps them)? Its
+    ``state_dtype`` absent, None or 'int8-blockwise': as the optimizer;
+    'float32' or torch.float32: no, its states are float32 (bitsandbytes'
+    per-parameter ``optim_bits=32`` override, as for its StableEmbedding).
+    Another value, or the key in an optimizer without 8-bit states, raises
+    ValueError."""
     dt = group.get("state_dtype")
+    if dt is not None and not q8:
+        raise ValueError(f"{f}: param_groups[{gi}] sets 'state_dtype'; a group may keep "
+                         f"float32 states only in an optimizer with state_dtype='{Q8}'")
     if dt is None or (isinstance(dt, str) and dt == Q8):
-        return True
+        return q8
     if dt is torch.float32 or (isinstance(dt, str) and dt == "float32"):
         return False
     raise ValueError(f"{f}: param_groups[{gi}]['state_dtype'] must be '{Q8}' or 'float32' "
@@ -121,6 +129,10 @@ def from_bitsandbytes(opt, state_dict):
     bitsandbytes' dynamic one raises ValueError."""
     if not isinstance(state_dict, dict) or not isinstance(state_dict.get("state"), dict):
         return state_dict
+    groups = state_dict.get("param_groups")
+    if isinstance(groups, list):
+        groups = [_group_from_bnb(opt, g) if isinstance(g, dict) else g for g in groups]
+        state_dict = {**state_dict, "param_groups": groups}
     states = state_dict["state"]
     if not any(isinstance(s, dict) and ("state1" in s or BNB_NESTED in s)
                for s in states.values()):
@@ -148,22 +160,20 @@ def from_bitsandbytes(opt, state_dict):
         if isinstance(new.get("step"), (int, float)):      # bitsandbytes counts in an int
             new["step"] = torch.tensor(float(new["step"]))
         out[i] = new
-    groups = state_dict.get("param_groups")
-    if isinstance(groups, list):
-        groups = [_group_from_bnb(opt, g) if isinstance(g, dict) else g for g in groups]
-    return {**state_dict, "state": out, "param_groups": groups}
+    return {**state_dict, "state": out}
 
 
 def _group_from_bnb(opt, g: dict) -> dict:
     """One of bitsandbytes' groups with this rule's hyperparameters under
-    their own names (BNB_BETAS; those the group has already are kept)."""
+    their own names (BNB_BETAS; bitsandbytes' betas win over the names'
+    values, which a state dict made by :func:`to_bitsandbytes` holds too).
+    Another group has no betas, or not of these rows, and is kept."""
     names = BNB_BETAS.get(opt._ROW)
     g = dict(g)
     if names is not None and "betas" in g:
         betas = g.pop("betas")
         if isinstance(betas, (tuple, list)):
-            for k, v in zip(names, betas):
-                g.setdefault(k, v)
+            g.update(zip(names, betas))
     if "eps" not in opt.defaults:
         g.pop("eps", None)
     return g
