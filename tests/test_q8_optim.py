@@ -308,3 +308,9 @@ def test_the_digits_mlp_trained_with_8bit_adamw_is_as_accurate_as_with_float32()
     f32 = np.mean([accuracy(None, seed) for seed in range(1, 6)])
     q8 = np.mean([accuracy(Q8, seed) for seed in range(1, 6)])
     assert f32 > 0.97 and q8 >= f32 - 0.005, (f32, q8)
+
+
+def test_an_unknown_group_key_names_state_dtype_among_those_taken():
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['state_dtypes'\]; AdamW takes "
+                                         r"\[.*'schedule', 'state_dtype'\]"):
+        fastopt.optim.AdamW([{"params": _params(), "state_dtypes": "float32"}], state_dtype=Q8)

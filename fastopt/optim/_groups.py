@@ -39,9 +39,10 @@ def make_groups(opt, f, params):
         n += len(ps)
         unknown = set(group) - set(opt._HYPER) - {"params", "schedule", "state_dtype"}
         if unknown:
+            takes = sorted(opt._HYPER) + ["schedule"] + (["state_dtype"] if opt._q8 else [])
             raise ValueError(
                 f"{f}: {where} has unknown key(s) {sorted(unknown)}; "
-                f"{type(opt).__name__} takes {sorted(opt._HYPER) + ['schedule']}")
+                f"{type(opt).__name__} takes {takes}")
         full = {"params": tuple(ps)}
         for k in keys:
             full[k] = group.get(k, opt.defaults[k])
