@@ -55,6 +55,7 @@ A session hook adds a machine description (CPU model from /proc/cpuinfo,
 cores, python/numpy/torch versions) to the saved JSON under
 ``fastopt_machine``.
 """
+import atexit
 import ctypes
 import math
 import os
@@ -87,6 +88,7 @@ def _compile_probe():
     if shutil.which(cc) is None:
         return None, f"no C compiler ({cc})"
     out_dir = tempfile.mkdtemp(prefix="fastopt-ceiling-")
+    atexit.register(shutil.rmtree, out_dir, True)     # (the loaded library stays mapped)
     lib = os.path.join(out_dir, "ceiling.so")
     base = [cc, "-O3", "-fPIC", "-shared",
             os.path.join(HERE, os.pardir, "src_c", "ceiling.c"), "-o", lib]

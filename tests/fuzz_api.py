@@ -407,9 +407,14 @@ _TMP = []
 
 
 def _tmpdir():
+    """The fuzzer's scratch directory for checkpoints, made once and removed
+    when the process exits."""
     if not _TMP:
+        import atexit
+        import shutil
         import tempfile
         _TMP.append(tempfile.mkdtemp(prefix="fastopt-fuzz-"))
+        atexit.register(shutil.rmtree, _TMP[0], True)
     return _TMP[0]
 
 
