@@ -130,6 +130,24 @@ def _check_rule(f, group, k, label) -> int:
     return row.q8
 
 
+def group_keeps_8bit(f, where, value, q8: bool) -> bool:
+    """Does a parameter group whose ``state_dtype`` is value keep 8-bit
+    states, in an optimizer that keeps them (q8) or not? None or
+    'int8-blockwise': as the optimizer; 'float32': no, its states are
+    float32 (bitsandbytes' ``optim_bits=32`` override, as for embeddings).
+    Another value, or one given to an optimizer without 8-bit states,
+    raises ValueError (where: the group, e.g. "param_groups[1]")."""
+    if value is None:
+        return q8
+    if not q8:
+        raise ValueError(f"{f}: {where} sets 'state_dtype'; a group may keep float32 "
+                         f"states only in an optimizer with state_dtype='int8-blockwise'")
+    if isinstance(value, str) and value in ("float32", "int8-blockwise"):
+        return value != "float32"
+    raise ValueError(f"{f}: {where}['state_dtype'] must be 'int8-blockwise' or 'float32' "
+                     f"(that group's states kept in float32), got {value!r}")
+
+
 def beyond(row, used: int) -> str:
     """Options that use more states of rule row than have an 8-bit form,
     said (the end of an error message). The first q8n names are the ones

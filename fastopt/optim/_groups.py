@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _dtypes
+from .. import _dtypes, _q8
 from .._groups import group_params
 from ._checks import order
-from ._states import dtype_of, group_state_dtype, new_state
+from ._states import dtype_of, new_state
 
 _ALIGN = 64  # bytes: state views in the optional arena start on cache lines
 _FLOATS = _dtypes.NUMPY
@@ -55,7 +55,8 @@ def make_groups(opt, f, params):
             full["lr"] = None
         checked = opt._check_group(f, full, where)
         if "state_dtype" in group:      # (not a hyperparameter: how its states are kept)
-            checked["state_dtype"] = group_state_dtype(opt, f, where, group["state_dtype"])
+            _q8.group_keeps_8bit(f, where, group["state_dtype"], opt._q8)     # (checked)
+            checked["state_dtype"] = group["state_dtype"]
         groups.append(checked)
     if n == 0:
         raise ValueError(f"{f}: params is empty; give at least one parameter")

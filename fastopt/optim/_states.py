@@ -64,7 +64,7 @@ def check_q8(opt, f) -> None:
                          f"{type(opt).__name__} (8-bit states: the rules {takes})")
     rule = _rules.RULES[_rules.ID[row]]
     for gi, group in enumerate(opt.param_groups):
-        if group.get("state_dtype") == "float32":
+        if not group_eight(opt, group):
             continue
         for i, p in enumerate(group["params"]):
             if p.dtype.newbyteorder("=") != np.float32:
@@ -88,25 +88,17 @@ def unsigned(opt, name) -> bool:
     return name in row.states and bool(row.q8 >> row.states.index(name) & 1)
 
 
-def group_state_dtype(opt, f, where, value) -> str:
-    """A group's own ``state_dtype`` (in an optimizer with 8-bit states):
-    'float32' keeps the group's states in float32 (bitsandbytes'
-    ``optim_bits=32`` override, as for embeddings), 'int8-blockwise' is the
-    optimizer's; anything else raises ValueError."""
-    if not opt._q8:
-        raise ValueError(f"{f}: {where} sets 'state_dtype'; a group may keep float32 "
-                         f"states only in an optimizer with state_dtype='{Q8}'")
-    if isinstance(value, str) and value in ("float32", Q8):
-        return value
-    raise ValueError(f"{f}: {where}['state_dtype'] must be '{Q8}' or 'float32' (that "
-                     f"group's states kept in float32), got {value!r}")
+def group_eight(opt, group) -> bool:
+    """Does the group keep 8-bit states (the optimizer's state_dtype, unless
+    the group's own says 'float32'; checked when the groups were made)?"""
+    return _q8.group_keeps_8bit(opt._fname(), "a parameter group", group.get("state_dtype"),
+                                opt._q8)
 
 
 def eight(opt, group, p) -> bool:
-    """Are parameter p's states (of this group) 8-bit: state_dtype
-    'int8-blockwise' and not the group's 'float32', p of at least
-    MIN_8BIT_SIZE elements?"""
-    return opt._q8 and group.get("state_dtype") != "float32" and p.size >= MIN_8BIT_SIZE
+    """Are parameter p's states (of this group) 8-bit: :func:`group_eight`,
+    p of at least MIN_8BIT_SIZE elements?"""
+    return group_eight(opt, group) and p.size >= MIN_8BIT_SIZE
 
 
 def eights(opt) -> list:

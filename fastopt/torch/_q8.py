@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .. import _rules, _step
-from .._q8 import BLOCK, State8bit, beyond, blocks, dynamic_map
+from .._q8 import BLOCK, State8bit, beyond, blocks, dynamic_map, group_keeps_8bit
 
 #: state_dtype's name of 8-bit states, and the suffix of an absmax's key
 Q8 = "int8-blockwise"
@@ -51,21 +51,11 @@ def check_groups(f, opt) -> None:
 
 def group_eight(f, gi, group, q8: bool) -> bool:
     """Does group gi keep 8-bit states (q8: the optimizer keeps them)? Its
-    ``state_dtype`` absent, None or 'int8-blockwise': as the optimizer;
-    'float32' or torch.float32: no, its states are float32 (bitsandbytes'
-    per-parameter ``optim_bits=32`` override, as for its StableEmbedding).
-    Another value, or the key in an optimizer without 8-bit states, raises
-    ValueError."""
+    ``state_dtype`` as fastopt._q8.group_keeps_8bit takes it, torch.float32
+    too (raises ValueError)."""
     dt = group.get("state_dtype")
-    if dt is not None and not q8:
-        raise ValueError(f"{f}: param_groups[{gi}] sets 'state_dtype'; a group may keep "
-                         f"float32 states only in an optimizer with state_dtype='{Q8}'")
-    if dt is None or (isinstance(dt, str) and dt == Q8):
-        return q8
-    if dt is torch.float32 or (isinstance(dt, str) and dt == "float32"):
-        return False
-    raise ValueError(f"{f}: param_groups[{gi}]['state_dtype'] must be '{Q8}' or 'float32' "
-                     f"(that group's states kept in float32), got {dt!r}")
+    return group_keeps_8bit(f, f"param_groups[{gi}]", "float32" if dt is torch.float32 else dt,
+                            q8)
 
 
 def eight(mixed, p, group8: bool) -> bool:
