@@ -97,6 +97,44 @@ def build(outdir):
     return lib
 
 
+def build_q8(outdir, portable):
+    """src_c/q8.c alone (the 8-bit blocks' store and widening), built into
+    outdir at the extension's arithmetic, with FO_NO_CLONES where portable
+    (the plain C loops only: no AVX-512F search); the loaded library, or
+    None without a C compiler."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        return None
+    name = "libfo_q8_portable.so" if portable else "libfo_q8.so"
+    so = os.path.join(outdir, name)
+    flags = [f for f in CFLAGS if f != "-fopenmp"] + (["-DFO_NO_CLONES"] if portable else [])
+    subprocess.run([cc] + flags + ["-I", SRC, "-o", so, os.path.join(SRC, "q8.c"), "-lm"],
+                   check=True)
+    lib = ct.CDLL(so)
+    lib.fo_q8_store.argtypes = [ct.c_void_p, ct.c_int64, ct.c_int32, ct.c_void_p,
+                                ct.c_void_p]
+    lib.step_q8_widen.argtypes = [ct.c_int32, ct.c_int64, ct.c_void_p, ct.c_float,
+                                  ct.c_void_p]
+    return lib
+
+
+def q8_store(lib, v, kind):
+    """fo_q8_store of float32 v: (codes, absmax)."""
+    v = np.ascontiguousarray(v, np.float32)
+    c = np.zeros(v.size, np.uint8)
+    a = np.zeros((v.size + 255) // 256, np.float32)
+    assert lib.fo_q8_store(_ptr(v), v.size, kind, _ptr(c), _ptr(a)) == 0
+    return c, a
+
+
+def q8_widen(lib, kind, codes, absmax):
+    """step_q8_widen of one block's codes: map[code] * absmax, float32."""
+    c = np.ascontiguousarray(codes, np.uint8)
+    out = np.empty(c.size, np.float32)
+    lib.step_q8_widen(kind, c.size, _ptr(c), absmax, _ptr(out))
+    return out
+
+
 class ThreadStats(ct.Structure):
     """fo_thread_stats."""
     _fields_ = [("serial_calls", ct.c_int64), ("parallel_calls", ct.c_int64),

@@ -77,6 +77,45 @@ def test_a_block_is_stored_as_the_reference_stores_it():
             np.testing.assert_array_equal(a, ra)
 
 
+def test_the_avx512_and_the_portable_loops_give_the_same_bits(tmp_path):
+    """src_c/q8.c searches and widens with AVX-512F intrinsics where the CPU
+    has them and with plain C loops elsewhere (or built with FO_NO_CLONES):
+    both give the same codes, absmax and widened values, on blocks with
+    ties, values a float either side of every midpoint, NaN, infinities,
+    zeros of both signs, subnormals, and short blocks."""
+    if "AVX-512" not in fastopt.config()["isa_active"]:
+        pytest.skip("this CPU has no AVX-512F: the portable loops are the only ones")
+    import _step_ctypes as cs
+    simd, plain = cs.build_q8(str(tmp_path), False), cs.build_q8(str(tmp_path), True)
+    if simd is None:
+        pytest.skip("no C compiler")
+    rng = np.random.default_rng(21)
+    blocks = _awkward_blocks(rng)
+    for code in (SIGNED, UNSIGNED):
+        mids = (code[:-1] + code[1:]) * F32(0.5)
+        for scale in (F32(3.0), F32(1e-30), F32(7e30)):
+            v = np.concatenate([mids, np.nextafter(mids, F32(-2)), np.nextafter(mids, F32(2)),
+                                code, -code]).astype(F32) * scale
+            blocks += [np.concatenate([[scale], v[i:i + 255]]) for i in range(0, v.size, 255)]
+    blocks += [(rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)).astype(F32)
+               for n in (1, 15, 16, 17, 257, 1000, 20000)]
+    for v in blocks:
+        for kind in (0, 1):
+            vv = np.ascontiguousarray(v if kind == 0 else np.abs(v))
+            c, a = cs.q8_store(simd, vv, kind)
+            pc, pa = cs.q8_store(plain, vv, kind)
+            np.testing.assert_array_equal(c, pc)
+            np.testing.assert_array_equal(a.view(np.uint32), pa.view(np.uint32))
+            np.testing.assert_array_equal(c, _ext.q8_store(vv, kind)[0])
+    every = np.arange(256, dtype=np.uint8)
+    for kind in (0, 1):
+        for n in (256, 100, 16, 7):
+            for absmax in (F32(1.5), F32(3e-39), F32(np.inf), F32(np.nan)):
+                np.testing.assert_array_equal(
+                    cs.q8_widen(simd, kind, every[-n:], absmax).view(np.uint32),
+                    cs.q8_widen(plain, kind, every[-n:], absmax).view(np.uint32))
+
+
 def test_quantize_and_dequantize_are_the_formats():
     rng = np.random.default_rng(4)
     v = (rng.standard_normal((33, 40)) * 1e-3).astype(F32)
