@@ -51,7 +51,7 @@ def tables():
             "grads": alone, "states": states, "step_extra": FO_STEP_EXTRA,
             "q8_block": FO_Q8_BLOCK,
             "key_step": FO_KEY_STEP, "round_nearest": FO_STEP_ROUND_NEAREST,
-            "round_stochastic": FO_STEP_ROUND_STOCHASTIC}
+            "round_stochastic": FO_STEP_ROUND_STOCHASTIC, "decay_after": FO_STEP_DECAY_AFTER}
 
 
 def convert(cnp.ndarray src, cnp.ndarray dst):

@@ -147,6 +147,7 @@ cdef extern from "fastopt.h" nogil:
     int FO_Q8_BLOCK
     int FO_STEP_ROUND_NEAREST
     int FO_STEP_ROUND_STOCHASTIC
+    int FO_STEP_DECAY_AFTER
     int FO_STEP_FLAGS
     int FO_STEP_EXTRA
 

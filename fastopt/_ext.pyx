@@ -63,7 +63,7 @@ from fastopt._cfastopt cimport (
     fo_step_result, fo_step_tensor, FO_N_RULES, FO_N_DTYPES, FO_STEP_FLAGS, FO_STEP_EXTRA,
     fo_rule_info, fo_rule_facts, fo_dtype_name, fo_dtype_size, fo_pair, fo_grad_pair,
     fo_copy_ok, fo_spair, fo_convert, fo_round_stochastic, FO_KEY_STEP, FO_STEP_ROUND_NEAREST,
-    FO_STEP_ROUND_STOCHASTIC, FO_Q8, FO_Q8_BLOCK, fo_q8_map, fo_q8_store)
+    FO_STEP_ROUND_STOCHASTIC, FO_STEP_DECAY_AFTER, FO_Q8, FO_Q8_BLOCK, fo_q8_map, fo_q8_store)
 
 import numpy as np
 

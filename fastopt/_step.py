@@ -373,6 +373,20 @@ def rounding_flags(f, state_rounding) -> int:
     return ROUNDING[state_rounding]
 
 
+#: decay_mode's values -> the group flags (FO_STEP_DECAY_AFTER, fastopt.h)
+DECAY_MODES = {"torch": 0, "bnb": _ext.tables()["decay_after"]}
+
+
+def decay_flags(f, decay_mode, label="decay_mode") -> int:
+    """The group flags of Adam's and AdamW's decay_mode (raises ValueError
+    naming label): 'torch' decays before the update (torch's AdamW), 'bnb'
+    after it (bitsandbytes' CUDA kernels, for its Adam and AdamW alike)."""
+    if not isinstance(decay_mode, str) or decay_mode not in DECAY_MODES:
+        raise ValueError(f"{f}: {label} must be 'torch' (the weight decay before the "
+                         f"update) or 'bnb' (after it), got {decay_mode!r}")
+    return DECAY_MODES[decay_mode]
+
+
 #: the stride of the stochastic rounding keys (FO_KEY_STEP, src_c/fastopt.h)
 KEY_STEP = _ext.tables()["key_step"]
 

@@ -31,6 +31,7 @@ from ._step import (
     as_list,
     check_norm_type,
     check_options,
+    decay_flags,
     group_tuple,
     run_form,
     step_count,
@@ -194,7 +195,10 @@ def _adam_form(f, rule, a):
     amsgrad = a["amsgrad"]
     if amsgrad and a["max_exp_avg_sqs"] is None:
         raise ValueError(f"{f}: amsgrad=True needs max_exp_avg_sqs")
-    flags = (AMSGRAD if amsgrad else 0) | (MAXIMIZE if a["maximize"] else 0)
+    flags = ((AMSGRAD if amsgrad else 0) | (MAXIMIZE if a["maximize"] else 0)
+             | decay_flags(f, a.get("decay_mode", "torch")))
+    if flags & decay_flags(f, "bnb"):
+        rule = RULES["adamw_torch"]     # bitsandbytes' Adam decays as its AdamW
     group = group_tuple(rule, t=t, lr=lr, alpha=b1, beta=b2, eps=eps, decay=wd, flags=flags)
     states = (a["exp_avgs"], a["exp_avg_sqs"], a["max_exp_avg_sqs"] if amsgrad else None)
     return run_form(f, a, states, group, ("exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"))
@@ -204,6 +208,7 @@ def adamw(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
           exp_avg_sqs: ArrayOrList, *, lr: float = 1e-3, betas=(0.9, 0.999),
           eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False,
           maximize: bool = False, step: int, max_exp_avg_sqs: ArrayOrList | None = None,
+          decay_mode: str = "torch",
           grad_scale=None, max_grad_norm=None, norm_type=2.0, clip_convention="torch",
           clip_value=None, skip_if_nonfinite=False,
           param_copies=None, state_rounding="auto", seed=0,
@@ -243,6 +248,10 @@ def adamw(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
         first call.
     max_exp_avg_sqs : ndarray or list, optional
         Required with amsgrad (start from zeros).
+    decay_mode : {"torch", "bnb"}, default "torch"
+        Where the decay multiplies the parameter: "torch" before the update
+        (above), "bnb" after it, as bitsandbytes' CUDA kernels do (``x = (x
+        + update) * (1 - lr * weight_decay)``; the update unchanged).
     """
     return _adam_form("fastopt.adamw", RULES["adamw_torch"], locals())
 
@@ -251,8 +260,9 @@ def adam(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
          exp_avg_sqs: ArrayOrList, *, lr: float = 1e-3, betas=(0.9, 0.999),
          eps: float = 1e-8, weight_decay: float = 0, amsgrad: bool = False,
          maximize: bool = False, decoupled_weight_decay: bool = False, step: int,
-         max_exp_avg_sqs: ArrayOrList | None = None, grad_scale=None, max_grad_norm=None,
-         norm_type=2.0, clip_convention="torch", clip_value=None,
+         max_exp_avg_sqs: ArrayOrList | None = None, decay_mode: str = "torch",
+         grad_scale=None, max_grad_norm=None, norm_type=2.0, clip_convention="torch",
+         clip_value=None,
          skip_if_nonfinite=False, param_copies=None, state_rounding="auto", seed=0,
          n_threads: int | None = None) -> StepInfo:
     """torch.optim.Adam's update (torch's epsilon placement), in place.
@@ -260,8 +270,10 @@ def adam(params: ArrayOrList, grads: ArrayOrList, exp_avgs: ArrayOrList,
     As :func:`adamw`, but weight decay is L2: ``u = u + weight_decay * x``
     before the moments (and the default weight_decay is 0), unless
     ``decoupled_weight_decay=True``, which makes it :func:`adamw` (as in
-    torch). The ONNX operator, which adds epsilon before the bias
-    correction and counts ``t`` its own way, is :func:`fastopt.onnx_adam`.
+    torch), or ``decay_mode="bnb"``, which makes it :func:`adamw` with
+    ``decay_mode="bnb"`` (bitsandbytes' CUDA kernels decay its Adam so). The
+    ONNX operator, which adds epsilon before the bias correction and counts
+    ``t`` its own way, is :func:`fastopt.onnx_adam`.
 
     Examples
     --------

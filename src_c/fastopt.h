@@ -280,7 +280,10 @@ extern "C" {
  * float16 states (of float16 parameters) need FO_STEP_ROUND_NEAREST. */
 #define FO_STEP_ROUND_NEAREST 16
 #define FO_STEP_ROUND_STOCHASTIC 32
-#define FO_STEP_FLAGS 63         /* every flag: a group's flags are within it */
+/* AdamW torch: the decoupled decay multiplies x after the update instead of
+ * before it (bitsandbytes' CUDA kernels' order); the update is unchanged. */
+#define FO_STEP_DECAY_AFTER 64
+#define FO_STEP_FLAGS 127        /* every flag: a group's flags are within it */
 
 /* Clipping by the global norm. */
 #define FO_CLIP_NONE 0

@@ -141,6 +141,8 @@ def _calls():
          dict(step=3, lr=1e-2, weight_decay=0.1)),
         ("adam", fastopt.adam, ["exp_avgs", "exp_avg_sqs"],
          dict(step=5, lr=1e-2, weight_decay=0.1, eps=1e-6)),
+        ("adamw bnb", fastopt.adamw, ["exp_avgs", "exp_avg_sqs"],
+         dict(step=3, lr=1e-2, weight_decay=0.1, decay_mode="bnb")),
         ("sgd", fastopt.sgd, ["momentum_buffers"],
          dict(step=3, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
         ("adagrad", fastopt.adagrad, ["state_sums"], dict(step=3, lr=0.1, lr_decay=0.01)),

@@ -34,6 +34,9 @@ def _grads(rng):
 CASES = [
     ("AdamW", dict(lr=1e-2, weight_decay=0.1), fastopt.adamw, ("exp_avg", "exp_avg_sq"),
      lambda t: dict(step=t, lr=1e-2, weight_decay=0.1)),
+    ("AdamW bnb", dict(lr=1e-2, weight_decay=0.1, decay_mode="bnb"), fastopt.adamw,
+     ("exp_avg", "exp_avg_sq"), lambda t: dict(step=t, lr=1e-2, weight_decay=0.1,
+                                               decay_mode="bnb")),
     ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True), fastopt.sgd, ("momentum_buffer",),
      lambda t: dict(step=t, lr=0.1, momentum=0.9, nesterov=True)),
     ("Adagrad", dict(lr=0.1, initial_accumulator_value=0.5), fastopt.adagrad, ("sum",),
@@ -47,6 +50,7 @@ CASES = [
 def test_an_optimizer_with_8bit_states_steps_as_the_function(name, hyper, fn, states, kw):
     rng = np.random.default_rng(1)
     xs = _params()
+    name = name.split()[0]
     opt = getattr(fastopt.optim, name)(xs, **hyper, state_dtype=Q8)
     assert opt.state_dtype == Q8
     st = opt.state

@@ -67,20 +67,24 @@ def _check(xs, gs, states, group, opts, run):
 @pytest.mark.parametrize("opts", OPTS)
 @pytest.mark.parametrize("amsgrad", [False, True])
 @pytest.mark.parametrize("fn", ["adamw", "adam_torch"])
-def test_adam_forms(opts, amsgrad, fn):
+@pytest.mark.parametrize("decay_mode", ["torch", "bnb"])
+def test_adam_forms(opts, amsgrad, fn, decay_mode):
+    """decay_mode "bnb" moves the decoupled decay after the update, and makes
+    Adam's decay decoupled (bitsandbytes' CUDA order for both)."""
     xs, gs = _data(1, opts.get("grad_scale", 1.0))
     states = [[np.zeros_like(x), np.abs(x) * 0.1] + ([np.abs(x) * 0.2] if amsgrad else [])
               for x in xs]
-    group = {"rule": "adamw_torch" if fn == "adamw" else "adam_torch", "lr": 0.01,
+    after = decay_mode == "bnb"
+    group = {"rule": "adamw_torch" if fn == "adamw" or after else "adam_torch", "lr": 0.01,
              "alpha": 0.9, "beta": 0.99, "eps": 1e-8, "decay": 0.05, "t": 3,
-             "amsgrad": amsgrad, "maximize": amsgrad}
+             "amsgrad": amsgrad, "maximize": amsgrad, "decay_after": after}
 
     def run(xc, gs, sc):
         return public_names.op(fn)(xc, gs, [s[0] for s in sc], [s[1] for s in sc],
                                     lr=0.01, step=3, betas=(0.9, 0.99), eps=1e-8,
                                     weight_decay=0.05, amsgrad=amsgrad, maximize=amsgrad,
                                     max_exp_avg_sqs=[s[2] for s in sc] if amsgrad else None,
-                                    **opts)
+                                    decay_mode=decay_mode, **opts)
     _check(xs, gs, states, group, opts, run)
 
 

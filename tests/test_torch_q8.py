@@ -42,7 +42,12 @@ def _grads(ps, seed):
      dict(lr=1e-2, weight_decay=0.1)),
     (lambda ps: ft.AdamW(ps, lr=1e-2, state_dtype=Q8), fastopt.adamw, dict(lr=1e-2)),
     (lambda ps: ft.AdamW8bit(ps, lr=1e-2, min_8bit_size=6000), fastopt.adamw, dict(lr=1e-2)),
-], ids=["AdamW8bit", "Adam8bit", "AdamW-state_dtype", "min_8bit_size"])
+    (lambda ps: ft.AdamW8bit(ps, lr=1e-2, weight_decay=0.1, decay_mode="bnb"), fastopt.adamw,
+     dict(lr=1e-2, weight_decay=0.1, decay_mode="bnb")),
+    (lambda ps: ft.Adam8bit(ps, lr=1e-2, weight_decay=0.1, decay_mode="bnb"), fastopt.adamw,
+     dict(lr=1e-2, weight_decay=0.1, decay_mode="bnb")),
+], ids=["AdamW8bit", "Adam8bit", "AdamW-state_dtype", "min_8bit_size", "AdamW8bit-bnb",
+        "Adam8bit-bnb"])
 def test_a_drop_in_with_8bit_states_steps_as_the_function(make, fn, kw):
     ps = _params()
     opt = make(ps)

@@ -208,13 +208,17 @@ def _adam_moments(x, g, m, v, lr, beta1, beta2, weight_decay, decoupled):
 
 @_quiet
 def adam_torch(x, g, m, v, vmax=None, *, lr, step, beta1=0.9, beta2=0.999,
-               eps=1e-8, weight_decay=0.0, amsgrad=False, decoupled=False):
-    """torch.optim.Adam (decoupled=False) or AdamW (decoupled=True), one step.
-
-    ``step`` is torch's 1-based count after its increment. Returns
-    (x_new, m_new, v_new, vmax_new); vmax_new is None without amsgrad.
+               eps=1e-8, weight_decay=0.0, amsgrad=False, decoupled=False,
+               decay_after=False):
+    """torch.optim.Adam (decoupled=False) or AdamW (decoupled=True), one step;
+    decay_after (with decoupled) scales x by ``1 - lr * weight_decay`` after
+    the update, not before (bitsandbytes' CUDA order). ``step`` is torch's
+    1-based count after its increment. Returns (x_new, m_new, v_new,
+    vmax_new); vmax_new is None without amsgrad.
     """
-    x, c, m, v = _adam_moments(x, g, m, v, lr, beta1, beta2, weight_decay, decoupled)
+    after = decoupled and decay_after and weight_decay != 0.0
+    x, c, m, v = _adam_moments(x, g, m, v, lr, beta1, beta2, 0.0 if after else weight_decay,
+                               decoupled)
     if amsgrad:
         vmax = np.asarray(vmax, dtype=x.dtype)
         vmax = np.where(vmax > v, vmax, v)
@@ -224,7 +228,8 @@ def adam_torch(x, g, m, v, vmax=None, *, lr, step, beta1=0.9, beta2=0.999,
     bc2_sqrt = (1.0 - beta2 ** step) ** 0.5
     step_size = lr / (1.0 - beta1 ** step)
     denom = np.sqrt(d) / c(bc2_sqrt) + c(eps)
-    return x + (c(-step_size) * m) / denom, m, v, vmax
+    x = x + (c(-step_size) * m) / denom
+    return (x * c(1.0 - lr * weight_decay) if after else x), m, v, vmax
 
 
 @_quiet
@@ -512,7 +517,8 @@ def rule_update(rule, x, u, states, hp):
 
     ``states`` is a tuple (s1, s2, s3); ``hp`` a dict of the group's
     hyperparameters with the C struct's names (lr, alpha, beta, eps, decay,
-    decay_post, lr_decay, t, nesterov, amsgrad). Returns (x_new, states_new).
+    decay_post, lr_decay, t, nesterov, amsgrad, decay_after). Returns (x_new,
+    states_new).
     """
     s1, s2, s3 = (tuple(states) + (None, None, None))[:3]
     dt = x.dtype
@@ -548,7 +554,8 @@ def rule_update(rule, x, u, states, hp):
                                   beta1=hp["alpha"], beta2=hp["beta"], eps=hp["eps"],
                                   weight_decay=hp["decay"],
                                   amsgrad=bool(hp.get("amsgrad")),
-                                  decoupled=rule == "adamw_torch")
+                                  decoupled=rule == "adamw_torch",
+                                  decay_after=bool(hp.get("decay_after")))
         return xn, (m, v, vm if vm is not None else s3)
     out = _table_rule(rule, x, u, s1, s2, s3, hp)
     if out is not None:

@@ -33,6 +33,9 @@ class _Optimizer:
     _T0: int = 0
     # name -> checker(fname, label, value) -> normalised value
     _HYPER: dict = {}
+    # hyperparameters added after checkpoints were written: name -> the value
+    # such a checkpoint's groups load with (optim/checkpoint.py)
+    _ADDED: dict = {}
 
     def __init__(self, params, defaults: dict, *, contiguous_state: bool = False,
                  n_threads: Optional[int] = None, broadcast_grads: bool = False,

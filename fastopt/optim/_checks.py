@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _step
 from .. import _validation as _v
 
 
@@ -28,6 +29,12 @@ def as_bool(fname, label, value) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{fname}: {label} must be True or False, got {type(value).__name__}")
     return bool(value)
+
+
+def decay_mode(fname, label, value) -> str:
+    """Adam's and AdamW's decay_mode: 'torch' or 'bnb' (fastopt._step.DECAY_MODES)."""
+    _step.decay_flags(fname, value, label)
+    return value
 
 
 def layout(fname, label, value):

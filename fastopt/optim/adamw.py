@@ -43,6 +43,10 @@ class AdamW(_Optimizer):
     schedule, contiguous_state, n_threads, broadcast_grads, master_weights,
     state_dtype, state_rounding, seed
         As in :class:`Momentum`.
+    decay_mode : {"torch", "bnb"}, default "torch"
+        Per group: the decay multiplies the parameter before the update
+        (torch) or after it (bitsandbytes' CUDA kernels: ``x = (x + update)
+        * (1 - lr * weight_decay)``), as in :func:`fastopt.adamw`.
 
     Notes
     -----
@@ -64,12 +68,14 @@ class AdamW(_Optimizer):
         "weight_decay": _c.real(lo=0.0),
         "amsgrad": _c.as_bool,
         "maximize": _c.as_bool,
+        "decay_mode": _c.decay_mode,
     }
+    _ADDED = {"decay_mode": "torch"}      # (checkpoints written before it load)
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  amsgrad=False, maximize=False, schedule=None, *, contiguous_state=False,
                  n_threads=None, broadcast_grads=False, master_weights=False,
-                 state_dtype=None, state_rounding="auto", seed=0):
+                 state_dtype=None, state_rounding="auto", seed=0, decay_mode="torch"):
         if schedule is not None and lr == 1e-3:
             lr = None                   # the schedule supplies the rate
         groups = params if isinstance(params, (list, tuple)) else [params]
@@ -79,7 +85,8 @@ class AdamW(_Optimizer):
             self._STATES = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
         super().__init__(params, self._defaults(dict(
                              lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                             amsgrad=amsgrad, maximize=maximize, schedule=schedule)),
+                             amsgrad=amsgrad, maximize=maximize, schedule=schedule,
+                             decay_mode=decay_mode)),
                          contiguous_state=contiguous_state, n_threads=n_threads,
                          broadcast_grads=broadcast_grads,
                          master_weights=master_weights, state_dtype=state_dtype,
@@ -101,11 +108,13 @@ class AdamW(_Optimizer):
         b1, b2 = group["betas"]
         return {"betas": (b1, b2), "eps": float(group["eps"]),
                 "weight_decay": float(group["weight_decay"]),
-                "amsgrad": group["amsgrad"], "maximize": group["maximize"]}
+                "amsgrad": group["amsgrad"], "maximize": group["maximize"],
+                "decay_mode": group["decay_mode"]}
 
     def _group_tuple(self, kw):
         flags = ((_step.AMSGRAD if kw["amsgrad"] else 0)
-                 | (_step.MAXIMIZE if kw["maximize"] else 0))
+                 | (_step.MAXIMIZE if kw["maximize"] else 0)
+                 | _step.DECAY_MODES[kw["decay_mode"]])
         b1, b2 = kw["betas"]
         return _step.group_tuple(_step.RULES[self._rule(kw)], t=kw["t"], lr=kw["lr"],
                                  alpha=b1, beta=b2, eps=kw["eps"],
@@ -121,9 +130,10 @@ class Adam(AdamW):
 
     As :class:`AdamW` but ``weight_decay`` (default 0) is L2: ``u = u +
     weight_decay * x`` before the moments, unless ``decoupled_weight_decay``
-    is True, which makes the group :class:`AdamW` (as in torch). The ONNX
-    operator, which adds epsilon before the bias correction, is
-    :class:`OnnxAdam`.
+    is True, which makes the group :class:`AdamW` (as in torch), or
+    ``decay_mode`` is "bnb", which makes it :class:`AdamW` with "bnb"
+    (bitsandbytes' CUDA kernels decay its Adam so). The ONNX operator, which
+    adds epsilon before the bias correction, is :class:`OnnxAdam`.
     """
 
     _RULE = "adam_torch"
@@ -134,13 +144,13 @@ class Adam(AdamW):
                  amsgrad=False, maximize=False, decoupled_weight_decay=False,
                  schedule=None, *, contiguous_state=False, n_threads=None,
                  broadcast_grads=False, master_weights=False,
-                 state_dtype=None, state_rounding="auto", seed=0):
+                 state_dtype=None, state_rounding="auto", seed=0, decay_mode="torch"):
         self._decoupled = decoupled_weight_decay
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, schedule,
                          contiguous_state=contiguous_state, n_threads=n_threads,
                          broadcast_grads=broadcast_grads,
                          master_weights=master_weights, state_dtype=state_dtype,
-                         state_rounding=state_rounding, seed=seed)
+                         state_rounding=state_rounding, seed=seed, decay_mode=decay_mode)
 
     def _defaults(self, hyper):
         return dict(hyper, decoupled_weight_decay=self._decoupled)
@@ -149,4 +159,5 @@ class Adam(AdamW):
         return dict(super()._kwargs(group), decoupled=group["decoupled_weight_decay"])
 
     def _rule(self, kw):
-        return "adamw_torch" if kw["decoupled"] else self._RULE
+        after = kw["decay_mode"] == "bnb"
+        return "adamw_torch" if kw["decoupled"] or after else self._RULE

@@ -142,6 +142,8 @@ def _check_groups(opt, f, pgs) -> list:
         where = f"param_groups[{gi}]"
         if not isinstance(saved, dict):
             raise CheckpointError(f"{f}: the checkpoint's {where} is not a dict")
+        # a hyperparameter added since a checkpoint was written takes its default
+        saved = {**{k: v for k, v in opt._ADDED.items() if k not in saved}, **saved}
         keys = set(opt._HYPER) | {"n_params"}
         if set(saved) != keys:
             raise CheckpointError(

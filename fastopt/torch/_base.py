@@ -43,7 +43,11 @@ def _scalar(f, name, v):
 
 
 def _check(f, name, kind, v):
-    """One hyperparameter: kind "lr", "bool", "betas" or check_real bounds."""
+    """One hyperparameter: kind "lr", "bool", "betas", "decay_mode" or
+    check_real bounds."""
+    if kind == "decay_mode":
+        _step.decay_flags(f, v, name)
+        return v
     if kind == "bool":
         if not isinstance(v, bool):
             raise TypeError(f"{f}: {name} must be True or False, got {type(v).__name__}")
@@ -120,6 +124,8 @@ class _FastoptOptimizer(torch.optim.Optimizer):
     """
 
     _SPEC: ClassVar[dict] = {}
+    # defaults beyond the constructor's own (a subclass's, set before it runs)
+    _more_defaults: ClassVar[dict] = {}
     _COUNTS = True
     _T_ADD = 1
     _PREPARE = True     # steps after a full one may take the prepared or flat route
@@ -144,6 +150,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         self._views = self._old = {}
         self._prep = None       # the prepared step (_prep.Prepared)
         self._flat = None       # the flat layout (_flat.FlatLayout), with flat=True
+        defaults = {**defaults, **self._more_defaults}
         self._checked(name, defaults, None)
         super().__init__(params, defaults)
         _q8.check_groups(name, self)

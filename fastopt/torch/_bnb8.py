@@ -6,12 +6,14 @@ arguments and defaults, and so for ``Adam8bit``, ``SGD8bit``, ``Adagrad8bit``,
 ``state_dtype="int8-blockwise"``, 8-bit states for parameters of
 ``min_8bit_size`` elements or more, in bitsandbytes' format and state-dict
 layout (``load_state_dict`` takes bitsandbytes' state dicts,
-:func:`to_bitsandbytes` gives one it loads). The update is torch's
-(docs/semantics.md, "8-bit states", says where bitsandbytes' own kernels
-place the weight decay and round otherwise).
+:func:`to_bitsandbytes` gives one it loads). The update is torch's;
+``Adam8bit`` and ``AdamW8bit`` take ``decay_mode="bnb"`` for the weight
+decay where bitsandbytes' CUDA kernels apply it (docs/semantics.md, "8-bit
+states", says where its kernels place the decay and round otherwise).
 """
 from __future__ import annotations
 
+from .. import _step
 from ._q8 import to_bitsandbytes
 
 __all__ = ["NAMES", "classes", "to_bitsandbytes"]
@@ -45,10 +47,24 @@ def classes(base: dict) -> dict:
 
 
 def _eight_bit(base, name, init, doc):
-    """base with bitsandbytes' constructor init."""
+    """base with bitsandbytes' constructor init (and, for Adam's, the
+    decay_mode hyperparameter)."""
     init.__qualname__ = f"{name}.__init__"
+    more = {}
+    if name.startswith("Adam"):
+        more = {"_SPEC": {**base._SPEC, "decay_mode": "decay_mode"}, "_group": _group}
     return type(name, (base,), {"__init__": init, "__doc__": doc, "_BASE": base,
-                                "__module__": "fastopt.torch"})
+                                "__module__": "fastopt.torch", **more})
+
+
+def _group(self, h):
+    """Adam's C group, with bitsandbytes' decay order where decay_mode is
+    "bnb" (decoupled, after the update, for its Adam and AdamW alike)."""
+    fields, names = self._BASE._group(self, h)
+    if h["decay_mode"] == "bnb":
+        fields = dict(fields, rule=_step.RULES["adamw_torch"],
+                      flags=fields["flags"] | _step.DECAY_MODES["bnb"])
+    return fields, names
 
 
 def _f(self) -> str:
@@ -67,8 +83,9 @@ def _build(self, size, *a, **k):
 def _adam(wd):
     def init(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd,
              amsgrad=False, optim_bits=32, args=None, min_8bit_size=4096, is_paged=False,
-             *, n_threads=None):
+             *, n_threads=None, decay_mode="torch"):
         size = _bnb_args(_f(self), optim_bits, args, min_8bit_size, is_paged, amsgrad)
+        self._more_defaults = {"decay_mode": decay_mode}
         _build(self, size, params, lr, betas, eps, weight_decay, n_threads=n_threads)
     return init
 
@@ -117,6 +134,12 @@ _ADAM8_DOC = """``bitsandbytes.optim.Adam8bit`` on fastopt's step: :class:`Adam`
     min_8bit_size : int, default 4096
         Parameters with fewer elements keep float32 states.
     n_threads : int, optional
+    decay_mode : {"torch", "bnb"}, default "torch"
+        Per group: "torch" is torch's Adam (above); "bnb" is bitsandbytes'
+        CUDA kernels' rule for its Adam and AdamW alike, the weight decay
+        decoupled and applied after the update (``x = (x + update) * (1 -
+        lr * weight_decay)``; its CPU path applies it before, as torch's
+        AdamW). As :func:`fastopt.adamw`.
     """
 
 
@@ -132,9 +155,9 @@ def _doc(what, args, more=""):
 _INITS = {
     "Adam8bit": (_adam(0), _ADAM8_DOC),
     "AdamW8bit": (_adam(1e-2), "``bitsandbytes.optim.AdamW8bit`` on fastopt's step: "
-                  ":class:`AdamW` (torch's decoupled decay, before the update) with 8-bit "
-                  "blockwise states. Arguments as :class:`Adam8bit`; weight_decay default "
-                  "1e-2."),
+                  ":class:`AdamW` (torch's decoupled decay, before the update; after it "
+                  "with ``decay_mode=\"bnb\"``) with 8-bit blockwise states. Arguments as "
+                  ":class:`Adam8bit`; weight_decay default 1e-2."),
     "SGD8bit": (_sgd, _doc(
         ("SGD8bit", "SGD"), "params, lr, momentum, dampening, weight_decay, nesterov",
         "\n        dampening and nesterov act as in torch (bitsandbytes' kernel ignores "

@@ -359,6 +359,9 @@ CASES = [
          "states of a parameter must have one dtype"),
     Case("adamw", "state_rounding = 'even'", lambda: adw(state_rounding="even"), ValueError,
          "fastopt.adamw: state_rounding must be 'auto', 'nearest' or 'stochastic', got 'even'"),
+    Case("adamw", "decay_mode = 'after'", lambda: q8(decay_mode="after"), ValueError,
+         "fastopt.adamw: decay_mode must be 'torch' (the weight decay before the update) or "
+         "'bnb' (after it), got 'after'"),
     Case("lamb", "bfloat16 states", lambda: adw(), TypeError,
          "fastopt.lamb: exp_avgs[0] has dtype bfloat16 but its parameter has float32; LAMB's "
          "and LARS's states keep their parameter's dtype (their trust pass reads them as "

@@ -77,6 +77,9 @@ OPTIM_CASES = [
     Case("optim.OnnxAdam", "an int64 parameter",
          lambda: (([arr(), arr(dtype=np.int64)],), {"lr": 0.1}), TypeError,
          OP + "OnnxAdam: params[1] has dtype int64; fastopt updates float32 or float64 arrays"),
+    Case("optim.AdamW", "decay_mode = 'after'", opt_ctor(arr(), decay_mode="after"),
+         ValueError, OP + "AdamW: decay_mode must be 'torch' (the weight decay before the "
+         "update) or 'bnb' (after it), got 'after'"),
     Case("optim.AdamW", "state_dtype = 'float16'", opt_ctor(arr(), state_dtype="float16"),
          ValueError, OP + "AdamW: state_dtype must be None, 'float32', 'bfloat16' or "
                           "'int8-blockwise', got 'float16'"),

@@ -1,0 +1,110 @@
+"""decay_mode: where AdamW's decoupled weight decay multiplies the
+parameter. "torch" (the default) before the update, as torch.optim.AdamW;
+"bnb" after it, as bitsandbytes' CUDA kernels do for its Adam and AdamW
+alike (docs/semantics.md, "8-bit states"). The update itself is the same;
+tests/test_step_api.py checks the functions against the NumPy reference,
+test_q8*.py and test_torch_q8.py with 8-bit states."""
+import copy
+
+import numpy as np
+import pytest
+
+import fastopt
+import fastopt.optim as fo
+
+F32 = np.float32
+
+
+def _data(seed=0, n=3000):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(n).astype(F32), rng.standard_normal(n).astype(F32)
+
+
+def test_bnb_decays_after_the_update():
+    """With everything else zero the update is plain: the two orders differ
+    by exactly lr * wd * update, and "bnb" is (x + update) * (1 - lr * wd)."""
+    x0, g = (a.astype(np.float64) for a in _data())
+    out = {}
+    for mode in ("torch", "bnb"):
+        x = x0.copy()
+        fastopt.adamw(x, g, np.zeros_like(x), np.zeros_like(x), step=1, lr=0.1,
+                      weight_decay=0.5, decay_mode=mode)
+        out[mode] = x
+    plain = x0.copy()
+    fastopt.adamw(plain, g, np.zeros_like(x0), np.zeros_like(x0), step=1, lr=0.1,
+                  weight_decay=0.0)
+    update = plain - x0
+    np.testing.assert_allclose(out["bnb"], (x0 + update) * (1 - 0.05), rtol=1e-15)
+    np.testing.assert_allclose(out["torch"], x0 * (1 - 0.05) + update, rtol=1e-15)
+    assert not np.array_equal(out["torch"], out["bnb"])
+
+
+def test_bnb_makes_adam_decay_as_adamw():
+    x0, g = _data(1)
+    got = []
+    for fn in (fastopt.adam, fastopt.adamw):
+        x, m, v = x0.copy(), np.zeros_like(x0), np.zeros_like(x0)
+        fn(x, g, m, v, step=2, lr=1e-2, weight_decay=0.3, decay_mode="bnb")
+        got.append((x, m, v))
+    for a, b in zip(*got):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bad", ["after", "BNB", None, 1])
+def test_a_bad_decay_mode_raises_and_writes_nothing(bad):
+    x0, g = _data(2)
+    x, m, v = x0.copy(), np.zeros_like(x0), np.zeros_like(x0)
+    with pytest.raises(ValueError, match=r"fastopt.adamw: decay_mode must be 'torch'"):
+        fastopt.adamw(x, g, m, v, step=1, decay_mode=bad)
+    np.testing.assert_array_equal(x, x0)
+    assert not m.any() and not v.any()
+    opt = fo.AdamW([x], lr=0.1)
+    opt.param_groups[0]["decay_mode"] = bad
+    with pytest.raises(ValueError, match=r"param_groups\[0\]\['decay_mode'\] must be"):
+        opt.step([g])
+    np.testing.assert_array_equal(x, x0)
+
+
+def test_optim_groups_take_their_own_decay_mode_and_checkpoints_keep_it(tmp_path):
+    (a0, ga), (b0, gb) = _data(3), _data(4)
+    a, b = a0.copy(), b0.copy()
+    opt = fo.AdamW([{"params": [a]}, {"params": [b], "decay_mode": "bnb"}], lr=0.1,
+                   weight_decay=0.5)
+    opt.step([ga, gb])
+    for x, x0, g, mode in ((a, a0, ga, "torch"), (b, b0, gb, "bnb")):
+        want = x0.copy()
+        fastopt.adamw(want, g, np.zeros_like(x0), np.zeros_like(x0), step=1, lr=0.1,
+                      weight_decay=0.5, decay_mode=mode)
+        np.testing.assert_array_equal(x, want)
+    opt.save(tmp_path / "ck")
+    again = fo.AdamW([{"params": [a.copy()]}, {"params": [b.copy()]}], lr=0.1,
+                     weight_decay=0.5)
+    again.load(tmp_path / "ck")
+    assert [g["decay_mode"] for g in again.param_groups] == ["torch", "bnb"]
+
+
+def test_a_state_dict_written_before_decay_mode_existed_loads_as_torch():
+    x0, g = _data(5)
+    opt = fo.AdamW([x0.copy()], lr=0.1, decay_mode="bnb")
+    opt.step([g])
+    sd = copy.deepcopy(opt.state_dict())
+    del sd["param_groups"][0]["decay_mode"]
+    fresh = fo.AdamW([x0.copy()], lr=0.1, decay_mode="bnb")
+    fresh.load_state_dict(sd)
+    assert fresh.param_groups[0]["decay_mode"] == "torch"
+
+
+def test_torch_8bit_classes_take_decay_mode_and_keep_it_through_state_dicts():
+    torch = pytest.importorskip("torch")
+    import fastopt.torch as ft
+    p = torch.nn.Parameter(torch.zeros(3))
+    with pytest.raises(ValueError, match="fastopt.torch.AdamW8bit: decay_mode must be"):
+        ft.AdamW8bit([p], decay_mode="after")
+    opt = ft.AdamW8bit([p], decay_mode="bnb")
+    opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
+    assert [g["decay_mode"] for g in opt.param_groups] == ["bnb", "bnb"]
+    sd = opt.state_dict()
+    for g in sd["param_groups"]:
+        del g["decay_mode"]                     # as bitsandbytes' state dicts have none
+    opt.load_state_dict(sd)
+    assert [g["decay_mode"] for g in opt.param_groups] == ["bnb", "bnb"]
