@@ -217,6 +217,44 @@ def test_training_with_8bit_states_reaches_the_float32_loss():
     assert f32 < 0.4 * 3.14 and q8 <= 1.02 * f32        # (from 3.14; measured 1.19, 1.12)
 
 
+def test_a_small_transformer_with_8bit_adamw_reaches_the_float32_accuracy():
+    """Two encoder layers (d_model 64: every weight matrix 8-bit) learn to
+    retrieve the token the first one points at; 150 steps of AdamW from the
+    same start and batches: the 8-bit run's accuracy on 4000 held-out
+    sequences within 0.5 % of the float32 run's (measured: both 1.0; at 100
+    steps 0.992 / 0.9925, 0.976 / 0.976, 0.9945 / 0.993 over three seeds)."""
+    V, L, D = 16, 12, 64
+
+    def data(n, gen):
+        x = torch.randint(0, V, (n, L), generator=gen)
+        return x, x[torch.arange(n), x[:, 0] % (L - 1) + 1]
+
+    def run(make):
+        torch.manual_seed(0)
+        emb, pos = torch.nn.Embedding(V, D), torch.nn.Parameter(torch.randn(L, D) * 0.1)
+        layer = torch.nn.TransformerEncoderLayer(D, 4, 4 * D, dropout=0.0, batch_first=True)
+        enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        head = torch.nn.Linear(D, V)
+        params = [pos, *emb.parameters(), *enc.parameters(), *head.parameters()]
+        opt = make(params)
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(150):
+            x, y = data(128, gen)
+            opt.zero_grad()
+            logits = head(enc(emb(x) + pos)[:, 0])
+            torch.nn.functional.cross_entropy(logits, y).backward()
+            opt.step()
+        x, y = data(4000, torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            return float((head(enc(emb(x) + pos)[:, 0]).argmax(1) == y).float().mean()), opt
+
+    f32, _ = run(lambda ps: ft.AdamW(ps, lr=3e-3))
+    q8, opt = run(lambda ps: ft.AdamW8bit(ps, lr=3e-3))
+    eight = [p for p in opt.state if opt.state[p]["exp_avg"].dtype == torch.uint8]
+    assert len(eight) >= 8                  # the layers' projections and feed-forwards
+    assert f32 >= 0.99 and q8 >= f32 - 0.005
+
+
 @pytest.mark.parametrize("make,exc,msg", [
     (lambda ps: ft.Adamax(ps, state_dtype=Q8), ValueError, "not available for Adamax"),
     (lambda ps: ft.AdamW(ps, state_dtype=Q8, master_weights=True), ValueError,
