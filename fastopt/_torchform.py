@@ -22,6 +22,7 @@ from ._dispatch import accept
 from ._step import (
     AMSGRAD,
     CLIP_GRADS,
+    DECAY_MODES,
     GLOBAL_NORM,
     MAXIMIZE,
     NESTEROV,
@@ -197,7 +198,7 @@ def _adam_form(f, rule, a):
         raise ValueError(f"{f}: amsgrad=True needs max_exp_avg_sqs")
     flags = ((AMSGRAD if amsgrad else 0) | (MAXIMIZE if a["maximize"] else 0)
              | decay_flags(f, a.get("decay_mode", "torch")))
-    if flags & decay_flags(f, "bnb"):
+    if flags & DECAY_MODES["bnb"]:
         rule = RULES["adamw_torch"]     # bitsandbytes' Adam decays as its AdamW
     group = group_tuple(rule, t=t, lr=lr, alpha=b1, beta=b2, eps=eps, decay=wd, flags=flags)
     states = (a["exp_avgs"], a["exp_avg_sqs"], a["max_exp_avg_sqs"] if amsgrad else None)

@@ -281,7 +281,8 @@ extern "C" {
 #define FO_STEP_ROUND_NEAREST 16
 #define FO_STEP_ROUND_STOCHASTIC 32
 /* AdamW torch: the decoupled decay multiplies x after the update instead of
- * before it (bitsandbytes' CUDA kernels' order); the update is unchanged. */
+ * before it (bitsandbytes' CUDA kernels' order); the update is unchanged.
+ * Another rule's group with it is invalid. */
 #define FO_STEP_DECAY_AFTER 64
 #define FO_STEP_FLAGS 127        /* every flag: a group's flags are within it */
 

@@ -9,10 +9,12 @@
  */
 #include "step.h"
 
-/* The AVX-512F search and widening (q8_codes_simd, q8_widen_simd) where GCC
- * or clang build x86-64 and the CPU has it; FO_NO_CLONES keeps the portable
- * loops alone, as it keeps FO_KERNEL's one target. */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(FO_NO_CLONES)
+/* The AVX-512F search and widening (q8_codes_simd, q8_widen_simd) where the
+ * CPU has it, in the builds that clone FO_KERNEL for AVX-512F (step.h; the
+ * ISA report, fo_isa_active, names the same path); FO_NO_CLONES keeps the
+ * portable loops alone. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
+    && defined(__linux__) && !defined(FO_NO_CLONES)
 #define Q8_SIMD 1
 #include <immintrin.h>
 #endif
@@ -397,7 +399,7 @@ FO_KERNEL static void q8_codes(int64_t n, const float *restrict v, float a, int 
                     + ((bx >> (23 - Q8_M)) & ((1 << Q8_M) - 1));
         float m = bmid[j];
         int32_t k = bbase[j] + (m < x ? 1 : 0);
-        k += m == x ? (k & 1) : 0;
+        k += m == x && m != INFINITY ? (k & 1) : 0;     /* (INFINITY: no midpoint) */
         t[i] = x == x ? k : 0;
     }
     if (kind == 0) {
@@ -419,13 +421,13 @@ FO_KERNEL static void q8_codes(int64_t n, const float *restrict v, float a, int 
  * (tests/test_q8.py compares a build without them). Why intrinsics: both
  * loops read a table at a per-element index, and GCC turns that into
  * sixteen scalar loads a vector (its cost model declines the gather
- * instruction: q8_codes' two tables read with it took 0.95 ns an element
- * against 0.45 for the search below, on AMD Zen 5); these tables fit in
- * registers, where one permute reads 16 or 32 entries for 16 elements.
+ * instruction, which measured slower than the search below: bench/RESULTS.md,
+ * "Settings chosen by measurement"); these tables fit in registers, where one
+ * permute reads 16 or 32 entries for 16 elements.
  */
 #define Q8_TARGET __attribute__((target("avx512f")))
-#define Q8_UNROLL 8     /* searches interleaved; quantizing an element took 0.67 ns
-                           at 2, 0.60 at 4, 0.45 at 8, 0.62 at 16 (AMD EPYC, Zen 5) */
+#define Q8_UNROLL 8     /* searches interleaved: 8 measured fastest of 2, 4, 8 and 16
+                           (bench/RESULTS.md, "Settings chosen by measurement") */
 #define Q8_PX2(r, p, k) _mm512_permutex2var_ps(r[k], p, r[(k) + 1])
 #define Q8_BIT(p, b) _mm512_test_epi32_mask(p, _mm512_set1_epi32(b))
 
@@ -547,6 +549,9 @@ Q8_TARGET static void q8_codes_simd(int64_t n, const float *v, float a, int kind
         q8_codes_vec(r, lv[0][0], va, kind, v + i, c + i, n - i, 1);
 }
 #undef Q8_LEVEL
+#undef Q8_PX2
+#undef Q8_BIT
+#undef Q8_TARGET
 #endif
 
 float step_q8_store(int32_t kind, int64_t n, const float *v, uint8_t *c)

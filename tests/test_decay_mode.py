@@ -5,6 +5,8 @@ alike (docs/semantics.md, "8-bit states"). The update itself is the same;
 tests/test_step_api.py checks the functions against the NumPy reference,
 test_q8*.py and test_torch_q8.py with 8-bit states."""
 import copy
+import json
+import zipfile
 
 import numpy as np
 import pytest
@@ -50,6 +52,22 @@ def test_bnb_makes_adam_decay_as_adamw():
         np.testing.assert_array_equal(a, b)
 
 
+def test_the_core_takes_the_flag_for_adamw_only():
+    """Under the front ends: AdamW's group with the flag steps; another rule's
+    (Adam's L2 form, whose "bnb" the front ends turn into AdamW's) declines
+    with nothing written."""
+    from fastopt import _ext, _rules, _step
+    x0, g = _data(7, 600)
+    tail = (1.0, 0.0, 0.0, 0, 0, False, 1)
+    for rule, ok in (("adamw_torch", True), ("adam_torch", False), ("sgd_torch", False)):
+        grp = _step.group_tuple(_rules.ID[rule], t=1, lr=0.1, alpha=0.9, beta=0.999,
+                                eps=1e-8, decay=0.5, flags=_step.DECAY_MODES["bnb"])
+        x, m, v = x0.copy(), np.zeros_like(x0), np.zeros_like(x0)
+        out = _ext.step((x,), (g,), (m,), (v,), (None,), (0,), (grp,), *tail)
+        assert (out is not None) == ok
+        assert (x != x0).all() if ok else (x == x0).all() and not m.any()
+
+
 @pytest.mark.parametrize("bad", ["after", "BNB", None, 1])
 def test_a_bad_decay_mode_raises_and_writes_nothing(bad):
     x0, g = _data(2)
@@ -92,6 +110,46 @@ def test_a_state_dict_written_before_decay_mode_existed_loads_as_torch():
     fresh = fo.AdamW([x0.copy()], lr=0.1, decay_mode="bnb")
     fresh.load_state_dict(sd)
     assert fresh.param_groups[0]["decay_mode"] == "torch"
+
+
+def _without(src, dst, key):
+    """Copy checkpoint src to dst with key taken out of its groups (as written
+    before decay_mode existed, for that key)."""
+    with zipfile.ZipFile(src) as z:
+        arrays = {n[:-4]: np.load(z.open(n)) for n in z.namelist()}
+    meta = json.loads(str(arrays["meta"][()]))
+    for g in meta["param_groups"]:
+        del g[key]
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(dst, **arrays)
+
+
+def test_a_checkpoint_written_before_decay_mode_existed_loads_as_torch(tmp_path):
+    """In fastopt.optim and in a ShardedOptimizer (which reads the same file);
+    a file missing another key is still refused, naming the keys it has."""
+    x0, g = _data(6)
+    opt = fo.AdamW([x0.copy()], lr=0.1)
+    opt.step([g])
+    opt.save(tmp_path / "new.npz")
+    _without(tmp_path / "new.npz", tmp_path / "old.npz", "decay_mode")
+    fresh = fo.AdamW([opt.params[0].copy()], lr=0.1, decay_mode="bnb")
+    fresh.load(tmp_path / "old.npz")
+    assert fresh.param_groups[0]["decay_mode"] == "torch"
+    fresh.step([g])
+    opt.step([g])
+    np.testing.assert_array_equal(fresh.params[0], opt.params[0])
+    pytest.importorskip("mpi4py")
+    from mpi4py import MPI
+
+    from fastopt.distributed import ShardedOptimizer
+    sharded = ShardedOptimizer(fo.AdamW, [x0.copy()], lr=0.1, decay_mode="bnb",
+                               comm=MPI.COMM_SELF)
+    sharded.load(tmp_path / "old.npz")
+    assert sharded.param_groups[0]["decay_mode"] == "torch"
+    _without(tmp_path / "old.npz", tmp_path / "bad.npz", "eps")
+    with pytest.raises(fastopt.optim.CheckpointError, match=r"has keys \['amsgrad', 'betas', "
+                       r"'lr', 'maximize', 'n_params', 'weight_decay'\], expected"):
+        fresh.load(tmp_path / "bad.npz")
 
 
 def test_torch_8bit_classes_take_decay_mode_and_keep_it_through_state_dicts():

@@ -264,10 +264,11 @@ def _check_groups(opt, f, saved):
                               f"optimizer's {len(opt.param_groups)}")
     hypers = []
     for gi, (s, g) in enumerate(zip(saved, opt.param_groups)):
-        if not isinstance(s, dict) or set(s) != keys:
+        if not isinstance(s, dict) or set(_ckpt.with_added(opt._cls, s)) != keys:
             raise CheckpointError(f"{f}: the checkpoint's param_groups[{gi}] has keys "
                                   f"{sorted(s) if isinstance(s, dict) else s!r}, expected "
                                   f"{sorted(keys)}")
+        s = _ckpt.with_added(opt._cls, s)
         if s["n_params"] != len(g["params"]):
             raise CheckpointError(f"{f}: the checkpoint's param_groups[{gi}] has "
                                   f"{s['n_params']} parameters, the optimizer's "

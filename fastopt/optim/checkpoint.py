@@ -131,6 +131,12 @@ def _check_header(opt, f, sd) -> int:
     return int(steps)
 
 
+def with_added(cls, saved: dict) -> dict:
+    """A saved group's hyperparameters with those that optimizer class cls
+    added since (its _ADDED) at the value such a checkpoint ran with."""
+    return {**{k: v for k, v in cls._ADDED.items() if k not in saved}, **saved}
+
+
 def _check_groups(opt, f, pgs) -> list:
     """The saved groups' hyperparameters, checked against the optimizer's groups."""
     if not isinstance(pgs, (list, tuple)) or len(pgs) != len(opt.param_groups):
@@ -142,13 +148,12 @@ def _check_groups(opt, f, pgs) -> list:
         where = f"param_groups[{gi}]"
         if not isinstance(saved, dict):
             raise CheckpointError(f"{f}: the checkpoint's {where} is not a dict")
-        # a hyperparameter added since a checkpoint was written takes its default
-        saved = {**{k: v for k, v in opt._ADDED.items() if k not in saved}, **saved}
         keys = set(opt._HYPER) | {"n_params"}
-        if set(saved) != keys:
+        if set(with_added(type(opt), saved)) != keys:
             raise CheckpointError(
                 f"{f}: the checkpoint's {where} has keys {sorted(saved)}, expected "
                 f"{sorted(keys)}")
+        saved = with_added(type(opt), saved)
         if saved["n_params"] != len(group["params"]):
             raise CheckpointError(
                 f"{f}: the checkpoint's {where} has {saved['n_params']} parameters, the "
