@@ -19,6 +19,7 @@ import numpy as np
 from mpi4py import MPI
 
 import fastopt.optim as fo
+from fastopt import State8bit
 from fastopt.distributed import CheckpointError, ShardedOptimizer
 
 COMM = MPI.COMM_WORLD
@@ -28,9 +29,17 @@ SHAPES = [((6, 5), np.float32), ((7,), np.float64), ((3, 4, 2), np.float32), ((1
           ((0, 3), np.float32), ((9, 4), np.float64), ((50,), np.float32), ((5, 1, 3), np.float64)]
 
 
-def model(seed=0):
+# two more float32 tensors of 4096 elements or more: 8-bit states
+SHAPES_8BIT = SHAPES + [((70, 100), np.float32), ((4100,), np.float32)]
+
+
+def model(seed=0, shapes=SHAPES):
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal(s).astype(dt) for s, dt in SHAPES]
+    return [rng.standard_normal(s).astype(dt) for s, dt in shapes]
+
+
+def shapes_of(name):
+    return SHAPES_8BIT if name.endswith("8bit") else SHAPES
 
 
 def grads_of(q, step, params, none=()):
@@ -84,8 +93,14 @@ def compare(sharded, single, what):
     for name, arrays in sharded.inner.state.items():
         for piece, a in zip(sharded._inner_pieces, arrays):
             t = piece.tensor
-            ref = full[name][t.index].reshape(-1)[piece.lo - t.offset:piece.hi - t.offset]
-            same(a.reshape(-1), ref, f"{what}: state {name} of params[{t.index}]")
+            ref, lo, hi = full[name][t.index], piece.lo - t.offset, piece.hi - t.offset
+            label = f"{what}: state {name} of params[{t.index}]"
+            if isinstance(ref, State8bit):      # a piece's blocks are the tensor's
+                assert isinstance(a, State8bit) and lo % 256 == 0, (label, lo)
+                same(a.codes.reshape(-1), ref.codes.reshape(-1)[lo:hi], label + " codes")
+                same(a.absmax, ref.absmax[lo // 256:-(-hi // 256)], label + " absmax")
+                continue
+            same(a.reshape(-1), ref.reshape(-1)[lo:hi], label)
     assert sharded.steps == single.steps, (sharded.steps, single.steps)
 
 
@@ -102,14 +117,19 @@ CONFIGS = {
     # a carried scalar per group (mu_product): every rank's, and the checkpoint's
     "nadam_groups": (fo.NAdam, {"lr": 0.01, "weight_decay": 0.01}, [
         ([0, 1, 2, 3], {}), ([4, 5, 6, 7], {"betas": (0.5, 0.9)})]),
+    # 8-bit states (blocks of 256, never split between ranks) beside float32
+    # ones: a tensor under 4096 elements, and a group that keeps float32
+    "adamw_8bit": (fo.AdamW, {"lr": 1e-2, "state_dtype": "int8-blockwise"}, [
+        ([0, 8, 2], {}), ([6, 9], {"weight_decay": 0.1, "betas": (0.8, 0.99)}),
+        ([1, 3, 4, 5, 7], {"state_dtype": "float32"})]),
 }
 
 
 def run_equiv(name, steps=5, bucket_bytes=64, scale=None, skip_at=None, none=()):
     cls, kw, spec = CONFIGS[name]
-    params = model()
+    params = model(shapes=shapes_of(name))
     opt = ShardedOptimizer(cls, groups_of(params, spec), bucket_bytes=bucket_bytes, **kw)
-    single = cls(groups_of(model(), spec), **kw)
+    single = cls(groups_of(model(shapes=shapes_of(name)), spec), **kw)
     for s in range(steps):
         mine = grads_of(RANK, s, opt.params, none)
         if skip_at == s and RANK == SIZE - 1:
@@ -215,10 +235,11 @@ def case_equiv():
     run_equiv("momentum", none=[(0, 1), ("all", 5)])         # None on one rank / every rank
     # the non-finite decision is collective even when only the last rank sees the Inf
     run_equiv("nesterov_agc_groups", skip_at=1)
+    run_equiv("adamw_8bit", bucket_bytes=3000, scale=2.0, skip_at=1)
 
 
 def case_resume(phase, ckpt_root):
-    for name in ("nesterov_agc_groups", "adam_schedule", "nadam_groups"):
+    for name in ("nesterov_agc_groups", "adam_schedule", "nadam_groups", "adamw_8bit"):
         resume_one(name, phase, os.path.join(ckpt_root, name))
 
 
@@ -228,15 +249,15 @@ def resume_one(name, phase, ckpt):
     first = {"a": 0, "b": 3, "c": 5}[phase]
     n = {"a": 3, "b": 2, "c": 2}[phase]
     worlds = {0: 2, 1: 2, 2: 2, 3: 1, 4: 1, 5: 3, 6: 3}   # the world size of each step
-    params = model()
+    params = model(shapes=shapes_of(name))
     opt = ShardedOptimizer(cls, groups_of(params, spec), bucket_bytes=96, **kw)
-    single = cls(groups_of(model(), spec), **kw)
+    single = cls(groups_of(model(shapes=shapes_of(name)), spec), **kw)
     for s in range(first + n):
         single.step(averaged(s, single.params, worlds[s]))
     if first:
         opt.load(ckpt)
         # the parameters are the user's to save; take them from the reference run
-        ref = cls(groups_of(model(), spec), **kw)
+        ref = cls(groups_of(model(shapes=shapes_of(name)), spec), **kw)
         for s in range(first):
             ref.step(averaged(s, ref.params, worlds[s]))
         for a, b in zip(opt.params, ref.params):
@@ -248,12 +269,22 @@ def resume_one(name, phase, ckpt):
     if phase == "c":
         plain = ckpt + ".plain.npz"
         opt.consolidate(plain)
-        again = cls(groups_of([p.copy() for p in opt.params], spec), **kw)
+        # opt.params are in group order; groups_of takes the model's order
+        order = range(len(opt.params)) if spec is None else [i for idx, _ in spec
+                                                               for i in idx]
+        mine = dict(zip(order, (p.copy() for p in opt.params)))
+        again = cls(groups_of([mine[i] for i in sorted(mine)], spec), **kw)
         again.load(plain)
         for k, (x, y) in enumerate(zip(again.state.values(), single.state.values())):
             for i, (a, b) in enumerate(zip(x, y)):
-                same(a, b, f"consolidated state {k} of params[{i}]")
-        back = ShardedOptimizer(cls, groups_of(model(), spec), bucket_bytes=200, **kw)
+                label = f"consolidated state {k} of params[{i}]"
+                if isinstance(b, State8bit):
+                    same(a.codes, b.codes, label + " codes")
+                    same(a.absmax, b.absmax, label + " absmax")
+                else:
+                    same(a, b, label)
+        back = ShardedOptimizer(cls, groups_of(model(shapes=shapes_of(name)), spec),
+                                bucket_bytes=200, **kw)
         back.load(plain)
         for a, b in zip(back.params, single.params):
             a[...] = b

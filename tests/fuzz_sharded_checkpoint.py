@@ -62,7 +62,9 @@ def _make(cls, shapes, dtypes):
 
     params = [np.linspace(-1, 1, int(np.prod(s)), dtype=d).reshape(s)
               for s, d in zip(shapes, dtypes)]
-    return ShardedOptimizer(cls, params, lr=0.01, bucket_bytes=64, comm=MPI.COMM_SELF)
+    # AdamW: 8-bit states (of the float32 tensors of 4096 elements or more)
+    kw = {"state_dtype": "int8-blockwise"} if cls.__name__ == "AdamW" else {}
+    return ShardedOptimizer(cls, params, lr=0.01, bucket_bytes=64, comm=MPI.COMM_SELF, **kw)
 
 
 def _grads(opt, k):
@@ -242,10 +244,15 @@ def _mutate_files(src, path, vdir, n_files):
             open(vdir, "wb").close()
 
 
+def _arrays(opt):
+    """Every state array of the shard (an 8-bit state's codes and absmax)."""
+    return [b for arrs in opt.inner.state.values() for a in arrs
+            for b in ((a.codes, a.absmax) if hasattr(a, "codes") else (a,))]
+
+
 def _state(opt):
     return (opt.steps, repr(opt.param_groups),
-            [p.tobytes() for p in opt.params],
-            [a.tobytes() for arrs in opt.inner.state.values() for a in arrs])
+            [p.tobytes() for p in opt.params], [a.tobytes() for a in _arrays(opt)])
 
 
 def _listing(path):
@@ -261,12 +268,15 @@ def _listing(path):
 def sharded_case(src, tmpdir) -> None:
     from fastopt import optim
 
-    cls = src.pick([optim.OnnxMomentum, optim.OnnxAdagrad, optim.OnnxAdam])
+    cls = src.pick([optim.OnnxMomentum, optim.OnnxAdagrad, optim.OnnxAdam, optim.AdamW])
     n = src.int(1, 3)
     shapes = tuple(src.pick([(5,), (2, 3), (), (4, 1), (40,)]) for _ in range(n))
     dtypes = tuple(src.pick(["float32", "float64"]) for _ in range(n))
+    if cls is optim.AdamW:          # float32, and a tensor with 8-bit states in 17 blocks
+        shapes, dtypes = shapes + ((4100,),), ("float32",) * (n + 1)
     meta, data = _template(cls, shapes, dtypes, tmpdir)
-    files = _resplit(src, meta, data) if src.chance(3) else [data]
+    # (8-bit states' streams are re-split across ranks in tests/distributed_worker.py)
+    files = _resplit(src, meta, data) if src.chance(3) and "q8" not in meta else [data]
     for _ in range(src.int(0, 3)):
         _mutate_meta(src, meta)
     path = os.path.join(tmpdir, "sharded")
@@ -278,7 +288,7 @@ def sharded_case(src, tmpdir) -> None:
     opt = _make(cls, shapes, dtypes)
     opt.step(_grads(opt, 5))
     before, on_disk = _state(opt), _listing(path)
-    shapes_before = [(a.shape, a.dtype) for arrs in opt.inner.state.values() for a in arrs]
+    shapes_before = [(a.shape, a.dtype) for a in _arrays(opt)]
     state_kib = sum(p.nbytes for p in opt.params) * 3 // 1024
     rss0 = _maxrss()
     try:
@@ -289,7 +299,7 @@ def sharded_case(src, tmpdir) -> None:
     else:
         if not 0 <= opt.steps < 2**62:
             raise AssertionError(f"a loaded checkpoint set steps={opt.steps}")
-        after = [(a.shape, a.dtype) for arrs in opt.inner.state.values() for a in arrs]
+        after = [(a.shape, a.dtype) for a in _arrays(opt)]
         if after != shapes_before:
             raise AssertionError("a loaded checkpoint changed the states' shapes or dtypes")
         opt.step(_grads(opt, 6))            # a consistent optimizer steps on

@@ -13,11 +13,13 @@ replaces ``LATEST`` (write to a temporary file, rename): a crash at any
 point leaves ``LATEST`` naming a complete version. Older versions are then
 removed.
 
-A rank file holds, for each state (in the optimizer's order) and each dtype
-(in the layout's order), the values of the rank's ranges of the flat
-buffer, concatenated, in native byte order. ``meta.json`` records every old
-rank's ranges, so a loader at any world size reads just the byte ranges it
-needs. Files are treated as hostile: the header is checked completely and
+A rank file holds, for each state (in the optimizer's order) and each of
+its streams (``_layout.Stream``, in the layout's order: per dtype, the
+values, then the codes and absmax of 8-bit states), the entries of the
+rank's ranges of the flat buffer, concatenated, in native byte order.
+``meta.json`` records every old rank's ranges (and, with 8-bit states,
+their block, tensors and maps), so a loader at any world size reads just
+the byte ranges it needs. Files are treated as hostile: the header is checked completely and
 every file's size before any data is read, and every block of 4 MiB read is
 checked against its CRC-32.
 
@@ -38,12 +40,14 @@ import zlib
 
 import numpy as np
 
-from fastopt import _npz
+from fastopt import _npz, _q8
 from fastopt._npz import fsync_directory
 from fastopt.optim import CheckpointError
 from fastopt.optim import checkpoint as _ckpt
 
+from . import _streams
 from ._comm import mpi, mpi_type, raise_agreed
+from ._layout import Q8_BLOCK
 from ._plain import read_plain
 
 FORMAT = "fastopt.distributed"
@@ -73,21 +77,24 @@ def _saved_groups(opt):
 
 # ---------------------------------------------------------------- packing
 
-def _pack(opt, name, dt):
-    """This rank's shard of state ``name`` for dtype dt, as one flat array."""
-    out = np.empty(opt.layout.shard_length(dt, opt.rank), dt)
-    if opt.inner is not None:
-        arrays = opt.inner.state[name]
-        for piece, a in zip(opt._inner_pieces, arrays):
-            if piece.tensor.dtype == dt:
-                out[piece.shard_offset:piece.shard_offset + a.size] = a.reshape(-1)
-    return out
+def _pack(opt, name):
+    """This rank's shard of state ``name``: (dtype, kind) -> one flat array
+    per stream."""
+    arrays = opt.inner.state[name] if opt.inner is not None else ()
+    return _streams.pack(opt, [(a, 0) for a in arrays])
 
 
 def _unpacked(opt, packed):
-    """{name: {dt: flat shard}} -> {name: [array per inner parameter]}."""
-    return {name: [packed[name][p.tensor.dtype][p.shard_offset:p.shard_offset + p.hi - p.lo]
-                   .reshape(p.shape) for p in opt._inner_pieces] for name in packed}
+    """{name: {(dtype, kind): flat shard}} -> {name: [state per inner parameter]}."""
+    return {name: _streams.unpack(opt, name, packed[name]) for name in packed}
+
+
+def _q8_meta(opt):
+    """What a header says of 8-bit states: the block, the tensors that
+    keep them and the two maps (as the hex of their float32 words)."""
+    return {"block": Q8_BLOCK, "tensors": [t.index for t in opt.layout.tensors if t.eight],
+            "maps": {k: _q8.dynamic_map(k == "signed").tobytes().hex()
+                     for k in ("signed", "unsigned")}}
 
 
 # ------------------------------------------------------------------- save
@@ -97,8 +104,9 @@ def _write_rank_file(opt, tmp):
     crcs, size, crc, filled = [], 0, 0, 0     # running CRC of the current block
     with open(os.path.join(tmp, fname), "wb") as fh:
         for name in opt._state_names:
-            for dt in opt.layout.dtypes:
-                data = memoryview(_pack(opt, name, dt)).cast("B")
+            packed = _pack(opt, name)
+            for st in opt._streams:
+                data = memoryview(packed[st.dtype, st.kind]).cast("B")
                 fh.write(data)
                 size += len(data)
                 pos = 0
@@ -166,6 +174,8 @@ def _publish(opt, path, tmp, name, infos):
         "param_groups": _saved_groups(opt),
         "ranks": infos,
     }
+    if opt._q8:
+        meta["q8"] = _q8_meta(opt)
     with open(os.path.join(tmp, "meta.json"), "w") as fh:
         json.dump(meta, fh)
         fh.flush()
@@ -310,7 +320,7 @@ def _read_meta(f, vdir):
     meta = json.loads(raw.decode("utf-8"))
     want = {"format", "version", "optimizer", "steps", "world_size", "crc_block", "states",
             "dtypes", "tensors", "param_groups", "ranks"}
-    if not isinstance(meta, dict) or set(meta) != want:
+    if not isinstance(meta, dict) or set(meta) - {"q8"} != want:
         raise CheckpointError(f"{f}: {mpath!r} is not a fastopt.distributed header")
     if meta["format"] != FORMAT or meta["version"] != VERSION:
         raise CheckpointError(f"{f}: {mpath!r} has format {meta['format']!r} version "
@@ -341,14 +351,22 @@ def _read_sharded(opt, f, path):
         raise CheckpointError(f"{f}: the checkpoint's dtype list or block size is wrong")
     steps = _check_steps(f, meta["steps"])
     groups = _check_groups(opt, f, meta["param_groups"])
+    if meta.get("q8") != (_q8_meta(opt) if opt._q8 else None):
+        says = {True: "8-bit states", False: "states of their parameters' dtype"}
+        raise CheckpointError(
+            f"{f}: the checkpoint holds {says['q8' in meta]}" + (
+                f"; this optimizer keeps {says[opt._q8]} (state_dtype)" if opt._q8 != (
+                    "q8" in meta) else " in another block size or map, or for other "
+                "tensors, than this optimizer's"))
     files = _check_ranks(f, meta, opt, vdir)
+    L = opt.layout
     packed = {}
     for si, name_s in enumerate(opt._state_names):
         packed[name_s] = {}
-        for di, dt in enumerate(dts):
-            out = np.empty(opt.layout.shard_length(dt, opt.rank), dt)
-            _fill(out, opt.layout.dtypes[dt].ranges(opt.rank), files, si, di, dt)
-            packed[name_s][dt] = out
+        for st in opt._streams:
+            out = np.empty(_streams.length(opt, st, opt.rank), st.store)
+            _fill(out, L.in_stream(st, L.dtypes[st.dtype].ranges(opt.rank)), files, si, st)
+            packed[name_s][st.dtype, st.kind] = out
     return steps, groups, packed, fingerprint
 
 
@@ -373,18 +391,20 @@ def _check_ranks(f, meta, opt, vdir):
                 isinstance(x, list) and len(x) == 2 and all(
                     isinstance(v, int) and not isinstance(v, bool) for v in x)
                 and 0 <= x[0] < x[1] <= d.length for x in rs)
-            if not ok:
+            if not ok or any(opt.layout.misaligned(dt, v) for x in rs for v in x):
                 raise CheckpointError(f"{f}: rank {q}'s ranges of {dt.name} are invalid")
             cover[dt.str] += [tuple(x) for x in rs]
-            prefix[dt] = sum(x[1] - x[0] for x in rs)
-        per_state = sum(prefix[dt] * dt.itemsize for dt in prefix)
+            for st in opt._streams:
+                if st.dtype == dt:
+                    prefix[st] = opt.layout.in_stream(st, rs)
+        per_state = sum(sum(b - a for a, b in prefix[st]) * st.store.itemsize
+                        for st in prefix)
         total = per_state * len(opt._state_names)
         nblocks = -(-total // BLOCK)
         if r["bytes"] != total or not isinstance(r["crc"], list) or len(r["crc"]) != nblocks \
                 or not all(isinstance(c, int) and 0 <= c < 1 << 32 for c in r["crc"]):
             raise CheckpointError(f"{f}: rank {q}'s size or checksums are inconsistent")
-        files.append(_ShardFile(f, os.path.join(vdir, r["file"]), r, prefix,
-                                list(opt.layout.dtypes)))
+        files.append(_ShardFile(f, os.path.join(vdir, r["file"]), r, prefix, opt._streams))
     for dt, d in opt.layout.dtypes.items():
         pos = 0
         for lo, hi in sorted(cover[dt.str]):
@@ -401,7 +421,7 @@ def _check_ranks(f, meta, opt, vdir):
 class _ShardFile:
     """One old rank's file: its ranges and CRC-checked byte reads."""
 
-    def __init__(self, f, fpath, entry, counts, dts):
+    def __init__(self, f, fpath, entry, ranges, streams):
         self.f, self.path, self.crc = f, fpath, entry["crc"]
         self.size = entry["bytes"]
         try:
@@ -416,12 +436,12 @@ class _ShardFile:
         if actual != self.size:
             raise CheckpointError(f"{f}: {fpath!r} has {actual} bytes, the header says "
                                   f"{self.size} (truncated or replaced)")
-        self.ranges = {dt: [tuple(x) for x in entry["ranges"][dt.str]] for dt in dts}
-        self.per_state = sum(counts[dt] * dt.itemsize for dt in dts)
-        self.dt_offset, off = {}, 0
-        for dt in dts:
-            self.dt_offset[dt] = off
-            off += counts[dt] * dt.itemsize
+        self.ranges = ranges              # stream -> its ranges of the stream
+        self.offset, off = {}, 0          # stream -> its first byte in a state
+        for st in streams:
+            self.offset[st] = off
+            off += sum(b - a for a, b in ranges[st]) * st.store.itemsize
+        self.per_state = off
         self.cache = {}
 
     def block(self, k):
@@ -444,19 +464,20 @@ class _ShardFile:
         return bytes(out)
 
 
-def _fill(out, ranges, files, si, di, dt):
-    """Copy the new ranges (concatenated into out) from the old files."""
-    size = dt.itemsize
+def _fill(out, ranges, files, si, st):
+    """Copy the new ranges of stream st (concatenated into out) from the
+    old files."""
+    size = st.store.itemsize
     pos = 0
     for a, b in ranges:
         for fl in files:
-            base = si * fl.per_state + fl.dt_offset[dt]
+            base = si * fl.per_state + fl.offset[st]
             pre = 0
-            for lo, hi in fl.ranges[dt]:
+            for lo, hi in fl.ranges[st]:
                 x, y = max(a, lo), min(b, hi)
                 if y > x:
                     data = fl.read(base + (pre + x - lo) * size, base + (pre + y - lo) * size)
-                    out[pos + x - a:pos + y - a] = np.frombuffer(data, dt)
+                    out[pos + x - a:pos + y - a] = np.frombuffer(data, st.store)
                 pre += hi - lo
         pos += b - a
 
@@ -467,29 +488,30 @@ def consolidate(self, path) -> None:
     """Write a plain :mod:`fastopt.optim` checkpoint of the whole state at
     ``path`` (collective; rank 0 gathers the states and writes the file, so
     it needs memory for the whole state, twice, for a moment)."""
-    comm, w = self.comm, self.world
+    comm, w, L = self.comm, self.world, self.layout
     full = {}
     for name in self._state_names:
         full[name] = {}
-        for dt, d in self.layout.dtypes.items():
-            mine = _pack(self, name, dt)
-            counts = [self.layout.shard_length(dt, q) for q in range(w)]
+        packed = _pack(self, name)
+        for st in self._streams:
+            mine = packed[st.dtype, st.kind]
+            counts = [_streams.length(self, st, q) for q in range(w)]
             displs = [sum(counts[:q]) for q in range(w)]
-            recv = np.empty(d.length, dt) if self.rank == 0 else None
+            recv = np.empty(sum(counts), st.store) if self.rank == 0 else None
             if w > 1:
-                comm.Gatherv([mine, mpi_type(dt)],
-                             [recv, (counts, displs), mpi_type(dt)] if self.rank == 0
+                comm.Gatherv([mine, mpi_type(st.store)],
+                             [recv, (counts, displs), mpi_type(st.store)] if self.rank == 0
                              else None, root=0)
             else:
                 recv[:] = mine
             if self.rank == 0:
-                flat = np.empty(d.length, dt)
+                flat = np.empty(sum(counts), st.store)
                 for q in range(w):
                     pos = displs[q]
-                    for lo, hi in d.ranges(q):
+                    for lo, hi in L.in_stream(st, L.dtypes[st.dtype].ranges(q)):
                         flat[lo:hi] = recv[pos:pos + hi - lo]
                         pos += hi - lo
-                full[name][dt] = flat
+                full[name][st.dtype, st.kind] = flat
     err = None
     if self.rank == 0:
         try:
@@ -508,9 +530,8 @@ def _write_plain(opt, path, full):
         groups.append(dict(h, params=list(g["params"])))
     kwargs = dict(opt._kwargs, n_threads=1)
     plain = opt._cls(groups, *opt._args, **kwargs)
-    tensors = opt.layout.tensors
     sd = dict(opt._template, steps=opt._steps, param_groups=_saved_groups(opt),
-              state={name: [full[name][t.dtype][t.offset:t.offset + t.size].reshape(t.shape)
-                            for t in tensors] for name in opt._state_names})
+              state={name: _streams.whole(opt, name, full[name])
+                     for name in opt._state_names})
     plain.load_state_dict(sd)
     plain.save(path)

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from .._groups import group_params
+from .._groups import group_params, split_counts
 from ..optim._states import check_dtype
 
 
@@ -89,17 +89,43 @@ def _first_difference(a: str, b: str, r: int) -> str:
 
 def check_inner_options(f, state_dtype, master_weights=False) -> None:
     """The inner optimizer's options that sharding does not take: a
-    state_dtype other than float32 (the shards' states keep their
+    state_dtype other than float32 or 8-bit (the shards' states keep their
     parameters' dtype; bfloat16 states stored apart are not sharded yet)
     and master_weights (the shards' parameters are float32 or float64,
     their own masters)."""
     if master_weights is not False:
         raise ValueError(f"{f}: master_weights is not available sharded: the shards keep "
                          f"float32 or float64 parameters, their own masters")
-    if isinstance(state_dtype, str) and state_dtype == "int8-blockwise":
-        raise ValueError(f"{f}: state_dtype='int8-blockwise' is not available sharded: "
-                         f"8-bit states' blocks would start at the shards' offsets")
     dt = check_dtype(f, state_dtype)
     if dt is not None and dt != np.float32:
         raise ValueError(f"{f}: state_dtype={dt.name!r} is not available sharded: the "
                          f"shards' states keep their parameters' dtype")
+
+def check_grads(f, grads, group_params, views, broadcast):
+    """The step's gradients as one flat list, each checked against its
+    parameter (dtype; shape, or broadcastable to it with ``broadcast``)."""
+    per = split_counts(f, grads, [len(g) for g in group_params])
+    grads = [g for gg in per for g in gg]
+    for i, (g, p) in enumerate(zip(grads, views)):
+        if g is None:
+            continue
+        if not isinstance(g, np.ndarray):
+            raise TypeError(f"{f}: grads[{i}] must be a numpy.ndarray or None, got "
+                            f"{type(g).__name__}")
+        if g.dtype.newbyteorder("=") != p.dtype:
+            raise TypeError(f"{f}: grads[{i}] has dtype {g.dtype} but params[{i}] has "
+                            f"{p.dtype}; the gradient must match its parameter")
+        if g.shape != p.shape and not broadcast:
+            raise ValueError(f"{f}: grads[{i}] has shape {g.shape} but params[{i}] has "
+                             f"shape {p.shape}; the gradient must have its parameter's "
+                             f"shape (or build the optimizer with broadcast_grads=True "
+                             f"to broadcast it)")
+        if g.shape != p.shape:
+            try:
+                ok = np.broadcast_shapes(g.shape, p.shape) == p.shape
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(f"{f}: grads[{i}] with shape {g.shape} cannot be "
+                                 f"broadcast to params[{i}]'s shape {p.shape}")
+    return list(grads)

@@ -14,7 +14,15 @@ elements. The cuts move to "allowed" positions: anywhere inside a tensor
 that is not AGC-clipped, at row (unit) boundaries of an AGC-clipped tensor
 whose units are rows, and only at the ends of a clipped tensor that is a
 single unit or whose units are strided (``clip_layout="io"``), so an AGC
-unit is never split between ranks.
+unit is never split between ranks, and at multiples of 256 elements from
+the start of a tensor with 8-bit states (or at its end), so a block of
+them is never split either.
+
+A state is stored in *streams*, one per dtype and kind of storage: the
+values of the tensors with states of their own dtype, and the codes and
+absmax of the tensors with 8-bit states (:meth:`Layout.streams`). A
+range of the flat buffer maps onto each stream (:meth:`Layout.in_stream`),
+so a checkpoint records the buffer's ranges and stores the streams.
 """
 from __future__ import annotations
 
@@ -23,7 +31,29 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-ANY, ROWS, WHOLE = 0, 1, 2
+ANY, ROWS, WHOLE, BLOCKS = 0, 1, 2, 3
+#: elements per block of an 8-bit state (fastopt._q8.BLOCK)
+Q8_BLOCK = 256
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One stream of a state of the dtype ``dtype``: ``kind`` "values"
+    (the tensors with states of their own dtype, stored as ``store``),
+    "codes" (uint8, one per element) or "absmax" (float32, one per block of
+    the tensors with 8-bit states)."""
+    dtype: np.dtype
+    kind: str
+    store: np.dtype
+
+    @property
+    def per(self) -> int:
+        """Elements of the buffer per entry of the stream."""
+        return Q8_BLOCK if self.kind == "absmax" else 1
+
+    @property
+    def key(self) -> str:
+        return f"{self.dtype.str}:{self.kind}"
 
 
 def agc_cut_rule(shape, clipped: bool, layout: str):
@@ -40,6 +70,15 @@ def agc_cut_rule(shape, clipped: bool, layout: str):
     return ROWS, size // nu
 
 
+def cut_rule(shape, clipped: bool, layout: str, eight: bool):
+    """(rule, unit) for one tensor: :func:`agc_cut_rule`'s, or cuts at
+    multiples of 256 from its start when its states are 8-bit (which
+    excludes AGC)."""
+    if eight:
+        return BLOCKS, Q8_BLOCK
+    return agc_cut_rule(shape, clipped, layout)
+
+
 @dataclass
 class Tensor:
     index: int          # position in params
@@ -49,7 +88,12 @@ class Tensor:
     offset: int         # element offset in its dtype's flat buffer
     size: int
     rule: int
-    unit: int           # unit length for ROWS
+    unit: int           # unit length for ROWS and BLOCKS
+
+    @property
+    def eight(self) -> bool:
+        """Are the tensor's states 8-bit?"""
+        return self.rule == BLOCKS
 
 
 @dataclass
@@ -120,7 +164,7 @@ class Layout:
         rel = pos - t.offset
         if rel == 0 or t.rule == ANY:
             return pos
-        step = t.unit if t.rule == ROWS else t.size
+        step = t.unit if t.rule in (ROWS, BLOCKS) else t.size
         below = (rel // step) * step
         above = min(below + step, t.size)
         return t.offset + (below if rel - below <= above - rel else above)
@@ -131,7 +175,7 @@ class Layout:
         k = bisect.bisect_right(starts, pos) - 1
         t = d.tensors[k]
         rel = pos - t.offset
-        step = 1 if t.rule == ANY else t.unit if t.rule == ROWS else t.size
+        step = 1 if t.rule == ANY else t.unit if t.rule in (ROWS, BLOCKS) else t.size
         return t.offset + min((rel // step + 1) * step, t.size)
 
     def _cut(self, d: DtypeLayout) -> None:
@@ -174,3 +218,65 @@ class Layout:
 
     def shard_length(self, dt, rank: int) -> int:
         return sum(hi - lo for lo, hi in self.dtypes[np.dtype(dt)].ranges(rank))
+
+    # ------------------------------------------------------------ streams
+
+    def streams(self, state_dtype=None) -> list:
+        """The streams of one state, in a checkpoint's order: per dtype, the
+        values (stored as ``state_dtype`` or the dtype) if any tensor has
+        them, then codes and absmax if any tensor has 8-bit states."""
+        out = []
+        for dt, d in self.dtypes.items():
+            if any(not t.eight for t in d.tensors):
+                out.append(Stream(dt, "values", np.dtype(state_dtype or dt)))
+            if any(t.eight for t in d.tensors):
+                out += [Stream(dt, "codes", np.dtype(np.uint8)),
+                        Stream(dt, "absmax", np.dtype(np.float32))]
+        return out
+
+    def _stream_starts(self, s: Stream) -> dict:
+        """tensor index -> its first entry in stream s (tensors in s only)."""
+        cache = self.__dict__.setdefault("_starts", {})
+        if s not in cache:
+            pos, starts = 0, {}
+            for t in self.dtypes[s.dtype].tensors:
+                if t.eight == (s.kind != "values"):
+                    starts[t.index] = pos
+                    pos += -(-t.size // s.per)
+            cache[s] = starts
+        return cache[s]
+
+    def in_stream(self, s: Stream, ranges) -> list:
+        """The buffer's [lo, hi) ranges (of s's dtype, cut where cuts are
+        allowed) as [lo, hi) ranges of stream s, adjacent ones merged."""
+        d, starts = self.dtypes[s.dtype], self._stream_starts(s)
+        offs = [t.offset for t in d.tensors]
+        out = []
+        for lo, hi in ranges:
+            k = max(bisect.bisect_right(offs, lo) - 1, 0)
+            while k < len(d.tensors) and d.tensors[k].offset < hi:
+                t = d.tensors[k]
+                a, b = max(lo, t.offset), min(hi, t.offset + t.size)
+                if b > a and t.index in starts:
+                    x = starts[t.index] + (a - t.offset) // s.per
+                    y = starts[t.index] + -(-(b - t.offset) // s.per)
+                    if out and out[-1][1] == x:
+                        out[-1][1] = y
+                    else:
+                        out.append([x, y])
+                k += 1
+        return [tuple(r) for r in out]
+
+    def stream_start(self, s: Stream, t: Tensor) -> int:
+        """Tensor t's first entry in stream s (t must be in s)."""
+        return self._stream_starts(s)[t.index]
+
+    def misaligned(self, dt, pos: int) -> bool:
+        """Does a cut at pos split a block of a tensor with 8-bit states?"""
+        d = self.dtypes[np.dtype(dt)]
+        k = bisect.bisect_right([t.offset for t in d.tensors], pos) - 1
+        if k < 0:
+            return False
+        t = d.tensors[k]
+        rel = pos - t.offset
+        return t.eight and 0 < rel < t.size and rel % t.unit != 0

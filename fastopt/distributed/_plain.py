@@ -12,9 +12,11 @@ import zlib
 
 import numpy as np
 
-from fastopt import _npz
-from fastopt.optim import CheckpointError
+from fastopt import _npz, _q8
+from fastopt.optim import CheckpointError, _states
 from fastopt.optim import checkpoint as _ckpt
+
+from . import _streams
 
 META_KEY = "meta"
 META_MAX_CHARS = 1 << 20        # fastopt.optim writes ~200 characters per group
@@ -24,7 +26,8 @@ ENTRY_SLACK = 16 << 10          # bytes of zip and .npy headers per entry, at mo
 def _max_bytes(opt) -> int:
     tensors = opt.layout.tensors
     # the states and, in a file saved with params=True, the parameters
-    n_entries = 1 + (len(opt._state_names) + 1) * len(tensors)
+    # (8-bit states: an absmax entry per state and tensor, and two maps)
+    n_entries = 1 + (2 * len(opt._state_names) + 1) * len(tensors) + 2
     data = (len(opt._state_names) + 1) * sum(t.size * t.dtype.itemsize for t in tensors)
     return data + 4 * META_MAX_CHARS + ENTRY_SLACK * n_entries + (64 << 10)
 
@@ -60,16 +63,17 @@ def _read_meta(opt, f, r):
 
 
 def read_plain(opt, f, path, check_steps, check_groups):
-    """(steps, groups, {state: {dtype: this rank's flat shard}}, fingerprint)
-    of a plain checkpoint; the fingerprint (a CRC-32 of the header and of the
-    zip CRCs of every entry) tells whether two ranks read the same file."""
-    tensors = opt.layout.tensors
+    """(steps, groups, {state: {(dtype, kind): this rank's packed stream}},
+    fingerprint) of a plain checkpoint; the fingerprint (a CRC-32 of the
+    header and of the zip CRCs of every entry) tells whether two ranks read
+    the same file."""
     with _npz.NpzReader(path, max_bytes=_max_bytes(opt)) as r:
         text, meta = _read_meta(opt, f, r)
         steps = check_steps(f, meta.get("steps"))
         groups = check_groups(opt, f, meta.get("param_groups"))
-        specs = {f"state.{s}.{i}": _npz.Spec(t.shape, t.dtype)
-                 for s in opt._state_names for i, t in enumerate(tensors)}
+        _ckpt._words(opt, f, meta.get("state_dtype"))       # 8-bit, or the params' dtype
+        _ckpt._check_block(opt, f, meta.get("q8_block"))
+        specs = _state_specs(opt)
         if any(k.startswith("params.") for k in r.keys):
             raise CheckpointError(f"{f}: the file holds the parameters too (saved with "
                                   f"params=True); a ShardedOptimizer restores the optimizer "
@@ -77,18 +81,43 @@ def read_plain(opt, f, path, check_steps, check_groups):
         _npz.check_names([k for k in r.keys if k != META_KEY], specs)
         for key, spec in specs.items():          # every header, before any data
             r.header(key, spec)
-        mine = sorted({p.tensor.index for p in opt._inner_pieces})
-        packed = {s: {dt: np.empty(opt.layout.shard_length(dt, opt.rank), dt)
-                      for dt in opt.layout.dtypes}
-                  for s in opt._state_names}
+        _ckpt._check_maps(f, {k: r.read(k, specs[k]) for k in specs if k.startswith("q8.")})
+        packed = {}
         for s in opt._state_names:
-            for i in mine:
-                key = f"state.{s}.{i}"
-                full = r.read(key, specs[key]).reshape(-1)
-                for p in opt._inner_pieces:
-                    if p.tensor.index == i:
-                        rel = p.lo - p.tensor.offset
-                        packed[s][p.tensor.dtype][p.shard_offset:p.shard_offset + p.hi
-                                                  - p.lo] = full[rel:rel + p.hi - p.lo]
+            held, last = [], (None, None)
+            for p in opt._inner_pieces:           # a tensor's pieces are consecutive
+                i = p.tensor.index
+                if last[0] != i:
+                    last = (i, _read_state(opt, r, specs, f"state.{s}.{i}"))
+                held.append((last[1], p.lo - p.tensor.offset))
+            packed[s] = _streams.pack(opt, held)
         crcs = repr(sorted((k, r.crc(k)) for k in r.keys))
     return steps, groups, packed, zlib.crc32(crcs.encode(), zlib.crc32(text.encode()))
+
+
+def _state_specs(opt) -> dict:
+    """The entries a plain checkpoint of opt holds, with their shapes and
+    dtypes: per state and tensor its values, or its 8-bit codes and absmax
+    (and then the two maps)."""
+    specs = {}
+    for s in opt._state_names:
+        for t in opt.layout.tensors:
+            key = f"state.{s}.{t.index}"
+            if t.eight:
+                specs[key] = _npz.Spec(t.shape, np.uint8)
+                specs[key + ".absmax"] = _npz.Spec((_q8.blocks(t.size),), np.float32)
+            else:
+                specs[key] = _npz.Spec(t.shape, t.dtype)
+    if opt._q8:
+        specs.update({f"q8.map.{k}": _npz.Spec((256,), np.float32)
+                      for k in ("signed", "unsigned")})
+    return specs
+
+
+def _read_state(opt, r, specs, key):
+    """One tensor's state from the file: an array, or a State8bit."""
+    a = r.read(key, specs[key])
+    if key + ".absmax" not in specs:
+        return a
+    return _q8.State8bit(a, r.read(key + ".absmax", specs[key + ".absmax"]),
+                         not _states.unsigned(opt._cls, key.split(".")[1]))

@@ -10,18 +10,19 @@ import zlib
 import numpy as np
 
 from .. import _ext, _interrupt
-from .._groups import split_counts as _split_counts
+from ..optim import _states
 from . import _checkpoint
 from ._checks import (
     _first_difference,
     _parse_groups,
     _positive,
     advance_carried,
+    check_grads,
     check_inner_options,
     check_shardable,
 )
 from ._comm import default_n_threads, mpi, mpi_type, raise_agreed
-from ._layout import Layout, agc_cut_rule
+from ._layout import Layout, cut_rule
 
 _F = "fastopt.distributed.ShardedOptimizer"
 
@@ -114,14 +115,16 @@ class ShardedOptimizer:
         self._probe_type = type(probe)
         self.param_groups = []
         specs, self._originals = [], []
+        self._q8, self._state_dtype = probe._q8, None
         for gi, (g, pg) in enumerate(zip(raw, probe.param_groups)):
             hyper = {k: v for k, v in pg.items() if k != "params"}
             self.param_groups.append(dict(hyper, params=None))
             clip = hyper.get("clipping")
+            eight = _states.group_eight(probe, pg)
             for j, p in enumerate(g["params"]):
                 c = clip[j] if isinstance(clip, list) else clip
-                rule, unit = agc_cut_rule(p.shape, c is not None,
-                                          hyper.get("clip_layout", "oi"))
+                rule, unit = cut_rule(p.shape, c is not None, hyper.get("clip_layout", "oi"),
+                                      eight and p.size >= _states.MIN_8BIT_SIZE)
                 specs.append((_native(p.dtype), p.shape, gi, rule, unit))
                 self._originals.append(p)
         self._specs = specs
@@ -163,6 +166,7 @@ class ShardedOptimizer:
     def _build(self):
         L = Layout(self._specs, self.world, self.bucket_bytes)
         self.layout = L
+        self._streams = L.streams()
         self._flat = {dt: np.empty(d.length, dt) for dt, d in L.dtypes.items()}
         self._gstage = {dt: np.zeros(d.length, dt) for dt, d in L.dtypes.items()}
         # one rank: the shard is the whole buffer (its ranges are adjacent), no copy
@@ -196,13 +200,14 @@ class ShardedOptimizer:
         order = sorted((p for ps in self._pieces.values() for p in ps),
                        key=lambda p: (p.tensor.index, p.lo))
         self._inner_pieces = order
-        groups = []
+        groups, whole = [], {}
         for gi, g in enumerate(self.param_groups):
             mine = [p for p in order if p.tensor.group == gi]
             first = min((t.index for t in self.layout.tensors if t.group == gi), default=0)
             h = self._inner_hyper(g, [p.tensor.index - first for p in mine])
             h["params"] = [self._flat[p.tensor.dtype][p.lo:p.hi].reshape(p.shape)
                            for p in mine]
+            whole.update((id(a), p.tensor.size) for a, p in zip(h["params"], mine))
             groups.append(h)
         self._inner_grads = [self._gshard[p.tensor.dtype][p.shard_offset:p.shard_offset
                                                           + p.hi - p.lo].reshape(p.shape)
@@ -210,7 +215,11 @@ class ShardedOptimizer:
         self._inner_owner = np.array([p.tensor.index for p in order], np.int64)
         self.inner = None
         if order:
-            self.inner = self._cls(groups, *self._args, **self._kwargs)
+            # 8-bit or not is decided by the size of the tensor a piece is
+            # cut from (optim._states.eight), set before the states are made
+            self.inner = self._cls.__new__(self._cls)
+            self.inner._whole_sizes = whole
+            self.inner.__init__(groups, *self._args, **self._kwargs)
 
     def _inner_hyper(self, g, idx):
         """A group's hyperparameters for the inner optimizer: the learning rate
@@ -397,31 +406,8 @@ class ShardedOptimizer:
                                      f"rank must use the same hyperparameters and schedules")
 
     def _check_grads(self, f, grads):
-        per = _split_counts(f, grads, [len(g) for g in self._group_params])
-        grads = [g for gg in per for g in gg]
-        for i, (g, p) in enumerate(zip(grads, self._views)):
-            if g is None:
-                continue
-            if not isinstance(g, np.ndarray):
-                raise TypeError(f"{f}: grads[{i}] must be a numpy.ndarray or None, got "
-                                f"{type(g).__name__}")
-            if _native(g.dtype) != p.dtype:
-                raise TypeError(f"{f}: grads[{i}] has dtype {g.dtype} but params[{i}] has "
-                                f"{p.dtype}; the gradient must match its parameter")
-            if g.shape != p.shape and not self._kwargs.get("broadcast_grads"):
-                raise ValueError(f"{f}: grads[{i}] has shape {g.shape} but params[{i}] has "
-                                 f"shape {p.shape}; the gradient must have its parameter's "
-                                 f"shape (or build the optimizer with broadcast_grads=True "
-                                 f"to broadcast it)")
-            if g.shape != p.shape:
-                try:
-                    ok = np.broadcast_shapes(g.shape, p.shape) == p.shape
-                except ValueError:
-                    ok = False
-                if not ok:
-                    raise ValueError(f"{f}: grads[{i}] with shape {g.shape} cannot be "
-                                     f"broadcast to params[{i}]'s shape {p.shape}")
-        return list(grads)
+        return check_grads(f, grads, self._group_params, self._views,
+                           self._kwargs.get("broadcast_grads"))
 
     @staticmethod
     def _hyper_key(g):

@@ -97,8 +97,12 @@ def group_eight(opt, group) -> bool:
 
 def eight(opt, group, p) -> bool:
     """Are parameter p's states (of this group) 8-bit: :func:`group_eight`,
-    p of at least MIN_8BIT_SIZE elements?"""
-    return group_eight(opt, group) and p.size >= MIN_8BIT_SIZE
+    p of at least MIN_8BIT_SIZE elements? (A sharded optimizer's inner one
+    steps pieces of tensors: its ``_whole_sizes`` gives, by id, the size of
+    the tensor each piece is cut from, which decides.)"""
+    whole = getattr(opt, "_whole_sizes", None)
+    size = p.size if whole is None else whole[id(p)]
+    return group_eight(opt, group) and size >= MIN_8BIT_SIZE
 
 
 def eights(opt) -> list:

@@ -1,0 +1,87 @@
+"""A ShardedOptimizer's states as streams (``_layout.Stream``): this rank's
+shard of one state packed into one flat array per stream, and back.
+
+A tensor with states of its own dtype contributes its values to the
+"values" stream of its dtype; a tensor with 8-bit states its codes to the
+"codes" stream and its blocks' absmax to the "absmax" stream. The rank's
+pieces are taken in the flat buffer's order, which is the order of the
+rank's ranges mapped onto each stream (``Layout.in_stream``), so a packed
+stream is exactly the concatenation of those ranges.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _q8
+from ..optim import _states
+from ._layout import Q8_BLOCK
+
+
+def length(opt, s, rank) -> int:
+    """Entries of stream s on rank."""
+    ranges = opt.layout.dtypes[s.dtype].ranges(rank)
+    return sum(hi - lo for lo, hi in opt.layout.in_stream(s, ranges))
+
+
+def slices(a, rel: int, n: int, eight: bool) -> dict:
+    """kind -> the flat entries of elements [rel, rel + n) of state a (an
+    array, or a State8bit whose blocks start at element 0; rel is then a
+    multiple of the block)."""
+    if not eight:
+        return {"values": a.reshape(-1)[rel:rel + n]}
+    b = rel // Q8_BLOCK
+    return {"codes": a.codes.reshape(-1)[rel:rel + n],
+            "absmax": a.absmax[b:b + -(-n // Q8_BLOCK)]}
+
+
+def pack(opt, held) -> dict:
+    """(dtype, kind) -> this rank's packed stream of one state, from
+    ``held``: per inner piece, (the state holding it, its first element
+    there)."""
+    out = {(s.dtype, s.kind): np.empty(length(opt, s, opt.rank), s.store)
+           for s in opt._streams}
+    pos = dict.fromkeys(out, 0)
+    for p, (a, rel) in zip(opt._inner_pieces, held):
+        for kind, v in slices(a, rel, p.hi - p.lo, p.tensor.eight).items():
+            key = (p.tensor.dtype, kind)
+            out[key][pos[key]:pos[key] + v.size] = v
+            pos[key] += v.size
+    return out
+
+
+def unpack(opt, name, packed) -> list:
+    """One state's packed streams -> its array (or State8bit) per inner
+    parameter, views into the packed arrays."""
+    pos = dict.fromkeys(packed, 0)
+    out = []
+    for p in opt._inner_pieces:
+        n, dt = p.hi - p.lo, p.tensor.dtype
+        take = {}
+        for kind, k in (("codes", n), ("absmax", -(-n // Q8_BLOCK))) if p.tensor.eight \
+                else (("values", n),):
+            take[kind] = packed[dt, kind][pos[dt, kind]:pos[dt, kind] + k]
+            pos[dt, kind] += k
+        if p.tensor.eight:
+            out.append(_q8.State8bit(take["codes"].reshape(p.shape), take["absmax"],
+                                     not _states.unsigned(opt._cls, name)))
+        else:
+            out.append(take["values"].reshape(p.shape))
+    return out
+
+
+def whole(opt, name, full) -> list:
+    """One state's whole streams (every rank's, in stream order) -> its
+    array (or State8bit) per tensor, for a plain checkpoint."""
+    out = []
+    for t in opt.layout.tensors:
+        starts = {s.kind: opt.layout.stream_start(s, t) for s in opt._streams
+                  if s.dtype == t.dtype and (s.kind != "values") == t.eight}
+        if not t.eight:
+            a = starts["values"]
+            out.append(full[t.dtype, "values"][a:a + t.size].reshape(t.shape))
+            continue
+        c, b = starts["codes"], starts["absmax"]
+        out.append(_q8.State8bit(full[t.dtype, "codes"][c:c + t.size].reshape(t.shape),
+                                 full[t.dtype, "absmax"][b:b + _q8.blocks(t.size)],
+                                 not _states.unsigned(opt._cls, name)))
+    return out
