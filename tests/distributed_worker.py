@@ -117,6 +117,11 @@ CONFIGS = {
     # a carried scalar per group (mu_product): every rank's, and the checkpoint's
     "nadam_groups": (fo.NAdam, {"lr": 0.01, "weight_decay": 0.01}, [
         ([0, 1, 2, 3], {}), ([4, 5, 6, 7], {"betas": (0.5, 0.9)})]),
+    # a trust ratio per tensor: trusted tensors are stepped whole by one rank,
+    # the group without one is cut anywhere
+    "lamb_groups": (fo.LAMB, {"lr": 0.01, "weight_decay": 0.01}, [
+        ([0, 1, 2, 3, 4, 5], {}), ([6, 7], {"trust_ratio": False})]),
+    "lars": (fo.LARS, {"lr": 0.1, "weight_decay": 1e-3, "nesterov": True}, None),
     # 8-bit states (blocks of 256, never split between ranks) beside float32
     # ones: a tensor under 4096 elements, and a group that keeps float32
     "adamw_8bit": (fo.AdamW, {"lr": 1e-2, "state_dtype": "int8-blockwise"}, [
@@ -239,7 +244,8 @@ def case_equiv():
 
 
 def case_resume(phase, ckpt_root):
-    for name in ("nesterov_agc_groups", "adam_schedule", "nadam_groups", "adamw_8bit"):
+    for name in ("nesterov_agc_groups", "adam_schedule", "nadam_groups", "adamw_8bit",
+                 "lamb_groups"):
         resume_one(name, phase, os.path.join(ckpt_root, name))
 
 

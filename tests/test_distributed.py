@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import fastopt
-from fastopt.distributed._layout import ROWS, WHOLE, Layout, agc_cut_rule
+from fastopt.distributed._layout import ANY, ROWS, WHOLE, Layout, agc_cut_rule
 
 pytest.importorskip("mpi4py")
 MPIEXEC = (shutil.which("mpiexec", path=os.path.dirname(sys.executable))
@@ -298,3 +298,28 @@ def test_plain_checkpoint_with_parameters_is_refused_with_a_reason(tmp_path):
     plain.save(tmp_path / "c.npz")
     opt.load(tmp_path / "c.npz")
     assert opt.steps == 1
+
+
+def test_trusted_tensors_are_stepped_whole_and_their_flag_is_fixed():
+    """LAMB's trusted tensors are never cut (one rank steps each whole: its
+    trust ratio is the single-process one; tests/distributed_worker.py
+    compares the bits at 2 and 3 ranks), its untrusted group is cut
+    anywhere, and trust_ratio cannot be edited after construction."""
+    from mpi4py import MPI
+
+    import fastopt.optim as fo
+    from fastopt.distributed import ShardedOptimizer
+    params = [np.ones((40, 30), np.float32), np.ones(50, np.float32)]
+    opt = ShardedOptimizer(fo.LAMB, [{"params": params[:1]},
+                                     {"params": params[1:], "trust_ratio": False}],
+                           lr=0.1, bucket_bytes=64, comm=MPI.COMM_SELF)
+    assert [t.rule for t in opt.layout.tensors] == [WHOLE, ANY]
+    pieces = [(p.tensor.index, p.shape) for p in opt._inner_pieces]
+    assert pieces[0] == (0, (40, 30)) and len(pieces) > 2      # the vector: many buckets
+    grads = [np.full((40, 30), 0.5, np.float32), np.full(50, 0.5, np.float32)]
+    opt.step(grads)
+    opt.param_groups[1]["trust_ratio"] = True
+    before = [p.copy() for p in opt.params]
+    with pytest.raises(ValueError, match=r"param_groups\[1\]\['trust_ratio'\] was changed"):
+        opt.step(grads)
+    assert opt.steps == 1 and all((a == b).all() for a, b in zip(opt.params, before))

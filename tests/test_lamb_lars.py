@@ -231,12 +231,26 @@ def test_the_drop_in_with_flat_buffers_steps_per_tensor(cls):
             np.testing.assert_array_equal(a, b)
 
 
-def test_a_shard_cannot_hold_them():
+@pytest.mark.parametrize("cls", ["LAMB", "LARS"])
+def test_a_shard_steps_them_whole_as_one_process_does(cls):
+    """Sharded (in buckets far smaller than the tensors), each trusted
+    tensor is stepped whole, so the bits are the single-process ones (at
+    2 and 3 ranks: tests/test_distributed.py)."""
     pytest.importorskip("mpi4py")
-    from fastopt.distributed import ShardedOptimizer
+    from mpi4py import MPI
 
-    with pytest.raises(ValueError, match="LAMB scales each whole tensor by its trust ratio"):
-        ShardedOptimizer(fo.LAMB, [np.ones(3)])
+    from fastopt.distributed import ShardedOptimizer
+    rng = np.random.default_rng(5)
+    params = [rng.standard_normal(s).astype(np.float32) for s in ((30, 20), (7,), (300,))]
+    sharded = ShardedOptimizer(getattr(fo, cls), [p.copy() for p in params], lr=0.01,
+                               weight_decay=0.01, bucket_bytes=64, comm=MPI.COMM_SELF)
+    single = getattr(fo, cls)([p.copy() for p in params], lr=0.01, weight_decay=0.01)
+    for _ in range(3):
+        grads = [rng.standard_normal(p.shape).astype(np.float32) for p in params]
+        sharded.step([g.copy() for g in grads])
+        single.step(grads)
+    for a, b in zip(sharded.params, single.params):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("fn,cls,name,value,exc", [

@@ -46,6 +46,7 @@ from fastopt.optim import CheckpointError
 from fastopt.optim import checkpoint as _ckpt
 
 from . import _streams
+from ._checks import CUT_KEYS
 from ._comm import mpi, mpi_type, raise_agreed
 from ._layout import Q8_BLOCK
 from ._plain import read_plain
@@ -287,7 +288,7 @@ def _check_groups(opt, f, saved):
         h.update({k: v for k, v in s.items() if k != "n_params"})
         if h.get("schedule") is not None:
             h["lr"] = None
-        for k in ("clipping", "clip_layout"):
+        for k in CUT_KEYS:
             a, b = h.get(k), g.get(k)
             if (list(a) if isinstance(a, (list, tuple)) else a) != b:
                 raise CheckpointError(f"{f}: the checkpoint's param_groups[{gi}]['{k}'] is "

@@ -21,14 +21,17 @@ def _positive(f, label, value, *, allow_none=True):
     return v
 
 
-def check_shardable(f, cls):
-    """A rule that reads a norm of each whole tensor (LAMB's and LARS's trust
-    ratio) cannot step the pieces of tensors a shard holds (raises)."""
+def trusted(cls, hyper) -> bool:
+    """Is the update of a group (its hyperparameters) of optimizer class
+    cls scaled per tensor by a norm of the whole tensor (LAMB's and LARS's
+    trust ratio, unless the group's trust_ratio is False)?"""
     rule = getattr(cls, "_RULE", None)
-    if getattr(rule, "per_tensor", False):
-        raise ValueError(f"{f}: {cls.__name__} scales each whole tensor by its trust ratio, "
-                         f"and a shard holds pieces of tensors; shard another optimizer, "
-                         f"or step {cls.__name__} unsharded")
+    return bool(getattr(rule, "per_tensor", False) and hyper.get("trust_ratio", True))
+
+
+#: hyperparameters that fix where shards may be cut (AGC's units, the
+#: tensors a trust ratio keeps whole): not editable after construction
+CUT_KEYS = ("clipping", "clip_layout", "trust_ratio")
 
 
 def advance_carried(opt):

@@ -13,8 +13,9 @@ is the union of its slices: it holds the optimizer state of exactly those
 elements. The cuts move to "allowed" positions: anywhere inside a tensor
 that is not AGC-clipped, at row (unit) boundaries of an AGC-clipped tensor
 whose units are rows, and only at the ends of a clipped tensor that is a
-single unit or whose units are strided (``clip_layout="io"``), so an AGC
-unit is never split between ranks, and at multiples of 256 elements from
+single unit or whose units are strided (``clip_layout="io"``), or whose
+update is scaled by its own norm (LAMB's and LARS's trust ratio), so an
+AGC unit or a trusted tensor is never split between ranks, and at multiples of 256 elements from
 the start of a tensor with 8-bit states (or at its end), so a block of
 them is never split either.
 
@@ -70,10 +71,15 @@ def agc_cut_rule(shape, clipped: bool, layout: str):
     return ROWS, size // nu
 
 
-def cut_rule(shape, clipped: bool, layout: str, eight: bool):
-    """(rule, unit) for one tensor: :func:`agc_cut_rule`'s, or cuts at
+def cut_rule(shape, clipped: bool, layout: str, eight: bool = False, whole: bool = False):
+    """(rule, unit) for one tensor: :func:`agc_cut_rule`'s; cuts at
     multiples of 256 from its start when its states are 8-bit (which
-    excludes AGC)."""
+    excludes AGC); none inside it when its update is scaled by a norm of
+    the whole tensor (LAMB's and LARS's trust ratio), so one rank steps it
+    whole."""
+    size = int(np.prod(shape, dtype=np.int64))
+    if whole and size:
+        return WHOLE, size
     if eight:
         return BLOCKS, Q8_BLOCK
     return agc_cut_rule(shape, clipped, layout)

@@ -13,13 +13,14 @@ from .. import _ext, _interrupt
 from ..optim import _states
 from . import _checkpoint
 from ._checks import (
+    CUT_KEYS,
     _first_difference,
     _parse_groups,
     _positive,
     advance_carried,
     check_grads,
     check_inner_options,
-    check_shardable,
+    trusted,
 )
 from ._comm import default_n_threads, mpi, mpi_type, raise_agreed
 from ._layout import Layout, cut_rule
@@ -93,7 +94,6 @@ class ShardedOptimizer:
         if not isinstance(cls, type):
             raise TypeError(f"{f}: optimizer_cls must be a fastopt.optim optimizer class, "
                             f"got {type(cls).__name__}")
-        check_shardable(f, cls)
         bb = operator.index(bucket_bytes) if not isinstance(bucket_bytes, bool) else None
         if bb is None or bb < 64:
             raise ValueError(f"{f}: bucket_bytes must be an int >= 64, got {bucket_bytes!r}")
@@ -120,11 +120,11 @@ class ShardedOptimizer:
             hyper = {k: v for k, v in pg.items() if k != "params"}
             self.param_groups.append(dict(hyper, params=None))
             clip = hyper.get("clipping")
-            eight = _states.group_eight(probe, pg)
+            eight, whole = _states.group_eight(probe, pg), trusted(cls, hyper)
             for j, p in enumerate(g["params"]):
                 c = clip[j] if isinstance(clip, list) else clip
                 rule, unit = cut_rule(p.shape, c is not None, hyper.get("clip_layout", "oi"),
-                                      eight and p.size >= _states.MIN_8BIT_SIZE)
+                                      eight and p.size >= _states.MIN_8BIT_SIZE, whole)
                 specs.append((_native(p.dtype), p.shape, gi, rule, unit))
                 self._originals.append(p)
         self._specs = specs
@@ -447,7 +447,7 @@ class ShardedOptimizer:
         hypers = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         for gi in changed:
             old = dict(self._pushed[gi])
-            for k in ("clipping", "clip_layout"):
+            for k in CUT_KEYS:
                 new = hypers[gi].get(k)
                 new = tuple(new) if isinstance(new, list) else new
                 if old.get(k) != new:
