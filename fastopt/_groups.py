@@ -9,8 +9,9 @@ from . import _dtypes
 from . import _validation as _v
 
 
-def group_params(f, group, where, n):
-    """The checked parameter list of one group; n parameters come before it."""
+def group_params(f, group, where, n, dtypes=None):
+    """The checked parameter list of one group; n parameters come before it;
+    their dtypes those fastopt updates (or one of ``dtypes``)."""
     if "params" not in group:
         raise ValueError(f"{f}: {where} has no 'params' entry")
     ps = group["params"]
@@ -25,9 +26,10 @@ def group_params(f, group, where, n):
         if not isinstance(p, np.ndarray):
             raise TypeError(f"{f}: {label} must be a numpy.ndarray, got "
                             f"{type(p).__name__}")
-        if p.dtype.newbyteorder("=") not in _dtypes.NUMPY:
+        if p.dtype.newbyteorder("=") not in (dtypes or _dtypes.NUMPY):
+            names = _dtypes.phrase(dtypes) if dtypes else _dtypes.NAMES
             raise TypeError(f"{f}: {label} has dtype {p.dtype}; fastopt updates "
-                            f"{_dtypes.NAMES} arrays")
+                            f"{names} arrays")
         if not p.flags.writeable:
             raise ValueError(f"{f}: {label} is read-only; it is updated in place")
     return ps

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 
+import ml_dtypes
 import numpy as np
 from mpi4py import MPI
 
@@ -31,6 +32,10 @@ SHAPES = [((6, 5), np.float32), ((7,), np.float64), ((3, 4, 2), np.float32), ((1
 
 # two more float32 tensors of 4096 elements or more: 8-bit states
 SHAPES_8BIT = SHAPES + [((70, 100), np.float32), ((4100,), np.float32)]
+# 16-bit parameters beside float ones (master_weights)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+SHAPES_16 = [((6, 5), BF16), ((7,), np.float64), ((50,), BF16), ((9, 4), np.float16),
+             ((3, 4, 2), np.float32), ((70, 100), BF16)]
 
 
 def model(seed=0, shapes=SHAPES):
@@ -39,7 +44,7 @@ def model(seed=0, shapes=SHAPES):
 
 
 def shapes_of(name):
-    return SHAPES_8BIT if name.endswith("8bit") else SHAPES
+    return {"8bit": SHAPES_8BIT, "16": SHAPES_16}.get(name.rsplit("_", 1)[-1], SHAPES)
 
 
 def grads_of(q, step, params, none=()):
@@ -59,10 +64,12 @@ def averaged(step, params, world, none=()):
         if not gs:
             out.append(None)
             continue
-        total = np.zeros(p.shape, p.dtype)
+        # 16-bit gradients are added in float32, in rank order (as the ranks do)
+        acc = np.dtype(np.float32) if p.dtype.itemsize == 2 else p.dtype
+        total = np.zeros(p.shape, acc)
         for g in gs:
-            total = total + g
-        out.append(np.divide(total, p.dtype.type(world)))
+            total = total + g.astype(acc)
+        out.append(np.divide(total, acc.type(world)))
     return out
 
 
@@ -81,8 +88,17 @@ def same(a, b, what):
 
 
 def compare(sharded, single, what):
-    for i, (a, b) in enumerate(zip(sharded.params, single.params)):
-        same(a, b, f"{what}: params[{i}]")
+    # master_weights: the 16-bit parameters, then the shard's float32 masters
+    mine = single._copies or [None] * len(single.params)
+    for i, (a, b, c) in enumerate(zip(sharded.params, single.params, mine)):
+        same(a, b if c is None else c, f"{what}: params[{i}]")
+    if sharded.inner is not None and sharded.inner._copies:
+        for piece, m, c in zip(sharded._inner_pieces, sharded.inner.params,
+                               sharded.inner._copies):
+            t = piece.tensor
+            if c is not None:
+                same(m.reshape(-1), single.params[t.index].reshape(-1)[
+                    piece.lo - t.offset:piece.hi - t.offset], f"{what}: master {t.index}")
     for gi, (g, h) in enumerate(zip(sharded.param_groups, single.param_groups)):
         if "mu_product" in h:       # NAdam's carried scalar, on every rank
             assert g["mu_product"] == h["mu_product"], (what, gi, g["mu_product"],
@@ -122,6 +138,9 @@ CONFIGS = {
     "lamb_groups": (fo.LAMB, {"lr": 0.01, "weight_decay": 0.01}, [
         ([0, 1, 2, 3, 4, 5], {}), ([6, 7], {"trust_ratio": False})]),
     "lars": (fo.LARS, {"lr": 0.1, "weight_decay": 1e-3, "nesterov": True}, None),
+    # 16-bit parameters exchanged as 16-bit words, float32 masters and states
+    "adamw_master_16": (fo.AdamW, {"lr": 1e-2, "master_weights": True}, [
+        ([0, 1, 2], {}), ([3, 4, 5], {"weight_decay": 0.1})]),
     # 8-bit states (blocks of 256, never split between ranks) beside float32
     # ones: a tensor under 4096 elements, and a group that keeps float32
     "adamw_8bit": (fo.AdamW, {"lr": 1e-2, "state_dtype": "int8-blockwise"}, [
@@ -145,7 +164,7 @@ def run_equiv(name, steps=5, bucket_bytes=64, scale=None, skip_at=None, none=())
             assert ok is False, "the step with an Inf gradient was applied"
             continue
         assert ok is True
-        single.step(averaged(s, single.params, SIZE, none), grad_scale=scale)
+        single.step(averaged(s, opt.params, SIZE, none), grad_scale=scale)
         compare(opt, single, f"{name} step {s}")
 
 
@@ -241,11 +260,12 @@ def case_equiv():
     # the non-finite decision is collective even when only the last rank sees the Inf
     run_equiv("nesterov_agc_groups", skip_at=1)
     run_equiv("adamw_8bit", bucket_bytes=3000, scale=2.0, skip_at=1)
+    run_equiv("adamw_master_16", bucket_bytes=3000, scale=4.0, skip_at=2)
 
 
 def case_resume(phase, ckpt_root):
     for name in ("nesterov_agc_groups", "adam_schedule", "nadam_groups", "adamw_8bit",
-                 "lamb_groups"):
+                 "lamb_groups", "adamw_master_16"):
         resume_one(name, phase, os.path.join(ckpt_root, name))
 
 
@@ -259,13 +279,13 @@ def resume_one(name, phase, ckpt):
     opt = ShardedOptimizer(cls, groups_of(params, spec), bucket_bytes=96, **kw)
     single = cls(groups_of(model(shapes=shapes_of(name)), spec), **kw)
     for s in range(first + n):
-        single.step(averaged(s, single.params, worlds[s]))
+        single.step(averaged(s, opt.params, worlds[s]))
     if first:
         opt.load(ckpt)
         # the parameters are the user's to save; take them from the reference run
         ref = cls(groups_of(model(shapes=shapes_of(name)), spec), **kw)
         for s in range(first):
-            ref.step(averaged(s, ref.params, worlds[s]))
+            ref.step(averaged(s, opt.params, worlds[s]))
         for a, b in zip(opt.params, ref.params):
             a[...] = b
     for s in range(first, first + n):

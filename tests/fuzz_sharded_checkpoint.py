@@ -124,6 +124,40 @@ def _resplit(src, meta, data):
     return files
 
 
+def _resplit_8bit(src, meta, data, opt):
+    """As _resplit, for a checkpoint with 8-bit states: the cuts fall where
+    no block of them is split, and each section of the file (a state's
+    stream: values, codes or absmax) is re-split as the format maps the
+    ranks' ranges onto it (fastopt.distributed._layout.Layout.in_stream)."""
+    from fastopt.distributed._checkpoint import sections
+
+    L, w = opt.layout, src.int(2, 3)
+    cuts = {}
+    for dt, d in L.dtypes.items():
+        inner = []
+        for _ in range(w - 1):
+            c = src.int(0, d.length)
+            t = L.block_cut(dt, c)
+            inner.append(c if t is None else t.offset + (c - t.offset) // 256 * 256)
+        cuts[dt] = [0] + sorted(inner) + [d.length]
+    segs, pos = {}, 0
+    for key in sections(opt):
+        st = key[1]
+        n = sum(b - a for a, b in L.in_stream(st, [(0, L.dtypes[st.dtype].length)]))
+        segs[key] = np.frombuffer(data[pos:pos + n * st.store.itemsize], st.store)
+        pos += n * st.store.itemsize
+    ranks, files = [], []
+    for q in range(w):
+        mine = {dt: [(c[q], c[q + 1])] if c[q] < c[q + 1] else [] for dt, c in cuts.items()}
+        blob = b"".join(segs[k][a:b].tobytes() for k in sections(opt)
+                        for a, b in L.in_stream(k[1], mine[k[1].dtype]))
+        ranks.append({"file": f"rank-{q:05d}.bin", "bytes": len(blob), "ranges": {
+            dt.str: [list(r) for r in rs] for dt, rs in mine.items()}, "crc": _crcs(blob)})
+        files.append(blob)
+    meta["world_size"], meta["ranks"] = w, ranks
+    return files
+
+
 def _slots(obj, out):
     """Every (container, key) of a JSON value."""
     items = obj.items() if isinstance(obj, dict) else enumerate(obj) \
@@ -275,8 +309,13 @@ def sharded_case(src, tmpdir) -> None:
     if cls is optim.AdamW:          # float32, and a tensor with 8-bit states in 17 blocks
         shapes, dtypes = shapes + ((4100,),), ("float32",) * (n + 1)
     meta, data = _template(cls, shapes, dtypes, tmpdir)
-    # (8-bit states' streams are re-split across ranks in tests/distributed_worker.py)
-    files = _resplit(src, meta, data) if src.chance(3) and "q8" not in meta else [data]
+    opt = _make(cls, shapes, dtypes)
+    if not src.chance(3):
+        files = [data]
+    elif "q8" in meta:
+        files = _resplit_8bit(src, meta, data, opt)
+    else:
+        files = _resplit(src, meta, data)
     for _ in range(src.int(0, 3)):
         _mutate_meta(src, meta)
     path = os.path.join(tmpdir, "sharded")
@@ -285,7 +324,6 @@ def sharded_case(src, tmpdir) -> None:
         _mutate_files(src, path, vdir, len(files))
     del meta, data, files
 
-    opt = _make(cls, shapes, dtypes)
     opt.step(_grads(opt, 5))
     before, on_disk = _state(opt), _listing(path)
     shapes_before = [(a.shape, a.dtype) for a in _arrays(opt)]

@@ -474,16 +474,3 @@ def test_a_skipped_step_rounds_and_writes_nothing():
         assert not info.applied and not info.finite
         for a, b in zip((x, m, v), before):
             np.testing.assert_array_equal(bits(a), b)
-
-
-def test_sharded_optimizers_refuse_master_weights():
-    """Sharded parameters are float32/float64, their own masters: asking for
-    masters is refused rather than silently ignored."""
-    pytest.importorskip("mpi4py")
-    from mpi4py import MPI
-
-    from fastopt import optim
-    from fastopt.distributed import ShardedOptimizer
-    with pytest.raises(ValueError, match="master_weights is not available sharded"):
-        ShardedOptimizer(optim.AdamW, [np.ones(10, np.float32)], lr=0.1, master_weights=True,
-                         comm=MPI.COMM_SELF)

@@ -323,3 +323,47 @@ def test_trusted_tensors_are_stepped_whole_and_their_flag_is_fixed():
     with pytest.raises(ValueError, match=r"param_groups\[1\]\['trust_ratio'\] was changed"):
         opt.step(grads)
     assert opt.steps == 1 and all((a == b).all() for a, b in zip(opt.params, before))
+
+
+def _stored_run():
+    """The optimizer (and its three steps) that wrote tests/data/sharded_float_v1."""
+    from mpi4py import MPI
+
+    import fastopt.optim as fo
+    from fastopt.distributed import ShardedOptimizer
+    rng = np.random.default_rng(11)
+    params = [rng.standard_normal(s).astype(d) for s, d in (
+        ((6, 5), np.float32), ((7,), np.float64), ((40,), np.float32), ((3, 3), np.float64))]
+    opt = ShardedOptimizer(fo.AdamW, [{"params": params[:2]},
+                                      {"params": params[2:], "weight_decay": 0.1}],
+                           lr=1e-2, bucket_bytes=64, comm=MPI.COMM_SELF)
+    for k in range(3):
+        r = np.random.default_rng(k)
+        opt.step([(np.round(r.standard_normal(p.shape) * 256) / 256).astype(p.dtype)
+                  for p in opt.params])
+    return opt
+
+
+def test_checkpoints_of_float_states_keep_their_stored_bytes(tmp_path):
+    """A checkpoint without 8-bit states or masters is written byte for byte
+    as the stored one (written before those existed), and loads."""
+    stored = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                          "sharded_float_v1")
+    opt = _stored_run()
+    opt.save(tmp_path / "ck")
+
+    def version(path):
+        with open(os.path.join(path, "LATEST")) as fh:
+            return os.path.join(path, fh.read().strip())
+    for name in ("rank-00000.bin", "meta.json"):
+        with open(os.path.join(version(stored), name), "rb") as a, \
+                open(os.path.join(version(tmp_path / "ck"), name), "rb") as b:
+            assert a.read() == b.read(), name
+    fresh = _stored_run()
+    for arrs in fresh.inner.state.values():
+        for a in arrs:
+            a.fill(0)
+    fresh.load(stored)
+    for x, y in zip(fresh.inner.state.values(), opt.inner.state.values()):
+        for a, b in zip(x, y):
+            assert a.tobytes() == b.tobytes()

@@ -38,7 +38,7 @@ def test_blocks_are_never_split_and_the_streams_tile(world, bucket_bytes):
                 assert (p.lo - t.offset) % 256 == 0
                 assert (p.hi - t.offset) % 256 == 0 or p.hi == t.offset + t.size
             for pos in (p.lo, p.hi):
-                assert not L.misaligned(np.float32, pos)
+                assert L.block_cut(np.float32, pos) is None
     for s in L.streams():
         total = sum(-(-t.size // s.per) for t in d.tensors if t.eight == (s.kind != "values"))
         cover = sorted(r for q in range(world) for r in L.in_stream(s, d.ranges(q)))
@@ -134,7 +134,7 @@ def test_mismatched_8bit_checkpoints_are_refused_and_nothing_changes(tmp_path):
         (tmp_path / key).mkdir()
         opt.save(tmp_path / key)
         _rewrite(tmp_path / key, lambda meta, _v, k=key, v=value: meta["q8"].__setitem__(k, v))
-        _refused(opt, tmp_path / key, "in another block size or map, or for other tensors")
+        _refused(opt, tmp_path / key, "the checkpoint's 8-bit states have other")
     opt.load(tmp_path / "q8")                     # the right one still loads
 
 
@@ -146,7 +146,7 @@ def test_ranges_that_cut_a_block_are_refused(tmp_path):
     opt.save(tmp_path / "ck")
     L, dt = opt.layout, np.dtype(np.float32)
     cut = opt.layout.tensors[2].offset + 300        # inside block 1 of the 8-bit (4100,)
-    assert L.misaligned(dt, cut)
+    assert L.block_cut(dt, cut) is opt.layout.tensors[2]
 
     def split(meta, vdir):
         with open(os.path.join(vdir, "rank-00000.bin"), "rb") as fh:
@@ -155,7 +155,7 @@ def test_ranges_that_cut_a_block_are_refused(tmp_path):
         ranks, blobs = [[[0, cut]], [[cut, L.dtypes[dt].length]]], [b"", b""]
         pos = 0
         for _ in meta["states"]:
-            for s in opt._streams:
+            for s in opt._streams:      # (the sections of a rank file, in order)
                 n = sum(b - a for a, b in L.in_stream(s, whole)) * s.store.itemsize
                 seg = np.frombuffer(data[pos:pos + n], s.store)
                 pos += n
@@ -171,7 +171,8 @@ def test_ranges_that_cut_a_block_are_refused(tmp_path):
                 dt.str: ranks[q]}, "crc": [zlib.crc32(blob[i:i + (1 << 22)])
                                             for i in range(0, len(blob), 1 << 22)]})
     _rewrite(tmp_path / "ck", split)
-    _refused(opt, tmp_path / "ck", r"rank 0's ranges of float32 are invalid")
+    _refused(opt, tmp_path / "ck", r"rank 0's range \[0, 7600\) of float32 cuts a "
+                                   r"256-element block of params\[2\]'s 8-bit states")
 
 
 def test_8bit_options_sharding_refuses_say_why():

@@ -42,7 +42,7 @@ import numpy as np
 
 from fastopt import _npz, _q8
 from fastopt._npz import fsync_directory
-from fastopt.optim import CheckpointError
+from fastopt.optim import CheckpointError, _masters
 from fastopt.optim import checkpoint as _ckpt
 
 from . import _streams
@@ -79,8 +79,10 @@ def _saved_groups(opt):
 # ---------------------------------------------------------------- packing
 
 def _pack(opt, name):
-    """This rank's shard of state ``name``: (dtype, kind) -> one flat array
-    per stream."""
+    """This rank's shard of state ``name`` (or "master", the float32
+    masters of 16-bit tensors): (dtype, kind) -> one flat array per stream."""
+    if name == "master":
+        return _streams.pack(opt, _streams.masters(opt), opt._master_streams)
     arrays = opt.inner.state[name] if opt.inner is not None else ()
     return _streams.pack(opt, [(a, 0) for a in arrays])
 
@@ -88,6 +90,14 @@ def _pack(opt, name):
 def _unpacked(opt, packed):
     """{name: {(dtype, kind): flat shard}} -> {name: [state per inner parameter]}."""
     return {name: _streams.unpack(opt, name, packed[name]) for name in packed}
+
+
+def sections(opt) -> list:
+    """What a rank file holds, in order: (state name, stream) for each
+    state and each of its streams, then ("master", stream) for each 16-bit
+    dtype with float32 masters."""
+    return ([(name, st) for name in opt._state_names for st in opt._streams]
+            + [("master", st) for st in opt._master_streams])
 
 
 def _q8_meta(opt):
@@ -104,21 +114,22 @@ def _write_rank_file(opt, tmp):
     fname = f"rank-{opt.rank:05d}.bin"
     crcs, size, crc, filled = [], 0, 0, 0     # running CRC of the current block
     with open(os.path.join(tmp, fname), "wb") as fh:
-        for name in opt._state_names:
-            packed = _pack(opt, name)
-            for st in opt._streams:
-                data = memoryview(packed[st.dtype, st.kind]).cast("B")
-                fh.write(data)
-                size += len(data)
-                pos = 0
-                while pos < len(data):
-                    take = min(BLOCK - filled, len(data) - pos)
-                    crc = zlib.crc32(data[pos:pos + take], crc)
-                    filled += take
-                    pos += take
-                    if filled == BLOCK:
-                        crcs.append(crc)
-                        crc, filled = 0, 0
+        packed = {}
+        for name, st in sections(opt):
+            if name not in packed:
+                packed = {name: _pack(opt, name)}
+            data = memoryview(packed[name][st.dtype, st.kind]).cast("B")
+            fh.write(data)
+            size += len(data)
+            pos = 0
+            while pos < len(data):
+                take = min(BLOCK - filled, len(data) - pos)
+                crc = zlib.crc32(data[pos:pos + take], crc)
+                filled += take
+                pos += take
+                if filled == BLOCK:
+                    crcs.append(crc)
+                    crc, filled = 0, 0
         if filled:
             crcs.append(crc)
         fh.flush()
@@ -177,6 +188,8 @@ def _publish(opt, path, tmp, name, infos):
     }
     if opt._q8:
         meta["q8"] = _q8_meta(opt)
+    if opt._master_streams:
+        meta["masters"] = [st.dtype.str for st in opt._master_streams]
     with open(os.path.join(tmp, "meta.json"), "w") as fh:
         json.dump(meta, fh)
         fh.flush()
@@ -222,6 +235,7 @@ def load(self, path) -> None:
         err = exc
     _agree_on_version(self.comm, f, err, None if new is None else new[3])
     steps, groups, packed, _ = new
+    masters = packed.pop("master", None)
     if self.inner is not None:
         sd = dict(self._template, steps=steps, state=_unpacked(self, packed))
         pgs = []
@@ -231,6 +245,13 @@ def load(self, path) -> None:
             pgs.append(dict(h, n_params=len(ig["params"])))
         sd["param_groups"] = pgs
         self.inner.load_state_dict(sd)
+        if masters is not None:         # the 16-bit pieces rewritten from them
+            for m, src in zip(self.inner.params, _streams.unpack(self, "master", masters)):
+                if src is not None:
+                    np.copyto(m, src)
+            _masters.refresh(self.inner)
+    if masters is not None:             # and gathered, as after a step
+        self._allgather()
     for g, new_g in zip(self.param_groups, groups):
         g.update(new_g)
     self._steps = steps
@@ -321,7 +342,7 @@ def _read_meta(f, vdir):
     meta = json.loads(raw.decode("utf-8"))
     want = {"format", "version", "optimizer", "steps", "world_size", "crc_block", "states",
             "dtypes", "tensors", "param_groups", "ranks"}
-    if not isinstance(meta, dict) or set(meta) - {"q8"} != want:
+    if not isinstance(meta, dict) or set(meta) - {"q8", "masters"} != want:
         raise CheckpointError(f"{f}: {mpath!r} is not a fastopt.distributed header")
     if meta["format"] != FORMAT or meta["version"] != VERSION:
         raise CheckpointError(f"{f}: {mpath!r} has format {meta['format']!r} version "
@@ -352,61 +373,70 @@ def _read_sharded(opt, f, path):
         raise CheckpointError(f"{f}: the checkpoint's dtype list or block size is wrong")
     steps = _check_steps(f, meta["steps"])
     groups = _check_groups(opt, f, meta["param_groups"])
-    if meta.get("q8") != (_q8_meta(opt) if opt._q8 else None):
-        says = {True: "8-bit states", False: "states of their parameters' dtype"}
-        raise CheckpointError(
-            f"{f}: the checkpoint holds {says['q8' in meta]}" + (
-                f"; this optimizer keeps {says[opt._q8]} (state_dtype)" if opt._q8 != (
-                    "q8" in meta) else " in another block size or map, or for other "
-                "tensors, than this optimizer's"))
+    _check_kinds(f, meta, opt)
     files = _check_ranks(f, meta, opt, vdir)
     L = opt.layout
-    packed = {}
-    for si, name_s in enumerate(opt._state_names):
-        packed[name_s] = {}
-        for st in opt._streams:
-            out = np.empty(_streams.length(opt, st, opt.rank), st.store)
-            _fill(out, L.in_stream(st, L.dtypes[st.dtype].ranges(opt.rank)), files, si, st)
-            packed[name_s][st.dtype, st.kind] = out
+    packed: dict = {}
+    for name_s, st in sections(opt):
+        out = np.empty(_streams.length(opt, st, opt.rank), st.store)
+        _fill(out, L.in_stream(st, L.dtypes[st.dtype].ranges(opt.rank)), files, (name_s, st))
+        packed.setdefault(name_s, {})[st.dtype, st.kind] = out
     return steps, groups, packed, fingerprint
 
 
+def _check_kinds(f, meta, opt):
+    """The header's 8-bit states and masters must be the optimizer's: the
+    same block, tensors and maps; masters of the same 16-bit dtypes."""
+    says = {True: "8-bit states", False: "states of their parameters' dtype"}
+    if opt._q8 != ("q8" in meta):
+        raise CheckpointError(f"{f}: the checkpoint holds {says['q8' in meta]}; this "
+                              f"optimizer keeps {says[opt._q8]} (state_dtype)")
+    if opt._q8:
+        theirs, mine = meta["q8"], _q8_meta(opt)
+        if not isinstance(theirs, dict) or set(theirs) != set(mine):
+            raise CheckpointError(f"{f}: the checkpoint's 'q8' entry is not a description "
+                                  f"of 8-bit states")
+        for k in ("block", "tensors", "maps"):
+            if theirs[k] != mine[k]:
+                what = {"block": "block size", "tensors": "tensors with 8-bit states",
+                        "maps": "maps"}[k]
+                raise CheckpointError(f"{f}: the checkpoint's 8-bit states have other "
+                                      f"{what} than this optimizer's ({theirs[k]!s:.60} "
+                                      f"for {mine[k]!s:.60})")
+    masters = [st.dtype.str for st in opt._master_streams] or None
+    if meta.get("masters") != masters:
+        has = "holds no" if meta.get("masters") is None else "holds"
+        raise CheckpointError(f"{f}: the checkpoint {has} float32 masters of 16-bit "
+                              f"parameters, this optimizer {'keeps' if masters else 'has'} "
+                              f"{'them' if masters else 'none'} (master_weights)")
+
+
 def _check_ranks(f, meta, opt, vdir):
-    """Validate every rank entry and file size; return the readers."""
+    """Validate every rank entry and file size; return the readers. Each
+    rank's ranges are checked and their cover of the buffers before they
+    are mapped onto the streams."""
     w = meta["world_size"]
     ranks = meta["ranks"]
     if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 1 << 20 \
             or not isinstance(ranks, list) or len(ranks) != w:
         raise CheckpointError(f"{f}: the checkpoint's world size / rank list is invalid")
-    files = []
-    cover = {dt.str: [] for dt in opt.layout.dtypes}
+    L = opt.layout
+    cover = {dt.str: [] for dt in L.dtypes}
     for q, r in enumerate(ranks):
         if not isinstance(r, dict) or set(r) != {"file", "bytes", "ranges", "crc"} \
                 or r["file"] != f"rank-{q:05d}.bin" or not isinstance(r["ranges"], dict) \
                 or set(r["ranges"]) != set(cover):
             raise CheckpointError(f"{f}: the checkpoint's entry of rank {q} is invalid")
-        prefix, total = {}, 0
-        for dt, d in opt.layout.dtypes.items():
+        for dt, d in L.dtypes.items():
             rs = r["ranges"][dt.str]
             ok = isinstance(rs, list) and all(
                 isinstance(x, list) and len(x) == 2 and all(
                     isinstance(v, int) and not isinstance(v, bool) for v in x)
                 and 0 <= x[0] < x[1] <= d.length for x in rs)
-            if not ok or any(opt.layout.misaligned(dt, v) for x in rs for v in x):
+            if not ok:
                 raise CheckpointError(f"{f}: rank {q}'s ranges of {dt.name} are invalid")
             cover[dt.str] += [tuple(x) for x in rs]
-            for st in opt._streams:
-                if st.dtype == dt:
-                    prefix[st] = opt.layout.in_stream(st, rs)
-        per_state = sum(sum(b - a for a, b in prefix[st]) * st.store.itemsize
-                        for st in prefix)
-        total = per_state * len(opt._state_names)
-        nblocks = -(-total // BLOCK)
-        if r["bytes"] != total or not isinstance(r["crc"], list) or len(r["crc"]) != nblocks \
-                or not all(isinstance(c, int) and 0 <= c < 1 << 32 for c in r["crc"]):
-            raise CheckpointError(f"{f}: rank {q}'s size or checksums are inconsistent")
-        files.append(_ShardFile(f, os.path.join(vdir, r["file"]), r, prefix, opt._streams))
-    for dt, d in opt.layout.dtypes.items():
+    for dt, d in L.dtypes.items():
         pos = 0
         for lo, hi in sorted(cover[dt.str]):
             if lo != pos:
@@ -416,13 +446,31 @@ def _check_ranks(f, meta, opt, vdir):
         if pos != d.length:
             raise CheckpointError(f"{f}: the ranks' ranges of {dt.name} do not cover the "
                                   f"parameters")
+    files = []
+    for q, r in enumerate(ranks):
+        ranges = {}
+        for dt in L.dtypes:
+            for lo, hi in r["ranges"][dt.str]:
+                t = L.block_cut(dt, lo) or L.block_cut(dt, hi)
+                if t is not None:
+                    raise CheckpointError(f"{f}: rank {q}'s range [{lo}, {hi}) of {dt.name} "
+                                          f"cuts a {Q8_BLOCK}-element block of params"
+                                          f"[{t.index}]'s 8-bit states")
+        for name, st in sections(opt):
+            ranges[name, st] = L.in_stream(st, r["ranges"][st.dtype.str])
+        total = sum(sum(b - a for a, b in ranges[k]) * k[1].store.itemsize for k in ranges)
+        nblocks = -(-total // BLOCK)
+        if r["bytes"] != total or not isinstance(r["crc"], list) or len(r["crc"]) != nblocks \
+                or not all(isinstance(c, int) and 0 <= c < 1 << 32 for c in r["crc"]):
+            raise CheckpointError(f"{f}: rank {q}'s size or checksums are inconsistent")
+        files.append(_ShardFile(f, os.path.join(vdir, r["file"]), r, ranges))
     return files
 
 
 class _ShardFile:
     """One old rank's file: its ranges and CRC-checked byte reads."""
 
-    def __init__(self, f, fpath, entry, ranges, streams):
+    def __init__(self, f, fpath, entry, ranges):
         self.f, self.path, self.crc = f, fpath, entry["crc"]
         self.size = entry["bytes"]
         try:
@@ -437,12 +485,11 @@ class _ShardFile:
         if actual != self.size:
             raise CheckpointError(f"{f}: {fpath!r} has {actual} bytes, the header says "
                                   f"{self.size} (truncated or replaced)")
-        self.ranges = ranges              # stream -> its ranges of the stream
-        self.offset, off = {}, 0          # stream -> its first byte in a state
-        for st in streams:
-            self.offset[st] = off
-            off += sum(b - a for a, b in ranges[st]) * st.store.itemsize
-        self.per_state = off
+        self.ranges = ranges              # section -> its ranges of the stream
+        self.offset, off = {}, 0          # section -> its first byte in the file
+        for key, rs in ranges.items():    # (in the file's order)
+            self.offset[key] = off
+            off += sum(b - a for a, b in rs) * key[1].store.itemsize
         self.cache = {}
 
     def block(self, k):
@@ -465,20 +512,21 @@ class _ShardFile:
         return bytes(out)
 
 
-def _fill(out, ranges, files, si, st):
-    """Copy the new ranges of stream st (concatenated into out) from the
-    old files."""
-    size = st.store.itemsize
+def _fill(out, ranges, files, key):
+    """Copy the new ranges of section key, (state, stream), concatenated
+    into out, from the old files."""
+    store = key[1].store
+    size = store.itemsize
     pos = 0
     for a, b in ranges:
         for fl in files:
-            base = si * fl.per_state + fl.offset[st]
+            base = fl.offset[key]
             pre = 0
-            for lo, hi in fl.ranges[st]:
+            for lo, hi in fl.ranges[key]:
                 x, y = max(a, lo), min(b, hi)
                 if y > x:
                     data = fl.read(base + (pre + x - lo) * size, base + (pre + y - lo) * size)
-                    out[pos + x - a:pos + y - a] = np.frombuffer(data, st.store)
+                    out[pos + x - a:pos + y - a] = np.frombuffer(data, store)
                 pre += hi - lo
         pos += b - a
 
@@ -490,29 +538,30 @@ def consolidate(self, path) -> None:
     ``path`` (collective; rank 0 gathers the states and writes the file, so
     it needs memory for the whole state, twice, for a moment)."""
     comm, w, L = self.comm, self.world, self.layout
-    full = {}
-    for name in self._state_names:
-        full[name] = {}
-        packed = _pack(self, name)
-        for st in self._streams:
-            mine = packed[st.dtype, st.kind]
-            counts = [_streams.length(self, st, q) for q in range(w)]
-            displs = [sum(counts[:q]) for q in range(w)]
-            recv = np.empty(sum(counts), st.store) if self.rank == 0 else None
-            if w > 1:
-                comm.Gatherv([mine, mpi_type(st.store)],
-                             [recv, (counts, displs), mpi_type(st.store)] if self.rank == 0
-                             else None, root=0)
-            else:
-                recv[:] = mine
-            if self.rank == 0:
-                flat = np.empty(sum(counts), st.store)
-                for q in range(w):
-                    pos = displs[q]
-                    for lo, hi in L.in_stream(st, L.dtypes[st.dtype].ranges(q)):
-                        flat[lo:hi] = recv[pos:pos + hi - lo]
-                        pos += hi - lo
-                full[name][st.dtype, st.kind] = flat
+    full: dict = {}
+    packed: dict = {}
+    for name, st in sections(self):
+        if name not in packed:
+            packed = {name: _pack(self, name)}
+            full[name] = {}
+        mine = packed[name][st.dtype, st.kind]
+        counts = [_streams.length(self, st, q) for q in range(w)]
+        displs = [sum(counts[:q]) for q in range(w)]
+        recv = np.empty(sum(counts), st.store) if self.rank == 0 else None
+        if w > 1:
+            comm.Gatherv([mine, mpi_type(st.store)],
+                         [recv, (counts, displs), mpi_type(st.store)] if self.rank == 0
+                         else None, root=0)
+        else:
+            recv[:] = mine
+        if self.rank == 0:
+            flat = np.empty(sum(counts), st.store)
+            for q in range(w):
+                pos = displs[q]
+                for lo, hi in L.in_stream(st, L.dtypes[st.dtype].ranges(q)):
+                    flat[lo:hi] = recv[pos:pos + hi - lo]
+                    pos += hi - lo
+            full[name][st.dtype, st.kind] = flat
     err = None
     if self.rank == 0:
         try:
@@ -535,4 +584,7 @@ def _write_plain(opt, path, full):
               state={name: _streams.whole(opt, name, full[name])
                      for name in opt._state_names})
     plain.load_state_dict(sd)
+    for m, master in zip(plain.params, _streams.whole(opt, "master", full.get("master", {}))):
+        if master is not None:          # (16-bit parameters: their float32 masters)
+            np.copyto(m, master)
     plain.save(path)

@@ -6,7 +6,9 @@ import math
 
 import numpy as np
 
+from .. import _dtypes
 from .._groups import group_params, split_counts
+from ..optim._masters import HALF
 from ..optim._states import check_dtype
 
 
@@ -49,8 +51,9 @@ def advance_carried(opt):
         opt._pushed[gi] = opt._hyper_key(g)
 
 
-def _parse_groups(f, params):
-    """params -> (list of dicts with a list 'params', whether given as groups)."""
+def _parse_groups(f, params, masters=False):
+    """params -> (list of dicts with a list 'params', whether given as groups);
+    16-bit arrays are taken with ``masters`` (master_weights=True)."""
     if isinstance(params, np.ndarray) or not isinstance(params, (list, tuple)):
         raise TypeError(f"{f}: params must be a list of arrays or of parameter groups "
                         f"(dicts with 'params'), got {type(params).__name__}")
@@ -58,7 +61,8 @@ def _parse_groups(f, params):
     raw = [dict(p) for p in params] if as_groups else [{"params": list(params)}]
     n, seen = 0, set()
     for gi, g in enumerate(raw):
-        g["params"] = group_params(f, g, f"param_groups[{gi}]", n)
+        g["params"] = group_params(f, g, f"param_groups[{gi}]", n,
+                                   _dtypes.NUMPY + HALF if masters else None)
         for p in g["params"]:
             if id(p) in seen:
                 raise ValueError(f"{f}: params[{n}] appears twice; a parameter may appear "
@@ -90,19 +94,15 @@ def _first_difference(a: str, b: str, r: int) -> str:
     return f"bucket_bytes is {da['bucket_bytes']} on rank 0 but {db['bucket_bytes']} on rank {r}"
 
 
-def check_inner_options(f, state_dtype, master_weights=False) -> None:
-    """The inner optimizer's options that sharding does not take: a
-    state_dtype other than float32 or 8-bit (the shards' states keep their
-    parameters' dtype; bfloat16 states stored apart are not sharded yet)
-    and master_weights (the shards' parameters are float32 or float64,
-    their own masters)."""
-    if master_weights is not False:
-        raise ValueError(f"{f}: master_weights is not available sharded: the shards keep "
-                         f"float32 or float64 parameters, their own masters")
+def check_inner_options(f, state_dtype) -> None:
+    """The inner optimizer's state_dtype: float32 or 8-bit (the shards'
+    states otherwise keep their parameters' dtype, or float32 with master
+    weights; bfloat16 states stored apart are not sharded yet)."""
     dt = check_dtype(f, state_dtype)
     if dt is not None and dt != np.float32:
         raise ValueError(f"{f}: state_dtype={dt.name!r} is not available sharded: the "
-                         f"shards' states keep their parameters' dtype")
+                         f"shards' states keep their parameters' dtype (float32 with "
+                         f"master_weights)")
 
 def check_grads(f, grads, group_params, views, broadcast):
     """The step's gradients as one flat list, each checked against its

@@ -32,17 +32,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._q8 import BLOCK as Q8_BLOCK
+
 ANY, ROWS, WHOLE, BLOCKS = 0, 1, 2, 3
-#: elements per block of an 8-bit state (fastopt._q8.BLOCK)
-Q8_BLOCK = 256
 
 
 @dataclass(frozen=True)
 class Stream:
     """One stream of a state of the dtype ``dtype``: ``kind`` "values"
-    (the tensors with states of their own dtype, stored as ``store``),
-    "codes" (uint8, one per element) or "absmax" (float32, one per block of
-    the tensors with 8-bit states)."""
+    (the tensors with float states, stored as ``store``), "codes" (uint8,
+    one per element) or "absmax" (float32, one per block of the tensors
+    with 8-bit states), or "master" (the float32 masters of 16-bit
+    tensors: every tensor of the dtype)."""
     dtype: np.dtype
     kind: str
     store: np.dtype
@@ -52,9 +53,9 @@ class Stream:
         """Elements of the buffer per entry of the stream."""
         return Q8_BLOCK if self.kind == "absmax" else 1
 
-    @property
-    def key(self) -> str:
-        return f"{self.dtype.str}:{self.kind}"
+    def covers(self, t) -> bool:
+        """Does the stream hold entries of tensor t (of its dtype)?"""
+        return self.kind == "master" or t.eight == (self.kind != "values")
 
 
 def agc_cut_rule(shape, clipped: bool, layout: str):
@@ -147,6 +148,7 @@ class Layout:
         self.bucket_bytes = bucket_bytes
         self.tensors = []
         self.dtypes: dict = {}
+        self._starts: dict = {}          # stream -> {tensor index: first entry}
         for i, (dt, shape, group, rule, unit) in enumerate(specs):
             dt = np.dtype(dt)
             d = self.dtypes.setdefault(dt, DtypeLayout(dt, 0, []))
@@ -157,6 +159,9 @@ class Layout:
             self.tensors.append(t)
         for d in self.dtypes.values():
             self._cut(d)
+        # dtype -> its tensors' offsets (for bisect), and whether some are 8-bit
+        self._offsets = {dt: [t.offset for t in d.tensors] for dt, d in self.dtypes.items()}
+        self._eight = {dt: any(t.eight for t in d.tensors) for dt, d in self.dtypes.items()}
 
     # ------------------------------------------------------------ cutting
 
@@ -227,36 +232,35 @@ class Layout:
 
     # ------------------------------------------------------------ streams
 
-    def streams(self, state_dtype=None) -> list:
+    def streams(self, store=None) -> list:
         """The streams of one state, in a checkpoint's order: per dtype, the
-        values (stored as ``state_dtype`` or the dtype) if any tensor has
-        them, then codes and absmax if any tensor has 8-bit states."""
+        float states' values (stored as ``store[dtype]``, else the dtype)
+        if any tensor has them, then codes and absmax if any tensor has
+        8-bit states."""
         out = []
         for dt, d in self.dtypes.items():
             if any(not t.eight for t in d.tensors):
-                out.append(Stream(dt, "values", np.dtype(state_dtype or dt)))
-            if any(t.eight for t in d.tensors):
+                out.append(Stream(dt, "values", np.dtype((store or {}).get(dt, dt))))
+            if self._eight[dt]:
                 out += [Stream(dt, "codes", np.dtype(np.uint8)),
                         Stream(dt, "absmax", np.dtype(np.float32))]
         return out
 
     def _stream_starts(self, s: Stream) -> dict:
         """tensor index -> its first entry in stream s (tensors in s only)."""
-        cache = self.__dict__.setdefault("_starts", {})
-        if s not in cache:
+        if s not in self._starts:
             pos, starts = 0, {}
             for t in self.dtypes[s.dtype].tensors:
-                if t.eight == (s.kind != "values"):
+                if s.covers(t):
                     starts[t.index] = pos
                     pos += -(-t.size // s.per)
-            cache[s] = starts
-        return cache[s]
+            self._starts[s] = starts
+        return self._starts[s]
 
     def in_stream(self, s: Stream, ranges) -> list:
         """The buffer's [lo, hi) ranges (of s's dtype, cut where cuts are
         allowed) as [lo, hi) ranges of stream s, adjacent ones merged."""
-        d, starts = self.dtypes[s.dtype], self._stream_starts(s)
-        offs = [t.offset for t in d.tensors]
+        d, starts, offs = self.dtypes[s.dtype], self._stream_starts(s), self._offsets[s.dtype]
         out = []
         for lo, hi in ranges:
             k = max(bisect.bisect_right(offs, lo) - 1, 0)
@@ -277,12 +281,13 @@ class Layout:
         """Tensor t's first entry in stream s (t must be in s)."""
         return self._stream_starts(s)[t.index]
 
-    def misaligned(self, dt, pos: int) -> bool:
-        """Does a cut at pos split a block of a tensor with 8-bit states?"""
-        d = self.dtypes[np.dtype(dt)]
-        k = bisect.bisect_right([t.offset for t in d.tensors], pos) - 1
-        if k < 0:
-            return False
-        t = d.tensors[k]
-        rel = pos - t.offset
-        return t.eight and 0 < rel < t.size and rel % t.unit != 0
+    def block_cut(self, dt, pos: int):
+        """The tensor with 8-bit states a cut at pos would split inside one
+        of its blocks, or None."""
+        dt = np.dtype(dt)
+        if not self._eight[dt]:
+            return None
+        k = bisect.bisect_right(self._offsets[dt], pos) - 1
+        t = self.dtypes[dt].tensors[k] if k >= 0 else None
+        rel = pos - t.offset if t is not None else 0
+        return t if t is not None and t.eight and 0 < rel < t.size and rel % t.unit else None

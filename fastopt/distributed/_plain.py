@@ -28,7 +28,9 @@ def _max_bytes(opt) -> int:
     # the states and, in a file saved with params=True, the parameters
     # (8-bit states: an absmax entry per state and tensor, and two maps)
     n_entries = 1 + (2 * len(opt._state_names) + 1) * len(tensors) + 2
-    data = (len(opt._state_names) + 1) * sum(t.size * t.dtype.itemsize for t in tensors)
+    # (16-bit parameters' states and masters: float32)
+    data = (len(opt._state_names) + 1) * sum(t.size * max(t.dtype.itemsize, 4)
+                                             for t in tensors)
     return data + 4 * META_MAX_CHARS + ENTRY_SLACK * n_entries + (64 << 10)
 
 
@@ -74,10 +76,14 @@ def read_plain(opt, f, path, check_steps, check_groups):
         _ckpt._words(opt, f, meta.get("state_dtype"))       # 8-bit, or the params' dtype
         _ckpt._check_block(opt, f, meta.get("q8_block"))
         specs = _state_specs(opt)
-        if any(k.startswith("params.") for k in r.keys):
+        if any(k.startswith("params.") for k in r.keys) and not opt._master_streams:
             raise CheckpointError(f"{f}: the file holds the parameters too (saved with "
                                   f"params=True); a ShardedOptimizer restores the optimizer "
                                   f"state only: save it without params to load it here")
+        if opt._master_streams:         # the masters (of every parameter: master_weights)
+            specs.update({f"params.{t.index}": _npz.Spec(
+                t.shape, np.float32 if t.dtype in opt._half else t.dtype)
+                for t in opt.layout.tensors})
         _npz.check_names([k for k in r.keys if k != META_KEY], specs)
         for key, spec in specs.items():          # every header, before any data
             r.header(key, spec)
@@ -88,9 +94,18 @@ def read_plain(opt, f, path, check_steps, check_groups):
             for p in opt._inner_pieces:           # a tensor's pieces are consecutive
                 i = p.tensor.index
                 if last[0] != i:
-                    last = (i, _read_state(opt, r, specs, f"state.{s}.{i}"))
+                    last = (i, _read_state(opt, r, specs, s, i))
                 held.append((last[1], p.lo - p.tensor.offset))
             packed[s] = _streams.pack(opt, held)
+        if opt._master_streams:         # those of the 16-bit parameters, read
+            held, last = [], (None, None)
+            for p in opt._inner_pieces:
+                i = p.tensor.index
+                if last[0] != i:
+                    last = (i, r.read(f"params.{i}", specs[f"params.{i}"])
+                            if p.tensor.dtype in opt._half else None)
+                held.append((last[1], p.lo - p.tensor.offset))
+            packed["master"] = _streams.pack(opt, held, opt._master_streams)
         crcs = repr(sorted((k, r.crc(k)) for k in r.keys))
     return steps, groups, packed, zlib.crc32(crcs.encode(), zlib.crc32(text.encode()))
 
@@ -107,17 +122,19 @@ def _state_specs(opt) -> dict:
                 specs[key] = _npz.Spec(t.shape, np.uint8)
                 specs[key + ".absmax"] = _npz.Spec((_q8.blocks(t.size),), np.float32)
             else:
-                specs[key] = _npz.Spec(t.shape, t.dtype)
+                specs[key] = _npz.Spec(t.shape, np.float32 if t.dtype in opt._half
+                                       else t.dtype)
     if opt._q8:
         specs.update({f"q8.map.{k}": _npz.Spec((256,), np.float32)
                       for k in ("signed", "unsigned")})
     return specs
 
 
-def _read_state(opt, r, specs, key):
-    """One tensor's state from the file: an array, or a State8bit."""
+def _read_state(opt, r, specs, s, i):
+    """State s of tensor i from the file: an array, or a State8bit."""
+    key = f"state.{s}.{i}"
     a = r.read(key, specs[key])
     if key + ".absmax" not in specs:
         return a
     return _q8.State8bit(a, r.read(key + ".absmax", specs[key + ".absmax"]),
-                         not _states.unsigned(opt._cls, key.split(".")[1]))
+                         not _states.unsigned(opt._cls, s))

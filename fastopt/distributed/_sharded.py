@@ -11,7 +11,8 @@ import numpy as np
 
 from .. import _ext, _interrupt
 from ..optim import _states
-from . import _checkpoint
+from ..optim._masters import HALF
+from . import _checkpoint, _exchange
 from ._checks import (
     CUT_KEYS,
     _first_difference,
@@ -23,7 +24,7 @@ from ._checks import (
     trusted,
 )
 from ._comm import default_n_threads, mpi, mpi_type, raise_agreed
-from ._layout import Layout, cut_rule
+from ._layout import Layout, Stream, cut_rule
 
 _F = "fastopt.distributed.ShardedOptimizer"
 
@@ -53,8 +54,13 @@ class ShardedOptimizer:
     Parameters
     ----------
     optimizer_cls : class
-        :class:`fastopt.optim.OnnxMomentum`, ``Adagrad``, ``Adam`` (or any class
-        with their interface).
+        A :mod:`fastopt.optim` optimizer (:class:`fastopt.optim.AdamW`,
+        ``SGD``, ``LAMB``, ``OnnxMomentum``, ...). Its ``state_dtype=
+        "int8-blockwise"`` shards 8-bit states (never splitting a block),
+        ``master_weights=True`` bfloat16/float16 parameters with float32
+        masters (the ranks exchange 16-bit gradients and parameters); a
+        tensor with a trust ratio (LAMB, LARS) is stepped whole by one rank
+        (docs/distributed.md).
     params : list of ndarray, or list of dict
         As for ``optimizer_cls``: arrays, or parameter groups with their own
         hyperparameters.
@@ -97,9 +103,9 @@ class ShardedOptimizer:
         bb = operator.index(bucket_bytes) if not isinstance(bucket_bytes, bool) else None
         if bb is None or bb < 64:
             raise ValueError(f"{f}: bucket_bytes must be an int >= 64, got {bucket_bytes!r}")
-        raw, as_groups = _parse_groups(f, params)
         kwargs = dict(kwargs)
-        check_inner_options(f, kwargs.get("state_dtype"), kwargs.get("master_weights", False))
+        raw, as_groups = _parse_groups(f, params, kwargs.get("master_weights") is True)
+        check_inner_options(f, kwargs.get("state_dtype"))
         if kwargs.get("n_threads", _MISSING) is _MISSING:
             kwargs["n_threads"] = threads
         self._cls, self._args, self._kwargs = cls, tuple(args), kwargs
@@ -166,12 +172,19 @@ class ShardedOptimizer:
     def _build(self):
         L = Layout(self._specs, self.world, self.bucket_bytes)
         self.layout = L
-        self._streams = L.streams()
+        # 16-bit parameters (master_weights): float32 masters and states
+        self._half = [dt for dt in L.dtypes if dt in HALF]
+        f32 = np.dtype(np.float32)
+        self._streams = L.streams({dt: f32 for dt in self._half})
+        self._master_streams = [Stream(dt, "master", f32) for dt in self._half]
         self._flat = {dt: np.empty(d.length, dt) for dt, d in L.dtypes.items()}
         self._gstage = {dt: np.zeros(d.length, dt) for dt, d in L.dtypes.items()}
+        # (their shard's gradients: float32, added from the ranks' 16-bit ones)
         # one rank: the shard is the whole buffer (its ranges are adjacent), no copy
-        self._gshard = (self._gstage if self.world == 1 else
-                        {dt: np.empty(L.shard_length(dt, self.rank), dt) for dt in L.dtypes})
+        self._gshard = {dt: self._gstage[dt] if self.world == 1 and dt not in self._half
+                        else np.empty(L.shard_length(dt, self.rank),
+                                      np.float32 if dt in self._half else dt)
+                        for dt in L.dtypes}
         views = []
         for t, p in zip(L.tensors, self._originals):
             v = self._flat[t.dtype][t.offset:t.offset + t.size].reshape(t.shape)
@@ -200,14 +213,14 @@ class ShardedOptimizer:
         order = sorted((p for ps in self._pieces.values() for p in ps),
                        key=lambda p: (p.tensor.index, p.lo))
         self._inner_pieces = order
-        groups, whole = [], {}
+        groups, whole = [], []
         for gi, g in enumerate(self.param_groups):
             mine = [p for p in order if p.tensor.group == gi]
             first = min((t.index for t in self.layout.tensors if t.group == gi), default=0)
             h = self._inner_hyper(g, [p.tensor.index - first for p in mine])
             h["params"] = [self._flat[p.tensor.dtype][p.lo:p.hi].reshape(p.shape)
                            for p in mine]
-            whole.update((id(a), p.tensor.size) for a, p in zip(h["params"], mine))
+            whole += [p.tensor.size for p in mine]
             groups.append(h)
         self._inner_grads = [self._gshard[p.tensor.dtype][p.shard_offset:p.shard_offset
                                                           + p.hi - p.lo].reshape(p.shape)
@@ -255,7 +268,9 @@ class ShardedOptimizer:
         """Bytes of optimizer state held by this rank."""
         if self.inner is None:
             return 0
-        return sum(a.nbytes for arrs in self.inner.state.values() for a in arrs)
+        masters = sum(m.nbytes for m, c in zip(self.inner.params, self.inner._copies or ())
+                      if c is not None)
+        return masters + sum(a.nbytes for arrs in self.inner.state.values() for a in arrs)
 
     def __repr__(self):
         return (f"{_F}({self._cls.__name__}, {len(self._views)} parameters, rank "
@@ -471,34 +486,8 @@ class ShardedOptimizer:
 
     # ---------------------------------------------------------- communication
 
-    def _reduce_scatter(self):
-        MPI = mpi()
-        w = self.world
-        for dt, d in self.layout.dtypes.items():
-            stage, shard, typ = self._gstage[dt], self._gshard[dt], mpi_type(dt)
-            off = 0
-            for cuts in d.buckets:
-                counts = [cuts[r + 1] - cuts[r] for r in range(w)]
-                mine = counts[self.rank]
-                if w > 1:
-                    self.comm.Reduce_scatter([stage[cuts[0]:cuts[-1]], typ],
-                                             [shard[off:off + mine], typ], counts, op=MPI.SUM)
-                off += mine
-            if w > 1:
-                np.divide(shard, dt.type(w), out=shard)
-
-    def _allgather(self):
-        if self.world == 1:
-            return
-        MPI = mpi()
-        w = self.world
-        for dt, d in self.layout.dtypes.items():
-            flat, typ = self._flat[dt], mpi_type(dt)
-            for cuts in d.buckets:
-                counts = [cuts[r + 1] - cuts[r] for r in range(w)]
-                displs = [c - cuts[0] for c in cuts[:-1]]
-                self.comm.Allgatherv(MPI.IN_PLACE,
-                                     [flat[cuts[0]:cuts[-1]], (counts, displs), typ])
+    _reduce_scatter = _exchange.reduce_scatter
+    _allgather = _exchange.allgather
 
     # ------------------------------------------------------------------ update
 

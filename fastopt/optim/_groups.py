@@ -67,12 +67,13 @@ def allocate(opt):
     """(state, arenas): per group {name: [array per parameter]}, and the
     per-dtype arenas holding them with ``contiguous_state`` (else {})."""
     state = [{name: [] for name in opt._STATES} for _ in opt.param_groups]
+    first = np.cumsum([0] + [len(g["params"]) for g in opt.param_groups]).tolist()
     if not opt.contiguous_state:
-        for gs, group in zip(state, opt.param_groups):
+        for gs, group, k0 in zip(state, opt.param_groups, first):
             for name in opt._STATES:
                 fill = opt._initial(group, name)
-                for p in group["params"]:
-                    a = new_state(opt, group, p, name, fill)
+                for k, p in enumerate(group["params"], k0):
+                    a = new_state(opt, group, p, k, name, fill)
                     if a is None:
                         a = np.zeros(p.shape, dtype_of(opt, p), order=order(p))
                         if fill:
@@ -84,8 +85,8 @@ def allocate(opt):
     sizes: dict = {}
     for name in opt._STATES:
         for gi, group in enumerate(opt.param_groups):
-            for p in group["params"]:
-                eight = new_state(opt, group, p, name, opt._initial(group, name))
+            for k, p in enumerate(group["params"], first[gi]):
+                eight = new_state(opt, group, p, k, name, opt._initial(group, name))
                 if eight is not None:               # 8-bit: its own arrays
                     layout.append((gi, name, None, eight, p))
                     continue

@@ -9,9 +9,9 @@ import numpy as np
 
 from .. import _dtypes
 
-# the 16-bit types a parameter may have under master weights: those float32
-# parameters are copied to
-_HALF = _dtypes.COPIES_OF.get(np.dtype(np.float32), ())
+#: the 16-bit types a parameter may have under master weights: those float32
+#: parameters are copied to
+HALF = _dtypes.COPIES_OF.get(np.dtype(np.float32), ())
 
 
 def _master(f, label, p, copies):
@@ -26,7 +26,7 @@ def _master(f, label, p, copies):
 
 
 def _is_half(dtype) -> bool:
-    return dtype.fields is None and dtype.newbyteorder("=") in _HALF
+    return dtype.fields is None and dtype.newbyteorder("=") in HALF
 
 
 def _f_only(p) -> bool:

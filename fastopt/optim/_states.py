@@ -95,25 +95,27 @@ def group_eight(opt, group) -> bool:
                                 opt._q8)
 
 
-def eight(opt, group, p) -> bool:
-    """Are parameter p's states (of this group) 8-bit: :func:`group_eight`,
-    p of at least MIN_8BIT_SIZE elements? (A sharded optimizer's inner one
-    steps pieces of tensors: its ``_whole_sizes`` gives, by id, the size of
-    the tensor each piece is cut from, which decides.)"""
+def eight(opt, group, p, k) -> bool:
+    """Are the states of parameter p (params[k], of this group) 8-bit:
+    :func:`group_eight`, p of at least MIN_8BIT_SIZE elements? (A sharded
+    optimizer's inner one steps pieces of tensors: its ``_whole_sizes[k]``
+    is the size of the tensor params[k] is cut from, which decides.)"""
     whole = getattr(opt, "_whole_sizes", None)
-    size = p.size if whole is None else whole[id(p)]
+    size = p.size if whole is None else whole[k]
     return group_eight(opt, group) and size >= MIN_8BIT_SIZE
 
 
 def eights(opt) -> list:
     """:func:`eight` of every parameter, in the order of opt.params."""
-    return [eight(opt, g, p) for g in opt.param_groups for p in g["params"]]
+    pairs = [(g, p) for g in opt.param_groups for p in g["params"]]
+    return [eight(opt, g, p, k) for k, (g, p) in enumerate(pairs)]
 
 
-def new_state(opt, group, p, name, fill=0.0):
-    """A fresh state of parameter p of group: a State8bit (:func:`eight`),
-    else None to let the caller allocate an array of its dtype."""
-    if not eight(opt, group, p):
+def new_state(opt, group, p, k, name, fill=0.0):
+    """A fresh state of parameter p (params[k]) of group: a State8bit
+    (:func:`eight`), else None to let the caller allocate an array of its
+    dtype."""
+    if not eight(opt, group, p, k):
         return None
     if fill:
         return _q8.State8bit.quantize(np.full(p.shape, fill, np.float32),

@@ -1,0 +1,71 @@
+"""A ShardedOptimizer's collectives: the gradients' reduce-scatter and the
+parameters' allgather, bucket by bucket in the layout's order (methods of
+ShardedOptimizer)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ._comm import mpi, mpi_type
+
+
+def reduce_scatter(self):
+    """The ranks' gradients (in _gstage) summed and divided by the world
+    size into this rank's shard (_gshard), bucket by bucket."""
+    MPI = mpi()
+    w = self.world
+    for dt, d in self.layout.dtypes.items():
+        stage, shard, typ = self._gstage[dt], self._gshard[dt], mpi_type(dt)
+        if dt in self._half:
+            _half(self, d, stage, shard, typ)
+            continue
+        off = 0
+        for cuts in d.buckets:
+            counts = [cuts[r + 1] - cuts[r] for r in range(w)]
+            mine = counts[self.rank]
+            if w > 1:
+                self.comm.Reduce_scatter([stage[cuts[0]:cuts[-1]], typ],
+                                         [shard[off:off + mine], typ], counts, op=MPI.SUM)
+            off += mine
+        if w > 1:
+            np.divide(shard, dt.type(w), out=shard)
+
+
+def _half(self, d, stage, shard, typ):
+    """16-bit gradients: every rank receives each rank's 16-bit words of
+    its slices (one all-to-all per bucket, half the bytes of float32's)
+    and adds them in float32 in rank order, then divides by the world
+    size: the same sum whatever order MPI would reduce in."""
+    w, off = self.world, 0
+    for cuts in d.buckets:
+        counts = [cuts[r + 1] - cuts[r] for r in range(w)]
+        mine = counts[self.rank]
+        part = shard[off:off + mine]
+        if w == 1:
+            np.copyto(part, stage[cuts[0]:cuts[1]])
+        else:
+            recv = np.empty(w * mine, stage.dtype)
+            self.comm.Alltoallv(
+                [stage[cuts[0]:cuts[-1]], (counts, [c - cuts[0] for c in cuts[:-1]]), typ],
+                [recv, ([mine] * w, [q * mine for q in range(w)]), typ])
+            np.copyto(part, recv[:mine])
+            for q in range(1, w):
+                np.add(part, recv[q * mine:(q + 1) * mine].astype(np.float32), out=part)
+        off += mine
+    if w > 1:
+        np.divide(shard, np.float32(w), out=shard)
+
+
+def allgather(self):
+    """Every rank's updated slices of the flat parameter buffers to every
+    rank, in place."""
+    if self.world == 1:
+        return
+    MPI = mpi()
+    w = self.world
+    for dt, d in self.layout.dtypes.items():
+        flat, typ = self._flat[dt], mpi_type(dt)
+        for cuts in d.buckets:
+            counts = [cuts[r + 1] - cuts[r] for r in range(w)]
+            displs = [c - cuts[0] for c in cuts[:-1]]
+            self.comm.Allgatherv(MPI.IN_PLACE,
+                                 [flat[cuts[0]:cuts[-1]], (counts, displs), typ])
