@@ -22,7 +22,6 @@ from ._dispatch import accept
 from ._step import (
     AMSGRAD,
     CLIP_GRADS,
-    DECAY_MODES,
     GLOBAL_NORM,
     MAXIMIZE,
     NESTEROV,
@@ -196,10 +195,9 @@ def _adam_form(f, rule, a):
     amsgrad = a["amsgrad"]
     if amsgrad and a["max_exp_avg_sqs"] is None:
         raise ValueError(f"{f}: amsgrad=True needs max_exp_avg_sqs")
+    # (decay_mode "bnb" makes Adam's decay decoupled too: the core's flag)
     flags = ((AMSGRAD if amsgrad else 0) | (MAXIMIZE if a["maximize"] else 0)
              | decay_flags(f, a.get("decay_mode", "torch")))
-    if flags & DECAY_MODES["bnb"]:
-        rule = RULES["adamw_torch"]     # bitsandbytes' Adam decays as its AdamW
     group = group_tuple(rule, t=t, lr=lr, alpha=b1, beta=b2, eps=eps, decay=wd, flags=flags)
     states = (a["exp_avgs"], a["exp_avg_sqs"], a["max_exp_avg_sqs"] if amsgrad else None)
     return run_form(f, a, states, group, ("exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"))

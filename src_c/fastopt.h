@@ -280,8 +280,9 @@ extern "C" {
  * float16 states (of float16 parameters) need FO_STEP_ROUND_NEAREST. */
 #define FO_STEP_ROUND_NEAREST 16
 #define FO_STEP_ROUND_STOCHASTIC 32
-/* AdamW torch: the decoupled decay multiplies x after the update instead of
- * before it (bitsandbytes' CUDA kernels' order); the update is unchanged.
+/* AdamW torch and Adam torch: the decay is decoupled (Adam's too) and
+ * multiplies x after the update instead of before it (bitsandbytes' CUDA
+ * kernels' order, for its Adam and AdamW alike); the update is unchanged.
  * Another rule's group with it is invalid. */
 #define FO_STEP_DECAY_AFTER 64
 #define FO_STEP_FLAGS 127        /* every flag: a group's flags are within it */

@@ -96,7 +96,8 @@ static FO_INLINE int step_group_coefs(const fo_step_group *g, step_gcoef *c)
     fo_rule_facts facts = fo_rule_info(g->rule);
     if (facts.name == NULL || (g->flags & ~FO_STEP_FLAGS) != 0 || g->t < facts.t0
             || (g->flags & FO_STEP_ROUND_NEAREST && g->flags & FO_STEP_ROUND_STOCHASTIC)
-            || (g->flags & FO_STEP_DECAY_AFTER && g->rule != FO_RULE_ADAMW_TORCH))
+            || (g->flags & FO_STEP_DECAY_AFTER && g->rule != FO_RULE_ADAMW_TORCH
+                && g->rule != FO_RULE_ADAM_TORCH))
         return FO_EINVAL;
     c->srmask = step_round_mask(g);
     c->q8u = step_q8_unsigned(g);

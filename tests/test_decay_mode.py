@@ -52,20 +52,25 @@ def test_bnb_makes_adam_decay_as_adamw():
         np.testing.assert_array_equal(a, b)
 
 
-def test_the_core_takes_the_flag_for_adamw_only():
-    """Under the front ends: AdamW's group with the flag steps; another rule's
-    (Adam's L2 form, whose "bnb" the front ends turn into AdamW's) declines
-    with nothing written."""
+def test_the_core_takes_the_flag_for_adam_and_adamw_only():
+    """The flag is one fact of the core: on Adam's group (its L2 form) it
+    makes the decay decoupled and after the update, the same bits as
+    AdamW's group with it; another rule's group declines with nothing
+    written."""
     from fastopt import _ext, _rules, _step
     x0, g = _data(7, 600)
     tail = (1.0, 0.0, 0.0, 0, 0, False, 1)
-    for rule, ok in (("adamw_torch", True), ("adam_torch", False), ("sgd_torch", False)):
+    got = {}
+    for rule, ok in (("adamw_torch", True), ("adam_torch", True), ("sgd_torch", False)):
         grp = _step.group_tuple(_rules.ID[rule], t=1, lr=0.1, alpha=0.9, beta=0.999,
                                 eps=1e-8, decay=0.5, flags=_step.DECAY_MODES["bnb"])
         x, m, v = x0.copy(), np.zeros_like(x0), np.zeros_like(x0)
         out = _ext.step((x,), (g,), (m,), (v,), (None,), (0,), (grp,), *tail)
         assert (out is not None) == ok
         assert (x != x0).all() if ok else (x == x0).all() and not m.any()
+        got[rule] = (x, m, v)
+    for a, b in zip(got["adam_torch"], got["adamw_torch"]):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("bad", ["after", "BNB", None, 1])

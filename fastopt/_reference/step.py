@@ -211,14 +211,14 @@ def adam_torch(x, g, m, v, vmax=None, *, lr, step, beta1=0.9, beta2=0.999,
                eps=1e-8, weight_decay=0.0, amsgrad=False, decoupled=False,
                decay_after=False):
     """torch.optim.Adam (decoupled=False) or AdamW (decoupled=True), one step;
-    decay_after (with decoupled) scales x by ``1 - lr * weight_decay`` after
-    the update, not before (bitsandbytes' CUDA order). ``step`` is torch's
-    1-based count after its increment. Returns (x_new, m_new, v_new,
-    vmax_new); vmax_new is None without amsgrad.
+    decay_after makes the decay decoupled, scaling x by ``1 - lr * weight_decay``
+    after the update (bitsandbytes' CUDA order, for its Adam and AdamW alike).
+    ``step`` is torch's 1-based count after its increment. Returns (x_new,
+    m_new, v_new, vmax_new); vmax_new is None without amsgrad.
     """
-    after = decoupled and decay_after and weight_decay != 0.0
+    after = decay_after and weight_decay != 0.0
     x, c, m, v = _adam_moments(x, g, m, v, lr, beta1, beta2, 0.0 if after else weight_decay,
-                               decoupled)
+                               decoupled or decay_after)
     if amsgrad:
         vmax = np.asarray(vmax, dtype=x.dtype)
         vmax = np.where(vmax > v, vmax, v)

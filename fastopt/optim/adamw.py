@@ -159,5 +159,4 @@ class Adam(AdamW):
         return dict(super()._kwargs(group), decoupled=group["decoupled_weight_decay"])
 
     def _rule(self, kw):
-        after = kw["decay_mode"] == "bnb"
-        return "adamw_torch" if kw["decoupled"] or after else self._RULE
+        return "adamw_torch" if kw["decoupled"] else self._RULE

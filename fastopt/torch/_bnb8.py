@@ -61,10 +61,7 @@ def _group(self, h):
     """Adam's C group, with bitsandbytes' decay order where decay_mode is
     "bnb" (decoupled, after the update, for its Adam and AdamW alike)."""
     fields, names = self._BASE._group(self, h)
-    if h["decay_mode"] == "bnb":
-        fields = dict(fields, rule=_step.RULES["adamw_torch"],
-                      flags=fields["flags"] | _step.DECAY_MODES["bnb"])
-    return fields, names
+    return dict(fields, flags=fields["flags"] | _step.DECAY_MODES[h["decay_mode"]]), names
 
 
 def _f(self) -> str:
