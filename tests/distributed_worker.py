@@ -261,6 +261,7 @@ def case_equiv():
     run_equiv("nesterov_agc_groups", skip_at=1)
     run_equiv("adamw_8bit", bucket_bytes=3000, scale=2.0, skip_at=1)
     run_equiv("adamw_master_16", bucket_bytes=3000, scale=4.0, skip_at=2)
+    run_equiv("adamw_master_16", none=[(0, 1), ("all", 3), (SIZE - 1, 5)])
 
 
 def case_resume(phase, ckpt_root):
@@ -286,6 +287,10 @@ def resume_one(name, phase, ckpt):
         ref = cls(groups_of(model(shapes=shapes_of(name)), spec), **kw)
         for s in range(first):
             ref.step(averaged(s, opt.params, worlds[s]))
+        # master weights: the load rewrote the 16-bit parameters from the masters
+        for k, (a, c) in enumerate(zip(opt.params, ref._copies or [])):
+            if c is not None:
+                same(a, c, f"resume phase {phase}: 16-bit params[{k}] after the load")
         for a, b in zip(opt.params, ref.params):
             a[...] = b
     for s in range(first, first + n):

@@ -60,15 +60,27 @@ def _make(cls, shapes, dtypes):
 
     from fastopt.distributed import ShardedOptimizer
 
-    params = [np.linspace(-1, 1, int(np.prod(s)), dtype=d).reshape(s)
+    params = [np.linspace(-1, 1, int(np.prod(s))).astype(_DTYPES[d]).reshape(s)
               for s, d in zip(shapes, dtypes)]
-    # AdamW: 8-bit states (of the float32 tensors of 4096 elements or more)
+    # AdamW: 8-bit states (of the float32 tensors of 4096 elements or more),
+    # master weights of its bfloat16 parameters
     kw = {"state_dtype": "int8-blockwise"} if cls.__name__ == "AdamW" else {}
+    if "bfloat16" in dtypes:
+        kw["master_weights"] = True
     return ShardedOptimizer(cls, params, lr=0.01, bucket_bytes=64, comm=MPI.COMM_SELF, **kw)
 
 
+def _bf16():
+    import ml_dtypes
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+_DTYPES = {"float32": np.float32, "float64": np.float64, "bfloat16": _bf16()}
+
+
 def _grads(opt, k):
-    return [np.asarray(np.cos(k * p + 1), p.dtype) for p in opt.params]
+    return [np.asarray(np.cos(k * p.astype(np.float64) + 1)).astype(p.dtype)
+            for p in opt.params]
 
 
 def _template(cls, shapes, dtypes, tmpdir):
@@ -125,9 +137,10 @@ def _resplit(src, meta, data):
 
 
 def _resplit_8bit(src, meta, data, opt):
-    """As _resplit, for a checkpoint with 8-bit states: the cuts fall where
-    no block of them is split, and each section of the file (a state's
-    stream: values, codes or absmax) is re-split as the format maps the
+    """As _resplit, for a checkpoint with 8-bit states (or masters): the cuts
+    fall where no block of them is split, and each section of the file (a
+    state's stream: values, codes or absmax; masters) is re-split as the
+    format maps the
     ranks' ranges onto it (fastopt.distributed._layout.Layout.in_stream)."""
     from fastopt.distributed._checkpoint import sections
 
@@ -279,9 +292,11 @@ def _mutate_files(src, path, vdir, n_files):
 
 
 def _arrays(opt):
-    """Every state array of the shard (an 8-bit state's codes and absmax)."""
+    """Every state array of the shard (an 8-bit state's codes and absmax),
+    and the masters of its 16-bit pieces."""
+    masters = [m for m, c in zip(opt.inner.params, opt.inner._copies or ()) if c is not None]
     return [b for arrs in opt.inner.state.values() for a in arrs
-            for b in ((a.codes, a.absmax) if hasattr(a, "codes") else (a,))]
+            for b in ((a.codes, a.absmax) if hasattr(a, "codes") else (a,))] + masters
 
 
 def _state(opt):
@@ -306,13 +321,14 @@ def sharded_case(src, tmpdir) -> None:
     n = src.int(1, 3)
     shapes = tuple(src.pick([(5,), (2, 3), (), (4, 1), (40,)]) for _ in range(n))
     dtypes = tuple(src.pick(["float32", "float64"]) for _ in range(n))
-    if cls is optim.AdamW:          # float32, and a tensor with 8-bit states in 17 blocks
-        shapes, dtypes = shapes + ((4100,),), ("float32",) * (n + 1)
+    if cls is optim.AdamW:          # a tensor with 8-bit states in 17 blocks, and
+        dtypes = tuple(src.pick(["float32", "bfloat16"]) for _ in range(n))   # masters
+        shapes, dtypes = shapes + ((4100,),), dtypes + ("float32",)
     meta, data = _template(cls, shapes, dtypes, tmpdir)
     opt = _make(cls, shapes, dtypes)
     if not src.chance(3):
         files = [data]
-    elif "q8" in meta:
+    elif "q8" in meta or "masters" in meta:
         files = _resplit_8bit(src, meta, data, opt)
     else:
         files = _resplit(src, meta, data)

@@ -95,11 +95,13 @@ def test_mismatched_master_checkpoints_are_refused_and_nothing_changes(tmp_path)
     meta.pop("masters")
     meta_path.write_text(json.dumps(meta))
     before = [p.tobytes() for p in opt.params] + [m.tobytes() for m in opt.inner.params]
-    with pytest.raises(fo.CheckpointError, match="holds no float32 masters of 16-bit "
-                                                 "parameters, this optimizer keeps them"):
+    with pytest.raises(fo.CheckpointError, match=r"holds float32 masters of 16-bit "
+                                                 r"parameters: none; this optimizer keeps "
+                                                 r"those of \['<V2', '<f2'\]"):
         opt.load(tmp_path / "ck")
     fo.AdamW([p.astype(np.float32) for p in _model()], lr=1e-2).save(tmp_path / "f.npz")
-    with pytest.raises(fo.CheckpointError):                 # no masters, float32 states
+    with pytest.raises(fo.CheckpointError, match="holds no parameters; with master_weights "
+                                                 "a plain checkpoint holds the masters"):
         opt.load(tmp_path / "f.npz")
     assert before == [p.tobytes() for p in opt.params] + [m.tobytes()
                                                           for m in opt.inner.params]
@@ -120,3 +122,24 @@ def test_16bit_parameters_need_master_weights_and_16bit_gradients():
                                         r"bfloat16"):
         opt.step(g)
     assert opt.steps == 0
+
+
+def test_master_weights_over_float32_parameters_only_round_trip(tmp_path):
+    """No 16-bit parameter: no masters to shard, and the plain checkpoint
+    (which fastopt.optim writes with the parameters) loads back sharded."""
+    rng = np.random.default_rng(4)
+    params = [rng.standard_normal(s).astype(np.float32) for s in ((30, 7), (11,))]
+    opt = _sharded([p.copy() for p in params], bucket_bytes=64)
+    single = fo.AdamW([p.copy() for p in params], lr=1e-2, master_weights=True)
+    for k in range(2):
+        g = _grads(params, k)
+        opt.step(g)
+        single.step(g)
+    opt.consolidate(tmp_path / "plain.npz")
+    back = _sharded([p.copy() for p in single.params], bucket_bytes=200)
+    back.load(tmp_path / "plain.npz")
+    g = _grads(params, 5)
+    back.step(g)
+    single.step(g)
+    for a, b in zip(back.params, single.params):
+        assert a.tobytes() == b.tobytes()

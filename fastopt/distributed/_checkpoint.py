@@ -13,13 +13,15 @@ replaces ``LATEST`` (write to a temporary file, rename): a crash at any
 point leaves ``LATEST`` naming a complete version. Older versions are then
 removed.
 
-A rank file holds, for each state (in the optimizer's order) and each of
-its streams (``_layout.Stream``, in the layout's order: per dtype, the
-values, then the codes and absmax of 8-bit states), the entries of the
-rank's ranges of the flat buffer, concatenated, in native byte order.
-``meta.json`` records every old rank's ranges (and, with 8-bit states,
-their block, tensors and maps), so a loader at any world size reads just
-the byte ranges it needs. Files are treated as hostile: the header is checked completely and
+A rank file holds its *sections* (:func:`sections`): for each state (in the
+optimizer's order) and each of its streams (``_layout.Stream``, in the
+layout's order: per dtype, the values, then the codes and absmax of 8-bit
+states), then, with master weights, the float32 masters of each 16-bit
+dtype, the entries of the rank's ranges of the flat buffer, concatenated,
+in native byte order. ``meta.json`` records every old rank's ranges (and,
+with 8-bit states, their block, tensors and maps; with masters, their
+dtypes), so a loader at any world size reads just the byte ranges it
+needs. Files are treated as hostile: the header is checked completely and
 every file's size before any data is read, and every block of 4 MiB read is
 checked against its CRC-32.
 
@@ -236,14 +238,20 @@ def load(self, path) -> None:
     _agree_on_version(self.comm, f, err, None if new is None else new[3])
     steps, groups, packed, _ = new
     masters = packed.pop("master", None)
-    if self.inner is not None:
-        sd = dict(self._template, steps=steps, state=_unpacked(self, packed))
-        pgs = []
-        for gi, ig in enumerate(self.inner.param_groups):
-            h = {k: ig[k] for k in _hyper_keys(self)}
-            h.update({k: groups[gi][k] for k in h if k not in ("lr", "clipping")})
-            pgs.append(dict(h, n_params=len(ig["params"])))
-        sd["param_groups"] = pgs
+    sd = None
+    try:                                # the inner state dict checked on every rank
+        if self.inner is not None:      # before any rank writes (then: a collective)
+            sd = dict(self._template, steps=steps, state=_unpacked(self, packed))
+            sd["param_groups"] = []
+            for gi, ig in enumerate(self.inner.param_groups):
+                h = {k: ig[k] for k in _hyper_keys(self)}
+                h.update({k: groups[gi][k] for k in h if k not in ("lr", "clipping")})
+                sd["param_groups"].append(dict(h, n_params=len(ig["params"])))
+            _ckpt.checked_state_dict(self.inner, f, sd)
+    except Exception as exc:  # noqa: BLE001 - raised on every rank below
+        err = exc
+    raise_agreed(self.comm, err)
+    if sd is not None:
         self.inner.load_state_dict(sd)
         if masters is not None:         # the 16-bit pieces rewritten from them
             for m, src in zip(self.inner.params, _streams.unpack(self, "master", masters)):
@@ -405,10 +413,11 @@ def _check_kinds(f, meta, opt):
                                       f"for {mine[k]!s:.60})")
     masters = [st.dtype.str for st in opt._master_streams] or None
     if meta.get("masters") != masters:
-        has = "holds no" if meta.get("masters") is None else "holds"
-        raise CheckpointError(f"{f}: the checkpoint {has} float32 masters of 16-bit "
-                              f"parameters, this optimizer {'keeps' if masters else 'has'} "
-                              f"{'them' if masters else 'none'} (master_weights)")
+        def of(m):
+            return "none" if m is None else f"those of {m!s:.60}"
+        raise CheckpointError(f"{f}: the checkpoint holds float32 masters of 16-bit "
+                              f"parameters: {of(meta.get('masters'))}; this optimizer "
+                              f"keeps {of(masters)} (master_weights)")
 
 
 def _check_ranks(f, meta, opt, vdir):

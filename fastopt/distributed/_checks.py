@@ -61,8 +61,16 @@ def _parse_groups(f, params, masters=False):
     raw = [dict(p) for p in params] if as_groups else [{"params": list(params)}]
     n, seen = 0, set()
     for gi, g in enumerate(raw):
-        g["params"] = group_params(f, g, f"param_groups[{gi}]", n,
-                                   _dtypes.NUMPY + HALF if masters else None)
+        try:
+            g["params"] = group_params(f, g, f"param_groups[{gi}]", n,
+                                       _dtypes.NUMPY + HALF if masters else None)
+        except TypeError as exc:
+            half = any(isinstance(p, np.ndarray) and p.dtype.newbyteorder("=") in HALF
+                       for p in g.get("params", ()) if isinstance(g.get("params"), list))
+            if half and not masters:
+                raise TypeError(f"{exc} (16-bit parameters: pass master_weights=True)") \
+                    from None
+            raise
         for p in g["params"]:
             if id(p) in seen:
                 raise ValueError(f"{f}: params[{n}] appears twice; a parameter may appear "

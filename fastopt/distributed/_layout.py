@@ -20,8 +20,9 @@ the start of a tensor with 8-bit states (or at its end), so a block of
 them is never split either.
 
 A state is stored in *streams*, one per dtype and kind of storage: the
-values of the tensors with states of their own dtype, and the codes and
-absmax of the tensors with 8-bit states (:meth:`Layout.streams`). A
+values of the tensors with float states, and the codes and absmax of the
+tensors with 8-bit states (:meth:`Layout.streams`); the float32 masters of
+16-bit tensors are a stream of their own (kind "master"). A
 range of the flat buffer maps onto each stream (:meth:`Layout.in_stream`),
 so a checkpoint records the buffer's ranges and stores the streams.
 """

@@ -4,7 +4,10 @@ The file goes through fastopt's hostile-file reader (fastopt._npz): its size
 is bounded by what ``fastopt.optim``'s ``save`` can write for these
 parameters, the header entry's size is checked before it is read, and every
 state entry's header (shape, dtype) before any data; each rank then reads
-only the entries its shard needs.
+only the entries its shard needs. With master weights the file's params.*
+entries are the masters: those of 16-bit parameters are read, the others
+(float32 and float64 parameters, their own masters and the user's to
+restore) only checked.
 """
 from __future__ import annotations
 
@@ -76,12 +79,17 @@ def read_plain(opt, f, path, check_steps, check_groups):
         _ckpt._words(opt, f, meta.get("state_dtype"))       # 8-bit, or the params' dtype
         _ckpt._check_block(opt, f, meta.get("q8_block"))
         specs = _state_specs(opt)
-        if any(k.startswith("params.") for k in r.keys) and not opt._master_streams:
+        has = any(k.startswith("params.") for k in r.keys)
+        if has and not opt._mw:
             raise CheckpointError(f"{f}: the file holds the parameters too (saved with "
                                   f"params=True); a ShardedOptimizer restores the optimizer "
                                   f"state only: save it without params to load it here")
-        if opt._master_streams:         # the masters (of every parameter: master_weights)
-            specs.update({f"params.{t.index}": _npz.Spec(
+        if opt._mw and not has:
+            raise CheckpointError(f"{f}: the file holds no parameters; with master_weights "
+                                  f"a plain checkpoint holds the masters as its params.* "
+                                  f"entries (fastopt.optim saves them so)")
+        if opt._mw:                     # the masters: those of the 16-bit parameters are
+            specs.update({f"params.{t.index}": _npz.Spec(      # read, the others checked
                 t.shape, np.float32 if t.dtype in opt._half else t.dtype)
                 for t in opt.layout.tensors})
         _npz.check_names([k for k in r.keys if k != META_KEY], specs)

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import _ext, _interrupt
 from ..optim import _states
+from ..optim._checks import as_bool
 from ..optim._masters import HALF
 from . import _checkpoint, _exchange
 from ._checks import (
@@ -46,7 +47,8 @@ class ShardedOptimizer:
     given); the arrays passed in are not used again and never modified. Each
     rank keeps the optimizer state of its shard only (about 1/N of it).
 
-    ``step(grads)`` averages the ranks' gradients (reduce-scatter), updates
+    ``step(grads)`` averages the ranks' gradients (reduce-scatter; 16-bit
+    ones by an all-to-all added in float32), updates
     this rank's shard with one step of an inner ``optimizer_cls`` built over
     the shard's pieces, and gathers the updated parameters on every rank
     (allgather), bucket by bucket in a layout fixed at construction.
@@ -104,7 +106,8 @@ class ShardedOptimizer:
         if bb is None or bb < 64:
             raise ValueError(f"{f}: bucket_bytes must be an int >= 64, got {bucket_bytes!r}")
         kwargs = dict(kwargs)
-        raw, as_groups = _parse_groups(f, params, kwargs.get("master_weights") is True)
+        self._mw = as_bool(f, "master_weights", kwargs.get("master_weights", False))
+        raw, as_groups = _parse_groups(f, params, self._mw)
         check_inner_options(f, kwargs.get("state_dtype"))
         if kwargs.get("n_threads", _MISSING) is _MISSING:
             kwargs["n_threads"] = threads

@@ -6,7 +6,9 @@ A tensor with states of its own dtype contributes its values to the
 "codes" stream and its blocks' absmax to the "absmax" stream. The rank's
 pieces are taken in the flat buffer's order, which is the order of the
 rank's ranges mapped onto each stream (``Layout.in_stream``), so a packed
-stream is exactly the concatenation of those ranges.
+stream is exactly the concatenation of those ranges. The float32 masters
+of 16-bit tensors (master weights) are packed the same way, as the
+"master" pseudo-state.
 """
 from __future__ import annotations
 
