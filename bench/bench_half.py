@@ -7,6 +7,7 @@ float32 masters and states; per element, the bytes each variant must move
     bf16 grads      g read as 2 bytes                                   26 B
     f16 grads       the same, float16                                   26 B
     fp32 + copy     fp32, plus the bf16 copy of x written               30 B
+    bf16 g + copy   bf16 grads and the bf16 copy, one pass                 28 B
     offload         bf16 grads read twice (norm, update), bf16 copy    30 B
     bf16 + astype   bf16 grads, then x.astype(bf16) into the copy     26 + 6 B
     bf16 states     m, v stored as bfloat16 (v rounded stochastically)  20 B
@@ -39,7 +40,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_torch import rotating  # noqa: E402
 
 ADAMW = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
-BYTES = {"fp32": 28, "bf16 grads": 26, "f16 grads": 26, "fp32 + copy": 30, "offload": 30,
+BYTES = {"fp32": 28, "bf16 grads": 26, "f16 grads": 26, "fp32 + copy": 30,
+         "bf16 g + copy": 28, "offload": 30,
          "bf16 + astype": 32, "bf16 states": 20, "bf16 st+grads": 18, "st+g nearest": 18,
          "ceiling": 28}
 
@@ -59,7 +61,8 @@ def calls(shapes, nth, seed=0):
     gh = [g.astype(np.float16) for g in g32]
     out = {}
     for name, gs, copy in (("fp32", g32, False), ("bf16 grads", g16, False),
-                           ("f16 grads", gh, False), ("fp32 + copy", g32, True)):
+                           ("f16 grads", gh, False), ("fp32 + copy", g32, True),
+                           ("bf16 g + copy", g16, True)):
         xs, ms, vs = state()
         ws = [np.zeros(s, bf16) for s in shapes] if copy else None
         out[name] = (lambda xs=xs, gs=gs, ms=ms, vs=vs, ws=ws: fastopt.adamw(

@@ -36,6 +36,12 @@ def _half(self, d, stage, shard, typ):
     and adds them in float32 in rank order, then divides by the world
     size: the same sum whatever order MPI would reduce in."""
     w, off = self.world, 0
+    # the receive buffer and a float32 one, of the largest slice, kept
+    most = max((c[self.rank + 1] - c[self.rank] for c in d.buckets), default=0)
+    bufs = self._half_bufs
+    if bufs.get(d.dtype, (np.empty(0),))[0].size < w * most:
+        bufs[d.dtype] = (np.empty(w * most, stage.dtype), np.empty(most, np.float32))
+    recv_all, wide = bufs[d.dtype]
     for cuts in d.buckets:
         counts = [cuts[r + 1] - cuts[r] for r in range(w)]
         mine = counts[self.rank]
@@ -43,13 +49,14 @@ def _half(self, d, stage, shard, typ):
         if w == 1:
             np.copyto(part, stage[cuts[0]:cuts[1]])
         else:
-            recv = np.empty(w * mine, stage.dtype)
+            recv = recv_all[:w * mine]
             self.comm.Alltoallv(
                 [stage[cuts[0]:cuts[-1]], (counts, [c - cuts[0] for c in cuts[:-1]]), typ],
                 [recv, ([mine] * w, [q * mine for q in range(w)]), typ])
             np.copyto(part, recv[:mine])
             for q in range(1, w):
-                np.add(part, recv[q * mine:(q + 1) * mine].astype(np.float32), out=part)
+                np.copyto(wide[:mine], recv[q * mine:(q + 1) * mine])
+                np.add(part, wide[:mine], out=part)
         off += mine
     if w > 1:
         np.divide(shard, np.float32(w), out=shard)

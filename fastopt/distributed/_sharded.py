@@ -182,7 +182,9 @@ class ShardedOptimizer:
         self._master_streams = [Stream(dt, "master", f32) for dt in self._half]
         self._flat = {dt: np.empty(d.length, dt) for dt, d in L.dtypes.items()}
         self._gstage = {dt: np.zeros(d.length, dt) for dt, d in L.dtypes.items()}
-        # (their shard's gradients: float32, added from the ranks' 16-bit ones)
+        # (their shard's gradients: float32, added from the ranks' 16-bit ones
+        # through the receive buffers kept in _half_bufs)
+        self._half_bufs: dict = {}
         # one rank: the shard is the whole buffer (its ranges are adjacent), no copy
         self._gshard = {dt: self._gstage[dt] if self.world == 1 and dt not in self._half
                         else np.empty(L.shard_length(dt, self.rank),
