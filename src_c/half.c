@@ -5,6 +5,81 @@
  */
 #include "step.h"
 
+/* The AVX-512F loops of float32 -> bfloat16 (to nearest, and stochastic)
+ * where the CPU has it, in the builds that clone FO_KERNEL for AVX-512F
+ * (step.h; as q8.c's search): sixteen lanes of the same integer arithmetic
+ * as half.h's, so the same bits; FO_NO_CLONES keeps the portable loops. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
+    && defined(__linux__) && !defined(FO_NO_CLONES)
+#define HALF_SIMD 1
+#include <immintrin.h>
+
+static int half_simd;   /* the CPU has AVX-512F (set at load) */
+
+__attribute__((constructor)) static void half_detect(void)
+{
+    __builtin_cpu_init();
+    half_simd = __builtin_cpu_supports("avx512f");
+}
+
+#define HALF_AVX512 __attribute__((target("avx512f")))
+
+/* Sixteen floats' bits plus `add`, their top halves (fo_f32_to_bf16 with
+ * add = 0x7fff + the kept half's lowest bit; fo_f32_to_bf16_sr with add =
+ * the random bits), or the quiet NaN of their sign for a NaN. */
+static inline HALF_AVX512 __m256i half_bf16(__m512i u, __m512i add)
+{
+    __m512i nan = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u, 16),
+                                                   _mm512_set1_epi32(0x8000)),
+                                  _mm512_set1_epi32(0x7fc0));
+    __mmask16 isnan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                              _mm512_set1_epi32(0x7f800000));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, add), 16);
+    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(isnan, r, nan));
+}
+
+static HALF_AVX512 void half_copy_bf16_simd(int64_t n, const float *v, uint16_t *s)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i u = _mm512_loadu_si512((const void *)(v + i));
+        __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        _mm256_storeu_si256((__m256i *)(s + i),
+                            half_bf16(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))));
+    }
+    for (; i < n; i++)
+        s[i] = fo_f32_to_bf16(v[i]);
+}
+
+/* fo_mix32 on sixteen lanes */
+static inline HALF_AVX512 __m512i half_mix32(__m512i x)
+{
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+    x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x7feb352d));
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+    x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)0x846ca68bu));
+    return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+}
+
+static HALF_AVX512 void half_sr_simd(uint32_t n, const float *v, uint16_t *s, uint32_t lo,
+                                     uint32_t c)
+{
+    uint32_t k = 0;
+    __m512i idx = _mm512_add_epi32(_mm512_set1_epi32((int)lo),
+                                   _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                     12, 13, 14, 15));
+    const __m512i cc = _mm512_set1_epi32((int)c), sixteen = _mm512_set1_epi32(16);
+    for (; n >= 16 && k <= n - 16; k += 16) {
+        __m512i r = _mm512_srli_epi32(half_mix32(_mm512_xor_si512(idx, cc)), 16);
+        __m512i u = _mm512_loadu_si512((const void *)(v + k));
+        _mm256_storeu_si256((__m256i *)(s + k), half_bf16(u, r));
+        idx = _mm512_add_epi32(idx, sixteen);
+    }
+    for (; k < n; k++)
+        s[k] = fo_f32_to_bf16_sr(v[k], fo_mix32((lo + k) ^ c) >> 16);
+}
+#endif
+
 /* One loop per direction and type. */
 #define STEP_CONVERT(name, S, D, f) \
     FO_KERNEL static void name(int64_t n, const S *restrict a, D *restrict b) \
@@ -33,19 +108,40 @@ void step_states_widen(int32_t st, int64_t n, const uint16_t *s, float *out)
         step_widen_f16(n, s, out);
 }
 
+/* float32 -> bfloat16 to nearest: the AVX-512F loop, or the portable one */
+static void step_round_bf16(int64_t n, const float *v, uint16_t *s)
+{
+#ifdef HALF_SIMD
+    if (half_simd) {
+        half_copy_bf16_simd(n, v, s);
+        return;
+    }
+#endif
+    step_copy_bf16(n, v, s);
+}
+
 void step_states_nearest(int32_t st, int64_t n, const float *v, uint16_t *s)
 {
     if (st == FO_BF16)
-        step_copy_bf16(n, v, s);
+        step_round_bf16(n, v, s);
     else
         step_copy_f16(n, v, s);
 }
 
-FO_KERNEL static void step_sr_piece(int64_t n, const float *restrict v,
+/* n <= 2**31: the counter is 32-bit, as the index's low half it feeds, so
+ * the vectorized loop keeps 32-bit lanes (a 64-bit counter cost a dozen
+ * shuffles a vector to narrow). */
+FO_KERNEL static void step_sr_piece(uint32_t n, const float *restrict v,
                                     uint16_t *restrict s, uint32_t lo, uint32_t c)
 {
-    for (int64_t k = 0; k < n; k++)
-        s[k] = fo_f32_to_bf16_sr(v[k], fo_mix32((lo + (uint32_t)k) ^ c) >> 16);
+#ifdef HALF_SIMD
+    if (half_simd) {
+        half_sr_simd(n, v, s, lo, c);
+        return;
+    }
+#endif
+    for (uint32_t k = 0; k < n; k++)
+        s[k] = fo_f32_to_bf16_sr(v[k], fo_mix32((lo + k) ^ c) >> 16);
 }
 
 void step_states_stochastic(int64_t n, const float *v, uint16_t *s, uint64_t h,
@@ -54,8 +150,9 @@ void step_states_stochastic(int64_t n, const float *v, uint16_t *s, uint64_t h,
     while (n > 0) {
         uint64_t room = ((i0 >> 32) + 1) * 0x100000000ull - i0;   /* to the next 2**32 */
         int64_t m = (uint64_t)n < room ? n : (int64_t)room;
+        m = m < (1ll << 31) ? m : (1ll << 31);
         uint32_t c = (uint32_t)h ^ fo_mix32((uint32_t)(i0 >> 32) ^ (uint32_t)(h >> 32));
-        step_sr_piece(m, v, s, (uint32_t)i0, c);
+        step_sr_piece((uint32_t)m, v, s, (uint32_t)i0, c);
         v += m;
         s += m;
         n -= m;
@@ -67,7 +164,7 @@ void step_states_stochastic(int64_t n, const float *v, uint16_t *s, uint64_t h,
 void step_copy_out(int32_t wt, int64_t n, const float *x, void *w)
 {
     if (wt == FO_BF16)
-        step_copy_bf16(n, x, (uint16_t *)w);
+        step_round_bf16(n, x, (uint16_t *)w);
     else
         step_copy_f16(n, x, (uint16_t *)w);
 }
