@@ -4,6 +4,8 @@ One run, under mpiexec (each rank prints nothing but rank 0's table)::
 
     mpiexec -bind-to core -n 2 python bench/bench_distributed.py   # the comparison
     python bench/bench_distributed.py --no-torch                   # 1 process: baseline
+    mpiexec -bind-to core -n 2 python bench/bench_distributed.py --no-torch --bf16
+                  # and the same model in bfloat16 with master weights (16-bit exchange)
 
 Bind the ranks to cores (MPICH: ``-bind-to core``): unbound, on a loaded machine, the
 scheduler may put both ranks on one core for a whole run, and MPICH's shared-memory
@@ -43,13 +45,18 @@ def make_model(n_tensors, rows, cols, seed):
     return [rng.standard_normal((rows, cols), dtype=np.float32) for _ in range(n_tensors)]
 
 
-def bench_fastopt(args, comm, threads):
+def bench_fastopt(args, comm, threads, half=False):
+    """The fastopt step's parts; half: the model in bfloat16 with float32
+    masters (master_weights=True), the ranks exchanging 16-bit words."""
     import fastopt.optim as fo
     from fastopt.distributed import ShardedOptimizer
 
     params = make_model(args.tensors, args.rows, args.cols, 0)
+    if half:
+        import ml_dtypes
+        params = [p.astype(ml_dtypes.bfloat16) for p in params]
     opt = ShardedOptimizer(fo.OnnxAdam, params, lr=1e-3, comm=comm,
-                           bucket_bytes=int(args.bucket_mb * (1 << 20)))
+                           bucket_bytes=int(args.bucket_mb * (1 << 20)), master_weights=half)
     del params
     grads = opt.grad_buffers          # written in place: no copy in step()
     rng = np.random.default_rng(comm.Get_rank() + 1)
@@ -66,7 +73,7 @@ def bench_fastopt(args, comm, threads):
             total.append(dt)
             for k, acc in parts.items():
                 acc.append(opt.last_timing[k])
-    shard = opt.layout.shard_length(np.float32, comm.Get_rank())
+    shard = sum(opt.layout.shard_length(dt, comm.Get_rank()) for dt in opt.layout.dtypes)
     # the same update alone: fastopt.optim.OnnxAdam over shard-sized arrays
     per = max(1, shard // args.tensors)
     sizes = [per] * (args.tensors - 1) + [shard - per * (args.tensors - 1)]
@@ -135,6 +142,8 @@ def main(argv=None):
     ap.add_argument("--bucket-mb", type=float, default=8.0)
     ap.add_argument("--port", type=int, default=29531)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--bf16", action="store_true",
+                    help="also the model in bfloat16 with master weights")
     args = ap.parse_args(argv)
     from mpi4py import MPI
 
@@ -145,8 +154,10 @@ def main(argv=None):
     threads = threads or 1
     n = args.tensors * args.rows * args.cols
     fo_res = bench_fastopt(args, comm, threads)
+    half = bench_fastopt(args, comm, threads, half=True) if args.bf16 else None
     th_res = None if args.no_torch else bench_torch(args, comm, threads)
     every = comm.gather((fo_res, th_res), root=0)
+    halves = comm.gather(half, root=0)
     if rank:
         return 0
     print(f"{n / 1e6:.1f} M float32 parameters, Adam, {world} rank(s) x {threads} "
@@ -161,6 +172,16 @@ def main(argv=None):
         print(f"{label:44s}{m:9.1f}{p:9.1f}")
     print(f"  shard: {f['shard']:,} values; optimizer state on this rank "
           f"{f['state_bytes'] / 2**20:.1f} MiB")
+    if args.bf16:
+        h = max(halves, key=lambda e: np.median(e["total"]))
+        print(f"the same model in bfloat16, master weights (16-bit exchange; "
+              f"{2 * (world - 1) / world * n * 2 / 1e6:.0f} MB a rank a step, float32 "
+              f"{2 * (world - 1) / world * n * 4 / 1e6:.0f})")
+        for k in ("total", "copy", "reduce_scatter", "update", "sync", "allgather"):
+            m, p = _stats(h[k])
+            print(f"{'fastopt step' if k == 'total' else '  ' + k:44s}{m:9.1f}{p:9.1f}")
+        print(f"  optimizer state (masters included) on this rank "
+              f"{h['state_bytes'] / 2**20:.1f} MiB")
     if slow[1] is not None:
         tslow = max(every, key=lambda e: np.median(e[1]["total"]))[1]
         for k, label in (("total", "torch ZeRO-1 step (gloo)"), ("allreduce",
