@@ -118,6 +118,25 @@ def build_q8(outdir, portable):
     return lib
 
 
+def build_half(outdir, portable):
+    """src_c/half.c alone (the 16-bit conversions), built into outdir at the
+    extension's arithmetic, with FO_NO_CLONES where portable (the plain C
+    loops only: no AVX-512F rounding); the loaded library, or None without
+    a C compiler."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        return None
+    so = os.path.join(outdir, "libfo_half_portable.so" if portable else "libfo_half.so")
+    flags = [f for f in CFLAGS if f != "-fopenmp"] + (["-DFO_NO_CLONES"] if portable else [])
+    subprocess.run([cc] + flags + ["-I", SRC, "-o", so, os.path.join(SRC, "half.c"), "-lm"],
+                   check=True)
+    lib = ct.CDLL(so)
+    lib.fo_convert.argtypes = [ct.c_void_p, ct.c_int32, ct.c_void_p, ct.c_int32, ct.c_int64]
+    lib.fo_round_stochastic.argtypes = [ct.c_void_p, ct.c_void_p, ct.c_int64, ct.c_uint64,
+                                        ct.c_uint64]
+    return lib
+
+
 def q8_store(lib, v, kind):
     """fo_q8_store of float32 v: (codes, absmax)."""
     v = np.ascontiguousarray(v, np.float32)

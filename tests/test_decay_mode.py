@@ -41,15 +41,29 @@ def test_bnb_decays_after_the_update():
     assert not np.array_equal(out["torch"], out["bnb"])
 
 
-def test_bnb_makes_adam_decay_as_adamw():
-    x0, g = _data(1)
+@pytest.mark.parametrize("kind", ["plain", "amsgrad+maximize", "bf16 states", "8-bit"])
+def test_bnb_makes_adam_decay_as_adamw(kind):
+    """Adam's group with the flag is AdamW's, whatever else the step does."""
+    import ml_dtypes
+    x0, g = _data(1, 5000)
     got = []
     for fn in (fastopt.adam, fastopt.adamw):
-        x, m, v = x0.copy(), np.zeros_like(x0), np.zeros_like(x0)
-        fn(x, g, m, v, step=2, lr=1e-2, weight_decay=0.3, decay_mode="bnb")
-        got.append((x, m, v))
+        x = x0.copy()
+        if kind == "bf16 states":
+            m, v = (np.zeros(x.shape, ml_dtypes.bfloat16) for _ in range(2))
+        elif kind == "8-bit":
+            m, v = fastopt.State8bit.zeros(x.shape), fastopt.State8bit.zeros(x.shape, False)
+        else:
+            m, v = np.zeros_like(x0), np.abs(x0) * 0.1
+        amsgrad = kind == "amsgrad+maximize"
+        vmax = [np.abs(x0) * 0.2] if amsgrad else None
+        for t in (1, 2):
+            fn(x, g, m, v, step=t, lr=1e-2, weight_decay=0.3, decay_mode="bnb",
+               amsgrad=amsgrad, maximize=amsgrad, max_exp_avg_sqs=vmax, seed=3)
+        got.append([x] + [b for s in (m, v) for b in (
+            (s.codes, s.absmax) if kind == "8-bit" else (s,))] + (vmax or []))
     for a, b in zip(*got):
-        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
 
 
 def test_the_core_takes_the_flag_for_adam_and_adamw_only():

@@ -393,3 +393,37 @@ def test_an_optimizer_steps_on_16bit_gradients_through_its_prepared_step(gdt, mo
         b.step([x.astype(np.float32) for x in g])
     for x, y in zip(xa, xb):
         np.testing.assert_array_equal(x, y)
+
+
+def test_the_avx512_and_the_portable_roundings_give_the_same_bits(tmp_path):
+    """src_c/half.c rounds float32 to bfloat16 (to nearest, and stochastically)
+    with AVX-512F intrinsics where the CPU has them and with plain C loops
+    elsewhere (or built with FO_NO_CLONES): both give the same bits on NaN
+    payloads of both signs, zeros, infinities, the largest finite value and
+    what rounds up to inf, ties, subnormals, at every length 1..40 (full
+    vectors and tails), for streams and indices either side of 2**32."""
+    if "AVX-512" not in fastopt.config()["isa_active"]:
+        pytest.skip("this CPU has no AVX-512F: the portable loops are the only ones")
+    import _step_ctypes as cs
+    simd, plain = cs.build_half(str(tmp_path), False), cs.build_half(str(tmp_path), True)
+    if simd is None:
+        pytest.skip("no C compiler")
+    from fastopt import _dtypes
+    f32, bf = _dtypes.CODE[np.dtype(np.float32)], _dtypes.CODE[np.dtype(BF16)]
+    edge = np.array([0x7FC00001, 0x7F800001, 0xFFFFFFFF, 0xFF800001, 0, 0x80000000,
+                     0x7F800000, 0xFF800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F8000, 0x7F7F7FFF,
+                     0x3F808000, 0x3F818000, 0x3F808001, 1, 0x007FFFFF, 0x00008000,
+                     0x80008000, 0x3F800000], np.uint32)
+    rng = np.random.default_rng(5)
+    pool = np.concatenate([edge, rng.integers(0, 2**32, 200, dtype=np.uint32)])
+    for n in list(range(1, 41)) + [100, 257]:
+        u = np.ascontiguousarray(rng.choice(pool, n))
+        out = [np.zeros(n, np.uint16) for _ in range(2)]
+        for lib, o in zip((simd, plain), out):
+            assert lib.fo_convert(u.ctypes.data, f32, o.ctypes.data, bf, n) == 0
+        np.testing.assert_array_equal(out[0], out[1])
+        for h, i0 in ((0, 0), (0x0123456789ABCDEF, 2**32 - 7), (2**64 - 1, 12345)):
+            out = [np.zeros(n, np.uint16) for _ in range(2)]
+            for lib, o in zip((simd, plain), out):
+                assert lib.fo_round_stochastic(u.ctypes.data, o.ctypes.data, n, h, i0) == 0
+            np.testing.assert_array_equal(out[0], out[1])

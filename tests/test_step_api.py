@@ -75,7 +75,7 @@ def test_adam_forms(opts, amsgrad, fn, decay_mode):
     states = [[np.zeros_like(x), np.abs(x) * 0.1] + ([np.abs(x) * 0.2] if amsgrad else [])
               for x in xs]
     after = decay_mode == "bnb"
-    group = {"rule": "adamw_torch" if fn == "adamw" or after else "adam_torch", "lr": 0.01,
+    group = {"rule": "adamw_torch" if fn == "adamw" else "adam_torch", "lr": 0.01,
              "alpha": 0.9, "beta": 0.99, "eps": 1e-8, "decay": 0.05, "t": 3,
              "amsgrad": amsgrad, "maximize": amsgrad, "decay_after": after}
 

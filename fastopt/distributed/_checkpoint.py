@@ -9,9 +9,8 @@ A checkpoint is a directory::
 
 Saving writes a new version in a hidden temporary directory, renames it into
 place once every rank has written (and fsynced) its file, and only then
-replaces ``LATEST`` (write to a temporary file, rename): a crash at any
-point leaves ``LATEST`` naming a complete version. Older versions are then
-removed.
+replaces ``LATEST`` (write to a temporary file, rename): a crash at any point
+leaves ``LATEST`` naming a complete version. Older versions are then removed.
 
 A rank file holds its *sections* (:func:`sections`): for each state (in the
 optimizer's order) and each of its streams (``_layout.Stream``, in the
@@ -238,7 +237,7 @@ def load(self, path) -> None:
     _agree_on_version(self.comm, f, err, None if new is None else new[3])
     steps, groups, packed, _ = new
     masters = packed.pop("master", None)
-    sd = None
+    sd = mine = None
     try:                                # the inner state dict checked on every rank
         if self.inner is not None:      # before any rank writes (then: a collective)
             sd = dict(self._template, steps=steps, state=_unpacked(self, packed))
@@ -248,13 +247,16 @@ def load(self, path) -> None:
                 h.update({k: groups[gi][k] for k in h if k not in ("lr", "clipping")})
                 sd["param_groups"].append(dict(h, n_params=len(ig["params"])))
             _ckpt.checked_state_dict(self.inner, f, sd)
+            if masters is not None:
+                mine = _streams.unpack(self, "master", masters)
     except Exception as exc:  # noqa: BLE001 - raised on every rank below
-        err = exc
+        err = exc if isinstance(exc, CheckpointError) else CheckpointError(
+            f"{f}: {path!r} is not a readable checkpoint: {type(exc).__name__}: {exc}")
     raise_agreed(self.comm, err)
     if sd is not None:
         self.inner.load_state_dict(sd)
-        if masters is not None:         # the 16-bit pieces rewritten from them
-            for m, src in zip(self.inner.params, _streams.unpack(self, "master", masters)):
+        if mine is not None:            # the 16-bit pieces rewritten from the masters
+            for m, src in zip(self.inner.params, mine):
                 if src is not None:
                     np.copyto(m, src)
             _masters.refresh(self.inner)
@@ -404,20 +406,19 @@ def _check_kinds(f, meta, opt):
         if not isinstance(theirs, dict) or set(theirs) != set(mine):
             raise CheckpointError(f"{f}: the checkpoint's 'q8' entry is not a description "
                                   f"of 8-bit states")
-        for k in ("block", "tensors", "maps"):
+        for k, what in (("block", "block size"), ("tensors", "tensors with 8-bit states"),
+                        ("maps", "maps")):
             if theirs[k] != mine[k]:
-                what = {"block": "block size", "tensors": "tensors with 8-bit states",
-                        "maps": "maps"}[k]
                 raise CheckpointError(f"{f}: the checkpoint's 8-bit states have other "
                                       f"{what} than this optimizer's ({theirs[k]!s:.60} "
                                       f"for {mine[k]!s:.60})")
     masters = [st.dtype.str for st in opt._master_streams] or None
     if meta.get("masters") != masters:
-        def of(m):
-            return "none" if m is None else f"those of {m!s:.60}"
+        theirs, mine = (("none" if m is None else f"those of {m!s:.60}")
+                        for m in (meta.get("masters"), masters))
         raise CheckpointError(f"{f}: the checkpoint holds float32 masters of 16-bit "
-                              f"parameters: {of(meta.get('masters'))}; this optimizer "
-                              f"keeps {of(masters)} (master_weights)")
+                              f"parameters: {theirs}; this optimizer keeps {mine} "
+                              f"(master_weights)")
 
 
 def _check_ranks(f, meta, opt, vdir):
