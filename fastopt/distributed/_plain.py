@@ -96,26 +96,26 @@ def read_plain(opt, f, path, check_steps, check_groups):
         for key, spec in specs.items():          # every header, before any data
             r.header(key, spec)
         _ckpt._check_maps(f, {k: r.read(k, specs[k]) for k in specs if k.startswith("q8.")})
-        packed = {}
-        for s in opt._state_names:
-            held, last = [], (None, None)
-            for p in opt._inner_pieces:           # a tensor's pieces are consecutive
-                i = p.tensor.index
-                if last[0] != i:
-                    last = (i, _read_state(opt, r, specs, s, i))
-                held.append((last[1], p.lo - p.tensor.offset))
-            packed[s] = _streams.pack(opt, held)
+        packed = {s: _streams.pack(opt, _held(opt, lambda t, s=s: _read_state(
+            opt, r, specs, s, t.index))) for s in opt._state_names}
         if opt._master_streams:         # those of the 16-bit parameters, read
-            held, last = [], (None, None)
-            for p in opt._inner_pieces:
-                i = p.tensor.index
-                if last[0] != i:
-                    last = (i, r.read(f"params.{i}", specs[f"params.{i}"])
-                            if p.tensor.dtype in opt._half else None)
-                held.append((last[1], p.lo - p.tensor.offset))
-            packed["master"] = _streams.pack(opt, held, opt._master_streams)
+            packed["master"] = _streams.pack(opt, _held(opt, lambda t: r.read(
+                f"params.{t.index}", specs[f"params.{t.index}"]) if t.dtype in opt._half
+                else None), opt._master_streams)
         crcs = repr(sorted((k, r.crc(k)) for k in r.keys))
     return steps, groups, packed, zlib.crc32(crcs.encode(), zlib.crc32(text.encode()))
+
+
+def _held(opt, read) -> list:
+    """Per inner piece, (its tensor's entry, ``read(tensor)``, and the
+    piece's first element in it); a tensor's pieces are consecutive, so
+    each entry is read once."""
+    held, last = [], (None, None)
+    for p in opt._inner_pieces:
+        if last[0] is not p.tensor:
+            last = (p.tensor, read(p.tensor))
+        held.append((last[1], p.lo - p.tensor.offset))
+    return held
 
 
 def _state_specs(opt) -> dict:
