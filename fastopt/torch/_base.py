@@ -19,7 +19,7 @@ import torch
 
 from .. import _interrupt, _step
 from .. import _validation as _v
-from . import _flat, _mixed, _prep, _q8
+from . import _flat, _hooks, _mixed, _prep, _q8
 from ._checks import _DTYPES, _check_grad, _check_param, _check_state
 
 _UNSUPPORTED = ("foreach", "fused", "capturable", "differentiable")
@@ -389,6 +389,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         return ((xs, gs, (s1, s2, s3), index, groups), where, names_of, fresh, counted,
                 carried, mixed.run_args(copies, seeds))
 
+    @_hooks.hooked
     @torch.no_grad()
     def step(self, closure=None, *, grad_scale=None, max_grad_norm=None, norm_type=2.0,
              clip_convention="torch", skip_if_nonfinite=False):

@@ -297,13 +297,48 @@ cdef inline void *_address(object t, bint direct) except? NULL:
     return PyLong_AsVoidPtr(_data_ptr(t, NULL) if direct else t.data_ptr())
 
 
+cdef extern from *:
+    """
+    #define fo_prefetch(p) __builtin_prefetch((p), 0, 3)
+    """
+    void _prefetch "fo_prefetch"(const void *p) noexcept nogil
+
+
+# how many parameters ahead FlatCheck.check asks for the objects it will read
+cdef enum:
+    _AHEAD = 6
+
+
+cdef Py_ssize_t _prefetched(const void **pf, Py_ssize_t q, object t) except -1:
+    """Note in pf[q:] the memory a check reads of t: the object and, for a
+    tensor, the first 256 bytes of its TensorImpl (torch's ``_cdata`` is its
+    address). Only ever prefetched, never read: a prefetch does not fault,
+    so an address gone stale costs a miss, no more. The new q."""
+    pf[q] = <PyObject *>t
+    q += 1
+    try:
+        impl = t._cdata
+    except Exception:       # not a tensor, or one that hides it: the object only
+        return q
+    if type(impl) is int:
+        pf[q] = PyLong_AsVoidPtr(impl)
+        pf[q + 1] = <char *>pf[q] + 64
+        pf[q + 2] = <char *>pf[q] + 128
+        pf[q + 3] = <char *>pf[q] + 192
+        q += 4
+    return q
+
+
 cdef class FlatCheck:
     """Does the flat layout hold this step (fastopt/torch/_flat.py)? Built
     from the groups' records (see __init__), checked by :meth:`check`.
     The facts compared sit in C arrays: the check runs for every parameter
     every step, where each torch attribute read costs 35-100 ns (more with
     its objects out of cache) and each object of ours read is one more
-    cache line."""
+    cache line. The objects a parameter's check reads are prefetched a few
+    parameters ahead: after a step's worth of data has gone through the
+    caches each is a miss, and waiting for them one by one cost more than
+    the reads (1000 x 1e3 AdamW: 0.98 -> 0.52 ms)."""
 
     cdef tuple keep             # every object the arrays point at, held
     cdef tuple plists           # per group: its params list
@@ -321,6 +356,8 @@ cdef class FlatCheck:
     cdef PyObject **views
     cdef void **vptr            # a layout view's address (NULL: another value)
     cdef char *vmine            # 1: the value is a layout view (its address compared)
+    cdef const void **pf        # what parameter k's check reads, pf[pf0[k]:pf0[k + 1]]
+    cdef Py_ssize_t *pf0
 
     def __cinit__(self, tuple groups, bint direct):
         """direct: every parameter and gradient view reads grad, dtype,
@@ -332,7 +369,7 @@ cdef class FlatCheck:
         address, shape, dtype, state dict or None, the dict's values in
         order, each as (value, its address if it is a layout view else
         None))."""
-        cdef Py_ssize_t gi, i, j, k = 0, m = 0
+        cdef Py_ssize_t gi, i, j, k = 0, m = 0, q = 0
         cdef tuple grp, rec, sts
         self.keep = groups
         self.direct = direct and _get_grad != NULL
@@ -352,8 +389,14 @@ cdef class FlatCheck:
         self.views = <PyObject **>PyMem_Calloc(self.nst + 1, sizeof(PyObject *))
         self.vptr = <void **>PyMem_Calloc(self.nst + 1, sizeof(void *))
         self.vmine = <char *>PyMem_Calloc(self.nst + 1, sizeof(char))
-        if (not self.sizes or not self.params or not self.gviews or not self.pptr
-                or not self.gptr or not self.shapes or not self.dtypes or not self.dicts
+        self.pf0 = <Py_ssize_t *>PyMem_Calloc(self.n + 1, sizeof(Py_ssize_t))
+        # per parameter at most 5 addresses for it, 5 for its gradient view,
+        # 1 for its state dict; 5 per state value (_prefetched)
+        self.pf = <const void **>PyMem_Calloc(11 * self.n + 5 * self.nst + 1,
+                                              sizeof(void *))
+        if (not self.pf or not self.pf0 or not self.sizes or not self.params
+                or not self.gviews or not self.pptr or not self.gptr or not self.shapes
+                or not self.dtypes or not self.dicts
                 or not self.st0 or not self.views or not self.vptr or not self.vmine):
             raise MemoryError()
         for gi in range(self.ng):
@@ -362,9 +405,15 @@ cdef class FlatCheck:
             for i in range(self.sizes[gi]):
                 self.params[k] = <PyObject *>grp[1][i]
                 self.st0[k] = m
+                self.pf0[k] = q
+                q = _prefetched(self.pf, q, grp[1][i])
                 if grp[2][i] is not None:
                     rec = <tuple>grp[2][i]
                     self.gviews[k] = <PyObject *>rec[0]
+                    q = _prefetched(self.pf, q, rec[0])
+                    if rec[5] is not None:
+                        self.pf[q] = <PyObject *>rec[5]
+                        q += 1
                     self.pptr[k] = PyLong_AsVoidPtr(rec[1])
                     self.gptr[k] = PyLong_AsVoidPtr(rec[2])
                     self.shapes[k] = <PyObject *>rec[3]
@@ -374,12 +423,14 @@ cdef class FlatCheck:
                     sts = <tuple>rec[6]
                     for j in range(len(sts)):
                         self.views[m] = <PyObject *>sts[j][0]
+                        q = _prefetched(self.pf, q, sts[j][0])
                         if sts[j][1] is not None:
                             self.vmine[m] = 1
                             self.vptr[m] = PyLong_AsVoidPtr(sts[j][1])
                         m += 1
                 k += 1
         self.st0[k] = m
+        self.pf0[k] = q
 
     def __dealloc__(self):
         PyMem_Free(self.sizes)
@@ -394,6 +445,8 @@ cdef class FlatCheck:
         PyMem_Free(self.views)
         PyMem_Free(self.vptr)
         PyMem_Free(self.vmine)
+        PyMem_Free(self.pf)
+        PyMem_Free(self.pf0)
 
     def check(self):
         """0: the layout holds; 1: a gradient is not the layout's (this step
@@ -418,6 +471,9 @@ cdef class FlatCheck:
             if PyTuple_GET_SIZE(params) != n:
                 return 2
             for i in range(n):
+                if k + _AHEAD < self.n:
+                    for j in range(self.pf0[k + _AHEAD], self.pf0[k + _AHEAD + 1]):
+                        _prefetch(self.pf[j])
                 p = <object>PyTuple_GET_ITEM(params, i)
                 if <PyObject *>p != self.params[k]:
                     return 2
