@@ -70,7 +70,8 @@ _CARRIED = (torch.float32, torch.float64)
 class Prepared:
     """A full step's work list kept for the next steps (see the module)."""
 
-    __slots__ = ("groups", "names", "plan", "nk", "k_gi", "storages", "snap", "stale")
+    __slots__ = ("groups", "names", "plan", "nk", "k_gi", "storages", "snap", "stale",
+                 "ahead")
 
     def __init__(self, plan, groups, names, nk, k_gi, storages, snap):
         self.snap = snap            # opt.state's (parameter, state dict) pairs
@@ -83,6 +84,8 @@ class Prepared:
         # views in the plan pin them too, which this does not rely on)
         self.storages = storages
         self.stale = False          # the structure changed: build anew
+        # what each parameter's check reads (its gradient: the one it has now)
+        self.ahead = _compiled.Ahead([_reads(rec) for _, _, recs in groups for rec in recs])
 
     def run(self, opt, f, opts):
         """The step through the plan: its StepInfo, or None (nothing written)."""
@@ -106,7 +109,7 @@ class Prepared:
             self.stale = True
             return None
         got = _compiled.torch_gather(self.groups, opt._COUNTS, opt._T_ADD, self.nk, _STRIDED,
-                                _TENSOR)
+                                     _TENSOR, self.ahead)
         if type(got) is int:        # 1: what the plan holds changed; 0: this step's input
             if got == 1:
                 self.stale = True
@@ -127,6 +130,15 @@ class Prepared:
             if carried:
                 _compiled.torch_carry(carried, [m[1] for m in made])
         return info
+
+
+def _reads(rec):
+    """The objects torch_gather reads for the record rec."""
+    if len(rec) == 1:
+        return rec
+    p, st, sts, cnt = rec[0], rec[1], rec[5], rec[6]
+    return (p, st, p.grad, *(s[1] for s in sts), None if cnt is None else cnt[0],
+            *(rec[8][1:2] if len(rec) > 8 else ()))
 
 
 def _count_record(opt, st):
