@@ -19,6 +19,13 @@ copy of the tensors:
                     least Python in front of it
     DeepSpeedCPUAdam  AdamW only, when deepspeed is importable (its own
                     environment: it is no dependency of fastopt's)
+    ceiling         the bandwidth probe over the bytes the rule must move
+                    (fastopt._cli._probe: SGD 3 arrays read and 2 written,
+                    AdamW 4 and 3, float32): below 1.0 x it is not a figure
+
+Workloads (``--workloads``, comma-separated): 1000x1, 1000x1e3, resnet50 (the
+default three) and gpt2 (GPT-2 small's 148 tensors, 124 M values); the two
+big ones run without flat 4k and full route (memory: a copy each).
 
 Printed: p50 and p99 ms of each, the median of the per-round quotients
 against torch fused (paired samples, so load common to both cancels),
@@ -41,6 +48,24 @@ import time
 import numpy as np
 
 WORKLOADS = {"1000x1": [(1,)] * 1000, "1000x1e3": [(1000,)] * 1000}
+# the big workloads: each implementation's copy is its parameters, gradients
+# and states (GPT-2 small in float32 with AdamW's: 2 GB), so these skip the
+# two diagnostic variants (flat 4k, full route)
+BIG = ("resnet50", "gpt2")
+
+
+def gpt2_shapes():
+    """The 148 parameter tensors of GPT-2 small (124,439,808 values; the
+    output layer tied to the token embedding): token and position
+    embeddings, 12 blocks of layer norm, attention (qkv 768 -> 2304, output
+    768 -> 768), layer norm and MLP (768 -> 3072 -> 768), each weight with
+    its bias, and the final layer norm."""
+    d = 768
+    shapes = [(50257, d), (1024, d)]
+    for _ in range(12):
+        shapes += [(d,), (d,), (d, 3 * d), (3 * d,), (d, d), (d,),
+                   (d,), (d,), (d, 4 * d), (4 * d,), (4 * d, d), (d,)]
+    return shapes + [(d,), (d,)]
 RULES = ("sgd", "adamw")
 SGD = {"lr": 0.01, "momentum": 0.9, "weight_decay": 1e-4}
 ADAMW = {"lr": 1e-3, "weight_decay": 1e-2}
@@ -66,27 +91,32 @@ def _full_route(opt, tp):
     return step
 
 
-def calls(shapes, rule):
-    """{name: one step} for the four implementations (see the module)."""
+def calls(shapes, rule, diagnostic=True):
+    """{name: one step} for the implementations (see the module); without
+    the variants flat 4k and full route unless diagnostic."""
     import torch
 
+    import fastopt
     import fastopt.optim as fo
     import fastopt.torch as ft
     import fastopt.torch._flat as tf
     import fastopt.torch._prep as tp
+    from fastopt._cli import _probe
     out = {}
-    a, b, c, d, e, f = (_params(torch, shapes, s) for s in range(6))
+    a, c, d, e = (_params(torch, shapes, s) for s in (0, 2, 3, 4))
     cls, kw = (ft.SGD, SGD) if rule == "sgd" else (ft.AdamW, ADAMW)
-    out["fastopt.torch"] = cls(a, **kw).step
+    first = cls(a, **kw)
+    out["fastopt.torch"] = first.step
     out["flat"] = cls(e, **kw, flat=True).step   # .grad moves in
-    tf.HUGE_PAGES = False
-    try:
-        out["flat 4k"] = cls(f, **kw, flat=True).step
-        out["flat 4k"]()        # the states' buffers made here too
-        out["flat 4k"]()
-    finally:
-        tf.HUGE_PAGES = True
-    out["full route"] = _full_route(cls(b, **kw), tp)
+    if diagnostic:
+        tf.HUGE_PAGES = False
+        try:
+            out["flat 4k"] = cls(_params(torch, shapes, 5), **kw, flat=True).step
+            out["flat 4k"]()        # the states' buffers made here too
+            out["flat 4k"]()
+        finally:
+            tf.HUGE_PAGES = True
+        out["full route"] = _full_route(cls(_params(torch, shapes, 1), **kw), tp)
     out["torch fused"] = getattr(torch.optim, cls.__name__)(c, **kw, fused=True).step
     if rule == "sgd":
         opt = fo.OnnxMomentum([p.detach().numpy() for p in d], lr=SGD["lr"], alpha=0.9,
@@ -99,15 +129,21 @@ def calls(shapes, rule):
         from deepspeed.ops.adam import DeepSpeedCPUAdam
         out["DeepSpeedCPUAdam"] = DeepSpeedCPUAdam(_params(torch, shapes, 6), adamw_mode=True,
                                                    **ADAMW).step
+    # the bytes of the rule's step moved as fast as this machine moves them
+    # (SGD with momentum: 3 arrays read, 2 written; AdamW 4 and 3)
+    n = sum(int(np.prod(s)) for s in shapes)
+    bufs = [np.ones(n, np.float32) for _ in range(3 if rule == "sgd" else 4)]
+    nth = first.n_threads or fastopt.get_num_threads()
+    out["ceiling"] = lambda: _probe.probe(bufs, nth)
     for f in out.values():      # first steps: states made, plans prepared
         f()
         f()
     return out
 
 
-def measure(shapes, rule, seconds, min_rounds=7):
+def measure(shapes, rule, seconds, min_rounds=7, diagnostic=True):
     """{name: per-round seconds}, interleaved in a rotating order."""
-    return rotating(calls(shapes, rule), seconds, min_rounds)
+    return rotating(calls(shapes, rule, diagnostic), seconds, min_rounds)
 
 
 def rotating(fs, seconds, min_rounds):
@@ -137,6 +173,11 @@ def report(label, n, times, out=sys.stdout):
     extra = np.median(np.array(times["fastopt.torch"]) - opt)
     print(f"  fastopt.torch over fastopt.optim: {extra / n * 1e6:.2f} us per parameter; "
           f"flat / fastopt.optim {np.median(np.array(times['flat']) / opt):.2f} x", file=out)
+    probe = np.array(times["ceiling"])
+    print("  / ceiling: " + ", ".join(
+        f"{k} {np.median(np.array(times[k]) / probe):.2f} x"
+        for k in ("flat", "torch fused", "fastopt.optim", "DeepSpeedCPUAdam") if k in times),
+        file=out)
 
 
 def _resnet50():
@@ -158,10 +199,12 @@ def main(argv=None):
         time.sleep(0.3)
     try:
         for w in args.workloads.split(","):
-            shapes = _resnet50() if w == "resnet50" else WORKLOADS[w]
+            shapes = {"resnet50": _resnet50, "gpt2": gpt2_shapes}.get(w, WORKLOADS.get(w))
+            if callable(shapes):
+                shapes = shapes()
             for rule in RULES:
                 report(f"{w} {rule} float32", len(shapes),
-                       measure(shapes, rule, args.seconds))
+                       measure(shapes, rule, args.seconds, diagnostic=w not in BIG))
     finally:
         if spinner is not None:
             spinner.kill()
