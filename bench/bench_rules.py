@@ -17,11 +17,12 @@ LAMB's two states: (4 + 7)/7 and (2 + 5)/5 of their update's probe):
     LARS       3 / 2                 2 reads      probe(3, 2) * 7/5
 
 On 1000 tensors of 1e3 (float32 torch Parameters with .grad):
-``fastopt.torch.X`` and ``fastopt.optim.X`` against ``torch.optim.X`` in its
-default for-loop form and with ``foreach=True`` (torch has no Lion,
-AdEMAMix, LAMB or LARS). Each workload's calls are interleaved, one call
-each per round in a rotating order; ratios are medians of per-round
-quotients. Nothing is asserted; speed lives in bench/RESULTS.md.
+``fastopt.torch.X`` (also with ``flat=True``) and ``fastopt.optim.X``
+against ``torch.optim.X`` in its default for-loop form and with
+``foreach=True`` (torch has no Lion, AdEMAMix, LAMB or LARS). Each
+workload's calls are interleaved, one call each per round in a rotating
+order; ratios are medians of per-round quotients. Nothing is asserted;
+speed lives in bench/RESULTS.md.
 
     PYTHONPATH=$PWD python bench/bench_rules.py                  # both workloads
     PYTHONPATH=$PWD python bench/bench_rules.py --seconds 3 --threads 1
@@ -84,7 +85,8 @@ def report_floor(label, times, out=sys.stdout):
 
 
 def many_small(shapes, nth, seed=0):
-    """{name: callable}: per torch rule, fastopt.torch.X, fastopt.optim.X,
+    """{name: callable}: per torch rule, fastopt.torch.X (and with
+    flat=True), fastopt.optim.X,
     torch.optim.X (for-loop) and torch.optim.X(foreach=True), each on its
     own tensors."""
     import torch
@@ -94,7 +96,7 @@ def many_small(shapes, nth, seed=0):
     for name, (_, _, tname) in RULES.items():
         if tname is None:
             continue
-        for kind in ("fastopt.torch", "fastopt.optim", "torch", "torch foreach"):
+        for kind in ("fastopt.torch", "flat", "fastopt.optim", "torch", "torch foreach"):
             gen = torch.Generator().manual_seed(seed)
             ps = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
             for p in ps:
@@ -105,8 +107,8 @@ def many_small(shapes, nth, seed=0):
                 opt = getattr(fastopt.optim, name)(xs, lr=1e-3, n_threads=nth)
                 out[f"{name} {kind}"] = (lambda opt=opt, gs=gs: opt.step(gs))
                 continue
-            if kind == "fastopt.torch":
-                opt = getattr(ft, name)(ps, lr=1e-3, n_threads=nth)
+            if kind in ("fastopt.torch", "flat"):
+                opt = getattr(ft, name)(ps, lr=1e-3, n_threads=nth, flat=kind == "flat")
             else:
                 opt = getattr(torch.optim, tname)(ps, lr=1e-3,
                                                   foreach=kind == "torch foreach")
@@ -120,14 +122,16 @@ def many_small(shapes, nth, seed=0):
 def report_small(label, times, out=sys.stdout):
     print(f"{label}: load average {os.getloadavg()[0]:.2f}", file=out)
     print(f"  {'rule':10s} {'fastopt.torch ms':>16s} {'torch / it':>10s} "
-          f"{'foreach / it':>12s} {'fastopt.optim ms':>16s}", file=out)
+          f"{'foreach / it':>12s} {'flat ms':>8s} {'torch / flat':>12s} "
+          f"{'foreach / flat':>14s} {'fastopt.optim ms':>16s}", file=out)
     for name, (_, _, tname) in RULES.items():
         if tname is None:
             continue
-        a = np.array(times[f"{name} fastopt.torch"])
-        print(f"  {name:10s} {np.median(a) * 1e3:16.3f} "
-              f"{np.median(np.array(times[f'{name} torch']) / a):10.1f} "
-              f"{np.median(np.array(times[f'{name} torch foreach']) / a):12.1f} "
+        a, fl = (np.array(times[f"{name} {k}"]) for k in ("fastopt.torch", "flat"))
+        torch_, foreach = (np.array(times[f"{name} {k}"]) for k in ("torch", "torch foreach"))
+        print(f"  {name:10s} {np.median(a) * 1e3:16.3f} {np.median(torch_ / a):10.1f} "
+              f"{np.median(foreach / a):12.1f} {np.median(fl) * 1e3:8.3f} "
+              f"{np.median(torch_ / fl):12.1f} {np.median(foreach / fl):14.1f} "
               f"{np.median(times[f'{name} fastopt.optim']) * 1e3:16.3f}", file=out)
 
 
