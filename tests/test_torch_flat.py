@@ -31,7 +31,8 @@ KW = {"SGD": dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01),
       "Adamax": dict(lr=0.02, weight_decay=0.01),
       "Adadelta": dict(lr=0.5, weight_decay=0.01),
       "RAdam": dict(lr=0.01, weight_decay=0.01, decoupled_weight_decay=True),
-      "Lion": dict(lr=0.01, weight_decay=0.01)}
+      "Lion": dict(lr=0.01, weight_decay=0.01),
+      "NAdam": dict(lr=0.01, weight_decay=0.01, momentum_decay=0.01)}
 NAMES = list(KW)
 # awkward sizes: empty, one element, 0-d, not multiples of 8, one over a block
 SHAPES = [(0,), (1,), (), (7,), (4, 3), (0, 3), (33,), (1025,), (5, 1, 3)]
@@ -232,6 +233,63 @@ def test_parameters_skipped_by_a_step_keep_their_counts(flat_steps):
     assert counts == {6.0, 7.0}
 
 
+def test_nadam_carries_its_product_in_the_layout(flat_steps):
+    """NAdam's mu_product sits in a buffer per segment beside the counts. A
+    step that skips parameters leaves theirs behind, and the flat step then
+    runs one work entry per run of equal counts and products (products set
+    apart at equal counts too); a step not applied keeps them; a product
+    edited out of [0, 1] declines to the checked route, which refuses it as
+    the optimizer without the layout."""
+    pair = Pair("NAdam", (torch.float32, torch.float64))
+    train(pair, 2)
+    p0 = pair.pa[0]
+    seg = next(s for s in pair.a._flat.segments if any(q is p0 for q in s.params))
+    assert pair.a.state[p0]["mu_product"] is seg.carried[2][0]
+    pair.zero(True)
+    pair.step(skip={1, 4, 5})
+    pair.zero(False)
+    pair.step()
+    pair.zero(False)
+    n = flat_steps[0]
+    for _ in range(3):
+        pair.step()
+        pair.zero(False)
+    assert flat_steps[0] == n + 3
+    assert len({pair.a.state[p]["mu_product"].item() for p in pair.pa}) == 2
+    pair.pa[7].grad[0] = pair.pb[7].grad[0] = float("nan")
+    before = snapshot(pair.a, pair.pa)
+    pair.a.step(skip_if_nonfinite=True)
+    pair.b.step(skip_if_nonfinite=True)
+    assert not pair.a.last_step.applied and flat_steps[0] == n + 4
+    same(before, snapshot(pair.a, pair.pa))
+    pair.same()
+    pair.zero(False)
+    for opt, ps in ((pair.a, pair.pa), (pair.b, pair.pb)):     # apart at equal counts
+        opt.state[ps[2]]["mu_product"].fill_(0.5)
+    pair.step()
+    pair.zero(False)
+    assert flat_steps[0] == n + 5
+    for opt, ps in ((pair.a, pair.pa), (pair.b, pair.pb)):
+        opt.state[ps[3]]["mu_product"].fill_(1.5)
+    errors = []
+    for opt in (pair.a, pair.b):
+        with pytest.raises(ValueError, match="mu_product") as e:
+            opt.step()
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and flat_steps[0] == n + 5
+    pair.same()
+
+
+def test_nadam_products_apart_at_equal_counts(flat_steps):
+    pair = Pair("NAdam")
+    train(pair, 2)
+    for opt, ps in ((pair.a, pair.pa), (pair.b, pair.pb)):
+        opt.state[ps[2]]["mu_product"].fill_(0.5)
+    n = flat_steps[0]
+    train(pair, 2)
+    assert flat_steps[0] == n + 2
+
+
 # flat steps after each edit: the step right after it, then three more
 EDITS = {"new grad": 3, "grad re-pointed": 3, "param moved": 0, "state replaced": 3,
          "state re-pointed": 3, "count re-pointed": 3, "state dict replaced": 3,
@@ -351,8 +409,12 @@ def test_add_param_group(flat_steps):
 @pytest.mark.parametrize("name", NAMES)
 def test_state_dict_round_trips(name, flat_steps):
     """flat -> torch.optim -> flat, through torch.save: the same bits; and a
-    flat optimizer resumes a non-flat one's checkpoint."""
-    pair = Pair(name, (torch.float32, torch.float64))
+    flat optimizer resumes a non-flat one's checkpoint. (NAdam's on float32
+    only: torch's load_state_dict casts every floating state but 'step' to
+    its parameter's dtype, so a float64 parameter's float32 mu_product comes
+    back float64 and rounds otherwise after, flat or not.)"""
+    dtypes = (torch.float32,) if name == "NAdam" else (torch.float32, torch.float64)
+    pair = Pair(name, dtypes)
     train(pair, 3)
     buf = io.BytesIO()
     torch.save(pair.a.state_dict(), buf)
@@ -360,7 +422,7 @@ def test_state_dict_round_trips(name, flat_steps):
     # torch's own class; Lion, which torch.optim has not, through the non-flat drop-in
     cls = torch.optim.SGD if name == "SGD0" else getattr(torch.optim, name, None) or getattr(
         ft, name)
-    tp = make_params(SHAPES, (torch.float32, torch.float64))
+    tp = make_params(SHAPES, dtypes)
     topt = cls(groups(tp), **KW[name])
     topt.load_state_dict(torch.load(buf))
     back = io.BytesIO()

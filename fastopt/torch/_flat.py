@@ -8,8 +8,9 @@ gradients (a ``.grad`` already there is copied into its view and becomes
 it; autograd accumulates into an existing ``.grad`` in place). The states
 the step creates move into per-segment buffers of their own, and their
 entries in ``opt.state`` become views of them (``'step'``: a 0-d view of
-the segment's count buffer). A buffer of 2 MiB or more is an anonymous
-private mapping aligned to 2 MiB and advised ``MADV_HUGEPAGE`` (Linux
+the segment's count buffer; NAdam's ``'mu_product'`` likewise of a buffer of
+its own). A buffer of 2 MiB or more is an anonymous private mapping aligned
+to 2 MiB and advised ``MADV_HUGEPAGE`` (Linux
 transparent huge pages, in "madvise" or "always" mode); a smaller one is
 64-byte aligned NumPy memory.
 
@@ -22,7 +23,8 @@ it is re-viewed in place), its state dict holds the same objects, the
 layout's views at their addresses; and once per step that ``opt.state`` holds
 the same state dicts, that every group's hyperparameters pass their checks
 and need the same states, that a parameter outside the layout has no
-gradient, and that the counts of a segment agree. Otherwise the step takes
+gradient; a segment whose counts (or carried scalars) differ gets one C
+work entry per run of equal values. Otherwise the step takes
 the checked route (fastopt/torch/_base.py), over the same memory: both give
 the same bits. A step that measures the global norm (``max_grad_norm``,
 ``skip_if_nonfinite``) measures it over each parameter's gradient, in the
@@ -87,9 +89,18 @@ def _movable(s, p):
             and not s.is_conj() and not s.requires_grad)
 
 
-def _movable_count(c):
+def _scalar_tensor(c):
     return (type(c) is torch.Tensor and c.dim() == 0 and c.dtype in _NP and c.is_cpu
-            and not c.requires_grad and _whole(c.item()))
+            and not c.requires_grad)
+
+
+def _movable_count(c):
+    return _scalar_tensor(c) and _whole(c.item())
+
+
+def _movable_carried(c):
+    """A carried scalar (NAdam's mu_product) the checked route accepts."""
+    return _scalar_tensor(c) and 0.0 <= c.item() <= 1.0
 
 
 def _placed(v, at):
@@ -105,7 +116,7 @@ class Segment:
     """The parameters of one group and dtype, and their buffers."""
 
     __slots__ = ("gi", "dtype", "params", "shapes", "offs", "x", "xn", "g", "gn",
-                 "pptrs", "gviews", "gptrs", "states", "counts")
+                 "pptrs", "gviews", "gptrs", "states", "counts", "carried")
 
     def __init__(self, gi, dtype, params):
         self.gi, self.dtype, self.params = gi, dtype, tuple(params)
@@ -121,6 +132,7 @@ class Segment:
         self.pptrs = ()
         self.states = {}        # name -> (flat tensor, NumPy array, per-parameter views)
         self.counts = None      # (flat tensor, NumPy array, 0-d views)
+        self.carried = None     # the same, of a carried scalar (NAdam's mu_product)
 
     def view(self, flat, i):
         """Parameter i's place in the flat tensor flat, in its shape."""
@@ -143,7 +155,7 @@ class Segment:
     def buffers(self):
         """Every buffer: (flat tensor, NumPy array)."""
         bufs = [(self.x, self.xn), (self.g, self.gn), *(e[:2] for e in self.states.values())]
-        return bufs + ([self.counts[:2]] if self.counts is not None else [])
+        return bufs + [e[:2] for e in (self.counts, self.carried) if e is not None]
 
     def in_place(self):
         """Does every buffer still hold the memory its NumPy array sees
@@ -158,12 +170,13 @@ class Segment:
             e = self.states[name] = (t, a, [self.view(t, i) for i in range(len(self.params))])
         return e
 
-    def adopt(self, i, st, names, counted, seen, moves):
+    def adopt(self, i, st, names, counted, carry, seen, moves):
         """Plan moving parameter i's states (the dict st) into the buffers:
-        every entry of names (and 'step' when counted) is to become the
-        layout's view, its values copied: (st, key, views, i, view, source)
-        appended to moves (FlatLayout.arm copies them all at once). False if
-        one cannot move (the checked route decides)."""
+        every entry of names (and 'step' when counted, the scalar named
+        carry unless it is None) is to become the layout's view, its values
+        copied: (st, key, views, i, view, source) appended to moves
+        (FlatLayout.arm copies them all at once). False if one cannot move
+        (the checked route decides)."""
         p = self.params[i]
         for name in names:
             s = st.get(name)
@@ -175,21 +188,29 @@ class Segment:
                 return False
             seen.add(id(s))
             moves.append((st, name, views, i, v, s))
-        if not counted:
-            return True
-        c = st.get("step")
-        if self.counts is not None and c is self.counts[2][i] and _placed(
-                c, self.counts[0][i]):
-            return True
-        if not _movable_count(c) or id(c) in seen:
+        if counted and not self._scalar("counts", i, st, "step", _movable_count, seen, moves):
             return False
-        if self.counts is None:
+        return carry is None or self._scalar("carried", i, st, carry, _movable_carried,
+                                             seen, moves)
+
+    def _scalar(self, attr, i, st, name, movable, seen, moves):
+        """adopt's plan for parameter i's 0-d state st[name], kept in the
+        segment's buffer attr ("counts" or "carried", made on first use in
+        the scalar's dtype): True when it is there or planned, False when it
+        cannot move (movable says which values may)."""
+        c, e = st.get(name), getattr(self, attr)
+        if e is not None and c is e[2][i] and _placed(c, e[0][i]):
+            return True
+        if not movable(c) or id(c) in seen:
+            return False
+        if e is None:
             t, a = buffer(len(self.params), c.dtype)
-            self.counts = (t, a, [t[k] for k in range(len(self.params))])
-        elif self.counts[0].dtype is not c.dtype:
+            e = (t, a, [t[k] for k in range(len(self.params))])
+            setattr(self, attr, e)
+        elif e[0].dtype is not c.dtype:
             return False
         seen.add(id(c))
-        moves.append((st, "step", self.counts[2], i, self.counts[0][i], c))
+        moves.append((st, name, e[2], i, e[0][i], c))
         return True
 
 
@@ -209,7 +230,7 @@ class Record:
     """What a flat step checks and runs with (built by FlatLayout.arm)."""
 
     __slots__ = ("groups", "check", "direct", "names", "snap", "segments", "xs", "gs", "ss",
-                 "counts", "gnorm")
+                 "counts", "carried", "gnorm")
 
     def __init__(self, groups, names, snap, segments):
         self.groups = groups        # per group: (params list, params tuple, records)
@@ -227,6 +248,7 @@ class Record:
         ss = [[s.state(n)[1] for n in names[s.gi]] + [None] * 3 for s in segments]
         self.ss = tuple(tuple(row[k] for row in ss) for k in range(3))
         self.counts = tuple(None if s.counts is None else s.counts[1] for s in segments)
+        self.carried = tuple(None if s.carried is None else s.carried[1] for s in segments)
         # each gradient, in the checked route's order (the norm's)
         self.gnorm = tuple(rec[0].detach().numpy().reshape(-1)
                            for _, _, recs in groups for rec in recs if rec is not None)
@@ -271,6 +293,7 @@ class FlatLayout:
         if len(pgs) != len(self.groups) or not all(s.in_place() for s in self.segments):
             return None
         by_id = {id(k): v for k, v in opt.state.items()}    # no tensor hashed
+        carry = _carry_name(opt)
         groups, names_of, seen, moves = [], [], set(), []
         for gi, (group, (plist, params, where)) in enumerate(zip(pgs, self.groups)):
             if group.get("params") is not plist or len(plist) != len(params) or any(
@@ -293,7 +316,7 @@ class FlatLayout:
                 if st is None and (names or opt._COUNTS):
                     return None
                 if st is not None and (type(st) is not dict or not seg.adopt(
-                        i, st, names, opt._COUNTS, seen, moves)):
+                        i, st, names, opt._COUNTS, carry, seen, moves)):
                     return None
                 recs.append((seg, i, st))
             groups.append((plist, params, recs))
@@ -303,7 +326,7 @@ class FlatLayout:
             groups[k] = (plist, params, tuple(
                 None if r is None else (r[0].gviews[r[1]], r[0].pptrs[r[1]],
                                         r[0].gptrs[r[1]], r[0].shapes[r[1]], r[0].dtype,
-                                        r[2], _values(r[2], names_of[k], opt._COUNTS))
+                                        r[2], _values(r[2], names_of[k], opt._COUNTS, carry))
                 for r in recs))
         return Record(tuple(groups), tuple(names_of), tuple(opt.state.items()),
                       tuple(self.segments))
@@ -324,13 +347,15 @@ class FlatLayout:
         if len(pgs) != len(rec.groups):
             self.changed()
             return None
-        fields = []
+        fields, hs = [], []
         for gi, group in enumerate(pgs):
-            fl, names = opt._group(opt._checked(f, group, gi))
+            h = opt._checked(f, group, gi)
+            fl, names = opt._group(h)
             if names != rec.names[gi]:
                 self.changed()
                 return None
             fields.append(fl)
+            hs.append(h)
         if not _compiled.torch_state_same(opt.state, rec.snap):
             self.changed()
             return None
@@ -343,15 +368,25 @@ class FlatLayout:
         if ts is None:
             return None
         add = opt._T_ADD if opt._COUNTS else 1
-        if all(type(t) is int for t in ts):
-            groups = tuple(_step.group_tuple(t=t + add, **fields[s.gi])
-                           for s, t in zip(rec.segments, ts))
-            return self._apply(opt, rec, (rec.xs, rec.gs, *rec.ss), groups, opts)
-        return self._apply(opt, rec, *_runs(rec, ts, fields, add), opts)
+        held = [_held(c) for c in rec.carried]
+        if all(type(t) is int for t in ts) and all(h is not _APART for h in held):
+            groups, after = [], []
+            for s, t, c, v in zip(rec.segments, ts, rec.carried, held):
+                group, later = opt._group_at(fields[s.gi], hs[s.gi], t + add, v)
+                groups.append(group)
+                if c is not None:
+                    after.append((c, later))
+            return self._apply(opt, rec, (rec.xs, rec.gs, *rec.ss), tuple(groups), opts, after)
+        work = _runs(opt, rec, ts, fields, hs, add)
+        if work is None:
+            return None
+        arrays, groups, after = work
+        return self._apply(opt, rec, arrays, groups, opts, after)
 
-    def _apply(self, opt, rec, arrays, groups, opts):
+    def _apply(self, opt, rec, arrays, groups, opts, after):
         """The C call of run (arrays: xs, gs, s1..s3, one entry per group
-        of groups), and the counts advanced if it applied."""
+        of groups) and, if it applied, the counts advanced and each
+        (carried scalars' array, value after) of after written."""
         nth, norm, finite = opt.n_threads, math.nan, True
         if opts.check_finite or opts.clip:
             got = _ext.global_norm(rec.gnorm, opts.grad_scale, opts.norm_type, nth)
@@ -371,6 +406,8 @@ class FlatLayout:
             for c in rec.counts:
                 if c is not None:
                     np.add(c, 1, out=c)
+            for c, v in after:
+                c.fill(v)
         return info
 
     def zero_grad(self, opt):
@@ -408,29 +445,60 @@ class FlatLayout:
             self.changed()
 
 
-def _values(st, names, counted):
+def _carry_name(opt):
+    """The name of the scalar opt's rule carries (NAdam's mu_product), or None."""
+    carry = getattr(getattr(opt, "_RULE", None), "carry", None)
+    return None if carry is None else carry.name
+
+
+_APART = object()
+
+
+def _held(c):
+    """The carried value of a segment (c: its buffer of the scalar, or
+    None): None without one, _APART unless every parameter's is the same
+    value in [0, 1], else that value, a NumPy scalar of the buffer's type."""
+    if c is None:
+        return None
+    lo, hi = c.min(), c.max()
+    return c[0] if 0.0 <= lo and hi <= 1.0 and lo == hi else _APART
+
+
+def _values(st, names, counted, carry=None):
     """A state dict's values in order, for FlatCheck: (value, its address)
-    for the layout's views (the entries of names, and 'step' if counted),
-    (value, None) for anything else in it."""
+    for the layout's views (the entries of names, 'step' if counted, and
+    carry if it is not None), (value, None) for anything else in it."""
     if st is None:
         return ()
-    mine = set(names) | ({"step"} if counted else set())
+    mine = set(names) | ({"step"} if counted else set()) | ({carry} if carry else set())
     return tuple((v, v.data_ptr() if k in mine else None) for k, v in st.items())
 
 
-def _runs(rec, ts, fields, add):
-    """The work list of a step whose counts differ within a segment (a
-    parameter that a step skipped keeps its count): one entry per run of
-    equal counts. ts: flat_counts' answer."""
-    arrays, groups = [[] for _ in range(5)], []
+def _runs(opt, rec, ts, fields, hs, add):
+    """The work list of a step whose counts (or carried scalars) differ
+    within a segment (a parameter that a step skipped keeps its own): one
+    entry per run of equal counts and carried values, as (arrays, groups,
+    after) for FlatLayout._apply; None (decline) when a carried value is
+    not in [0, 1]. ts: flat_counts' answer; hs: the groups' checked
+    hyperparameters."""
+    arrays, groups, after = [[] for _ in range(5)], [], []
     for k, (seg, t) in enumerate(zip(rec.segments, ts)):
-        runs = ((0, len(seg.params), t),) if type(t) is int else t
-        for i0, i1, c in runs:
-            a, b = seg.offs[i0], seg.offs[i1]
-            for row, arr in zip(arrays, (rec.xs[k], rec.gs[k], *(s[k] for s in rec.ss))):
-                row.append(None if arr is None else arr[a:b])
-            groups.append(_step.group_tuple(t=c + add, **fields[seg.gi]))
-    return tuple(tuple(row) for row in arrays), tuple(groups)
+        car = rec.carried[k]
+        for i0, i1, c in ((0, len(seg.params), t),) if type(t) is int else t:
+            cuts = [i0, i1] if car is None else [
+                i0, *(i0 + 1 + np.flatnonzero(car[i0 + 1:i1] != car[i0:i1 - 1])), i1]
+            for j0, j1 in zip(cuts, cuts[1:]):
+                held = None if car is None else car[j0]
+                if held is not None and not 0.0 <= held <= 1.0:
+                    return None
+                a, b = seg.offs[j0], seg.offs[j1]
+                for row, arr in zip(arrays, (rec.xs[k], rec.gs[k], *(s[k] for s in rec.ss))):
+                    row.append(None if arr is None else arr[a:b])
+                group, later = opt._group_at(fields[seg.gi], hs[seg.gi], c + add, held)
+                groups.append(group)
+                if car is not None:
+                    after.append((car[j0:j1], later))
+    return tuple(tuple(row) for row in arrays), tuple(groups), after
 
 
 def _zero(p):

@@ -102,9 +102,8 @@ def _doc(rule) -> str:
     if rule.carry is not None:
         c = rule.carry.name
         lines += [f"``{c!r}`` too ({rule.carry.doc}): a scalar tensor of torch's",
-                  "default float type, multiplied in its own dtype. Its steps take the",
-                  "fully checked route (no prepared step, and ``flat=True`` keeps its",
-                  "buffers but not its one-call step)."]
+                  "default float type, multiplied in its own dtype (with ``flat=True``",
+                  "a view of a buffer beside the step counts)."]
     return "\n    ".join(lines)
 
 
@@ -120,7 +119,7 @@ def make_class(rule: _rules.TorchRule) -> type:
     cls = type(rule.cls, (_RuleDropin,), {
         "__init__": init, "__doc__": _doc(rule), "__module__": "fastopt.torch",
         "_RULE": rule, "_ROW": rule.row, "_SPEC": _rules.spec(rule),
-        "_FLAT_CALL": not rule.per_tensor and rule.carry is None})
+        "_FLAT_CALL": not rule.per_tensor})
     init.__qualname__ = f"{rule.cls}.__init__"
     return cls
 
