@@ -89,8 +89,74 @@ def test_the_step_is_a_named_range_under_the_profiler(flat):
     assert "Optimizer.step#AdamW.step" in names
 
 
+@pytest.mark.skipif(not _hooks._OURS, reason="this torch wraps the step its own way")
 def test_torch_does_not_wrap_the_step_again():
     opt = ft.Adam(_model(), lr=0.1)
     step = type(opt).step
     assert step.hooked is True
     assert step.__code__ is _hooks.hooked(lambda self: None).__code__
+
+
+@pytest.mark.skipif(not _hooks._OURS, reason="this torch wraps the step its own way")
+def test_no_profiler_range_is_opened_unless_a_profiler_records(monkeypatch):
+    opened = []
+    real = torch.autograd.profiler.record_function
+
+    def counting(name, *a, **k):
+        opened.append(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(torch.autograd.profiler, "record_function", counting)
+    opt = ft.SGD(_model(), lr=0.1)
+    opt.step()
+    assert opened == []
+    with torch.autograd.profiler.profile():         # the legacy profiler
+        opt.step()
+    assert opened == ["Optimizer.step#SGD.step"]
+
+
+def test_post_hooks_see_the_replaced_arguments_and_the_step_code_runs():
+    opt = ft.SGD(_model(), lr=0.5)
+    seen, code = [], []
+    opt.register_step_pre_hook(lambda o, a, k: (a, {"closure": lambda: 1.0}))
+    opt.register_step_post_hook(lambda o, a, k: seen.append(dict(k)))
+    opt._optimizer_step_code = lambda: code.append(1)
+    assert opt.step() == 1.0
+    assert [list(k) for k in seen] == [["closure"]] and code == [1]
+
+
+def test_an_error_in_the_step_skips_the_post_hooks():
+    opt = ft.SGD(_model(), lr=0.5)
+    posts = []
+    opt.register_step_post_hook(lambda o, a, k: posts.append(1))
+    with pytest.raises(ZeroDivisionError):
+        opt.step(closure=lambda: 1 / 0)
+    assert posts == []
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_a_subclass_overriding_step_runs_the_hooks_once(flat):
+    class Mine(ft.AdamW):
+        def step(self, closure=None):
+            return super().step(closure)
+
+    ps, ref = _model(), _model()
+    opt = Mine(ps, lr=0.1, flat=flat)
+    calls = []
+    opt.register_step_pre_hook(lambda o, a, k: calls.append("pre"))
+    opt.register_step_post_hook(lambda o, a, k: calls.append("post"))
+    opt.step()
+    assert calls == ["pre", "post"]
+    ft.AdamW(ref, lr=0.1).step()
+    assert all(torch.equal(p, r) for p, r in zip(ps, ref))
+
+
+def test_hooks_run_once_after_a_pickle_round_trip_and_under_a_scheduler():
+    import pickle
+    opt = pickle.loads(pickle.dumps(ft.SGD(_model(), lr=0.5)))
+    calls = []
+    opt.register_step_post_hook(lambda o, a, k: calls.append(1))
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    opt.step()
+    sched.step()
+    assert calls == [1] and opt.param_groups[0]["lr"] == 0.25

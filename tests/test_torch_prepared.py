@@ -405,6 +405,13 @@ def test_gather_refuses_params_lists_it_did_not_plan():
                                       torch.strided, torch.Tensor, prep.ahead) == 1
 
 
+def test_gather_needs_its_prefetch_list():
+    from fastopt.torch import _compiled
+    prep = Pair("AdamW").run(2).a._prep
+    with pytest.raises(TypeError):
+        _compiled.torch_gather(prep.groups, True, 1, prep.nk, torch.strided, torch.Tensor, None)
+
+
 @pytest.mark.parametrize("route", ["prepared", "full"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_a_state_retyped_in_place_is_refused_as_by_a_fresh_optimizer(route, dtype):

@@ -75,11 +75,10 @@ cdef class Ahead:
     """The memory each parameter's per-step check will read, prefetched a
     few parameters ahead (:meth:`at`). After a step that streamed more
     than the caches hold, every torch object a check reads is a miss, and
-    waiting for them one by one cost more than the reads themselves
-    (1000 x 1e3 AdamW, the flat check: 0.98 -> 0.52 ms). Only ever
-    prefetched, never read: a prefetch does not fault, so an address gone
-    stale (an object freed since) costs a miss, no more, and the objects
-    are not held (an old gradient's memory is not kept alive)."""
+    waiting for them one by one costs more than the reads themselves
+    (figures in bench/RESULTS.md). Only ever prefetched, never read: a
+    prefetch does not fault, so an address gone stale (an object freed
+    since) costs a miss, no more, and the objects are not held."""
 
     cdef const void **pf        # what item k's check reads: pf[pf0[k]:pf0[k + 1]]
     cdef Py_ssize_t *pf0
@@ -134,7 +133,7 @@ def torch_state_same(object state, tuple snap):
 
 
 def torch_gather(tuple groups, bint counted, Py_ssize_t add, Py_ssize_t nk,
-                 object strided, object tensor, Ahead ahead):
+                 object strided, object tensor, Ahead ahead not None):
     """Every parameter's per-step checks (fastopt/torch/_prep.py, the module
     docstring): (gradient addresses, each C group's t, the gradients'
     storages, held through the C call, the counts to advance), or 0 to
@@ -384,9 +383,7 @@ cdef class FlatCheck:
     every step, where each torch attribute read costs 35-100 ns (more with
     its objects out of cache) and each object of ours read is one more
     cache line. The objects a parameter's check reads are prefetched a few
-    parameters ahead: after a step's worth of data has gone through the
-    caches each is a miss, and waiting for them one by one cost more than
-    the reads (1000 x 1e3 AdamW: 0.98 -> 0.52 ms)."""
+    parameters ahead (Ahead)."""
 
     cdef tuple keep             # every object the arrays point at, held
     cdef tuple plists           # per group: its params list

@@ -84,7 +84,7 @@ class Prepared:
         # views in the plan pin them too, which this does not rely on)
         self.storages = storages
         self.stale = False          # the structure changed: build anew
-        # what each parameter's check reads (its gradient: the one it has now)
+        # what each parameter's check reads
         self.ahead = _compiled.Ahead([_reads(rec) for _, _, recs in groups for rec in recs])
 
     def run(self, opt, f, opts):
@@ -133,11 +133,13 @@ class Prepared:
 
 
 def _reads(rec):
-    """The objects torch_gather reads for the record rec."""
+    """The objects torch_gather reads for the record rec that the plan
+    holds (not the gradient: after torch's zero_grad each backward makes a
+    new one)."""
     if len(rec) == 1:
         return rec
     p, st, sts, cnt = rec[0], rec[1], rec[5], rec[6]
-    return (p, st, p.grad, *(s[1] for s in sts), None if cnt is None else cnt[0],
+    return (p, st, *(s[1] for s in sts), None if cnt is None else cnt[0],
             *(rec[8][1:2] if len(rec) > 8 else ()))
 
 
