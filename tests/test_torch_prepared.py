@@ -370,7 +370,7 @@ def test_gradient_storages_are_held_through_the_call():
     prep = s.a._prep
     s.grads()
     ptrs, _, pins, *_ = _compiled.torch_gather(prep.groups, True, 1, prep.nk, torch.strided,
-                                               torch.Tensor, prep.ahead)
+                                               torch.Tensor)
     for p in s.pa:
         p.grad.set_()
     assert [q.data_ptr() for q in pins if q.nbytes()] == [
@@ -402,14 +402,7 @@ def test_gather_refuses_params_lists_it_did_not_plan():
     extra = torch.nn.Parameter(torch.ones(2, dtype=torch.float64))
     for plist in (tuple(pl), list(pl) + [extra], list(pl)[:1]):
         assert _compiled.torch_gather(((gd, plist, recs),) + rest, True, 1, prep.nk,
-                                      torch.strided, torch.Tensor, prep.ahead) == 1
-
-
-def test_gather_needs_its_prefetch_list():
-    from fastopt.torch import _compiled
-    prep = Pair("AdamW").run(2).a._prep
-    with pytest.raises(TypeError):
-        _compiled.torch_gather(prep.groups, True, 1, prep.nk, torch.strided, torch.Tensor, None)
+                                      torch.strided, torch.Tensor) == 1
 
 
 @pytest.mark.parametrize("route", ["prepared", "full"])

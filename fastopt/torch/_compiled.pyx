@@ -133,7 +133,7 @@ def torch_state_same(object state, tuple snap):
 
 
 def torch_gather(tuple groups, bint counted, Py_ssize_t add, Py_ssize_t nk,
-                 object strided, object tensor, Ahead ahead not None):
+                 object strided, object tensor):
     """Every parameter's per-step checks (fastopt/torch/_prep.py, the module
     docstring): (gradient addresses, each C group's t, the gradients'
     storages, held through the C call, the counts to advance), or 0 to
@@ -145,12 +145,11 @@ def torch_gather(tuple groups, bint counted, Py_ssize_t add, Py_ssize_t nk,
     or (tensor, address, dtype, 0-d NumPy view). tensor: torch.Tensor (a
     gradient of a subclass, whose attributes a __torch_function__ could
     answer, declines; build took parameters, states and counts of torch's
-    own classes only). ahead: what each parameter's check reads, in order
-    (prefetched)."""
+    own classes only)."""
     cdef list ptrs = [], pins = [], counts = [], carried = []
     cdef list ts = [None] * nk, held = [None] * nk
     cdef tuple grp, recs, rec, params
-    cdef Py_ssize_t gi, i, n, k, m = 0
+    cdef Py_ssize_t gi, i, n, k
     cdef int64_t t
     cdef dict st
     for gi in range(PyTuple_GET_SIZE(groups)):
@@ -166,8 +165,6 @@ def torch_gather(tuple groups, bint counted, Py_ssize_t add, Py_ssize_t nk,
         if PyTuple_GET_SIZE(params) != n:
             return 1
         for i in range(n):
-            ahead.at(m)
-            m += 1
             p = <object>PyTuple_GET_ITEM(params, i)
             rec = <tuple>PyTuple_GET_ITEM(recs, i)
             if <PyObject *>p != PyTuple_GET_ITEM(rec, 0):

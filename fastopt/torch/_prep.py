@@ -70,8 +70,7 @@ _CARRIED = (torch.float32, torch.float64)
 class Prepared:
     """A full step's work list kept for the next steps (see the module)."""
 
-    __slots__ = ("groups", "names", "plan", "nk", "k_gi", "storages", "snap", "stale",
-                 "ahead")
+    __slots__ = ("groups", "names", "plan", "nk", "k_gi", "storages", "snap", "stale")
 
     def __init__(self, plan, groups, names, nk, k_gi, storages, snap):
         self.snap = snap            # opt.state's (parameter, state dict) pairs
@@ -84,8 +83,6 @@ class Prepared:
         # views in the plan pin them too, which this does not rely on)
         self.storages = storages
         self.stale = False          # the structure changed: build anew
-        # what each parameter's check reads
-        self.ahead = _compiled.Ahead([_reads(rec) for _, _, recs in groups for rec in recs])
 
     def run(self, opt, f, opts):
         """The step through the plan: its StepInfo, or None (nothing written)."""
@@ -109,7 +106,7 @@ class Prepared:
             self.stale = True
             return None
         got = _compiled.torch_gather(self.groups, opt._COUNTS, opt._T_ADD, self.nk, _STRIDED,
-                                     _TENSOR, self.ahead)
+                                     _TENSOR)
         if type(got) is int:        # 1: what the plan holds changed; 0: this step's input
             if got == 1:
                 self.stale = True
@@ -130,17 +127,6 @@ class Prepared:
             if carried:
                 _compiled.torch_carry(carried, [m[1] for m in made])
         return info
-
-
-def _reads(rec):
-    """The objects torch_gather reads for the record rec that the plan
-    holds (not the gradient: after torch's zero_grad each backward makes a
-    new one)."""
-    if len(rec) == 1:
-        return rec
-    p, st, sts, cnt = rec[0], rec[1], rec[5], rec[6]
-    return (p, st, *(s[1] for s in sts), None if cnt is None else cnt[0],
-            *(rec[8][1:2] if len(rec) > 8 else ()))
 
 
 def _count_record(opt, st):
