@@ -7,6 +7,8 @@ one call each per round in a rotating order, each on its own copy:
 
     bf16             fastopt.torch.AdamW on the bfloat16 model: states of
                      bfloat16, the arithmetic in float32 (torch fused's way)
+    bf16 flat        the same with flat=True (one C call over fastopt's
+                     buffers after the layout check)
     masters          fastopt.torch.AdamW(master_weights=True): float32
                      masters and states, the new masters rounded into the
                      bfloat16 parameters in the same C pass
@@ -54,6 +56,7 @@ def calls(shapes):
     bf16 = torch.bfloat16
     out = {
         "bf16": ft.AdamW(_params(torch, shapes, 4, bf16), **ADAMW).step,
+        "bf16 flat": ft.AdamW(_params(torch, shapes, 5, bf16), flat=True, **ADAMW).step,
         "masters": ft.AdamW(_params(torch, shapes, 0, bf16), master_weights=True,
                             **ADAMW).step,
         "masters+bf16 st": ft.AdamW(_params(torch, shapes, 1, bf16), master_weights=True,
@@ -100,7 +103,7 @@ def test_bench_torch_mixed_smoke():
     pytest.importorskip("torch")
     buf = io.StringIO()
     report("smoke", rotating(calls([(4, 3), (5,), ()]), 0.0, 2), out=buf)
-    assert buf.getvalue().count("/ torch fused bf16") == 5
+    assert buf.getvalue().count("/ torch fused bf16") == 6
 
 
 if __name__ == "__main__":

@@ -125,6 +125,20 @@ def test_flat_steps_equal_the_checked_route(name, n_threads, flat_steps):
     assert flat_steps[0] == 5
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_a_16_bit_model_steps_flat_in_its_own_type(name, flat_steps):
+    """bfloat16 and float16 parameters beside float32 ones, each updated in
+    its own type with states rounded to nearest, as torch does: the same
+    bits as the checked route, with global-norm clipping too."""
+    pair = Pair(name, (torch.bfloat16, torch.float16, torch.float32))
+    assert {s.dtype for s in pair.a._flat.segments} == {
+        torch.bfloat16, torch.float16, torch.float32}
+    train(pair, 4)
+    assert flat_steps[0] == 3
+    a, b = pair.step(max_grad_norm=0.5)
+    assert a == b and a.norm > 0 and flat_steps[0] == 4
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_flat_adamw_equals_fastopt_optim(dtype, flat_steps):
     shapes = [(0,), (1,), (7,), (33,), (1025,)]
@@ -475,13 +489,13 @@ def test_refused_parameters_leave_everything_where_it_was():
     where = [p.data_ptr() for p in ps]
     with pytest.raises(TypeError, match=r"param_groups\[0\]\['params'\]\[2\] has dtype "
                                         r"torch.float16"):
-        ft.SGD(ps, lr=0.1, flat=True)
+        ft.LAMB(ps, lr=0.1, flat=True)      # (LAMB updates no 16-bit type in its own)
     assert [p.data_ptr() for p in ps] == where
     base = torch.zeros(10)
     a, b = torch.nn.Parameter(base[:6]), torch.nn.Parameter(base[4:])
     with pytest.raises(ValueError, match=r"with flat=True, .* shares memory with"):
         ft.SGD([a, b], lr=0.1, flat=True)
-    opt = ft.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1, flat=True)
+    opt = ft.LAMB([torch.nn.Parameter(torch.ones(2))], lr=0.1, flat=True)
     with pytest.raises(TypeError, match=r"add_param_group: param_groups\[1\]\['params'\]\[0\]"):
         opt.add_param_group({"params": [torch.nn.Parameter(torch.ones(2).half())]})
     assert len(opt.param_groups) == 1 and len(opt._flat.segments) == 1

@@ -212,8 +212,12 @@ def test_refusals_write_nothing():
         ft.Adam([d], state_dtype="float32", flat=True)
     h = torch.nn.Parameter(torch.ones(3, dtype=torch.bfloat16))
     with pytest.raises(TypeError, match=r"has dtype torch.bfloat16; flat=True lays out "
-                       r"float32 or float64 parameters"):
-        ft.SGD([h], flat=True)
+                       r"float32 or float64 parameters, or 16-bit ones of the rules"):
+        ft.LAMB([h], flat=True)
+    with pytest.raises(ValueError, match=r"has dtype torch.bfloat16; flat=True rounds 16-bit "
+                       r"states to nearest"):
+        ft.SGD([h], flat=True, state_rounding="stochastic")
+    assert torch.equal(h.detach(), torch.ones(3, dtype=torch.bfloat16))
 
 
 def _scaled_run(make_opt, inf_at, unscale_first, steps=6):

@@ -54,17 +54,17 @@ memory is released by the next step).
 
 The flat layout
 ---------------
-With ``flat=True`` (the drop-ins: SGD, Adagrad, Adam, AdamW, RMSprop, Adamax,
-Adadelta, RAdam, NAdam, Lion, AdEMAMix) the optimizer moves, when it is built, every
-parameter that requires grad into memory that fastopt allocates: per parameter group
-and dtype, one contiguous buffer of the parameters and one of their gradients (large
-buffers 2 MiB-aligned and advised to sit on huge pages where the OS offers them).
-Each parameter's ``.data`` becomes a view of its buffer (its values and shape
-unchanged, now contiguous), a ``.grad`` it has becomes a view of the gradient
-buffer, and the states the steps create move into buffers of their own,
-``opt.state`` holding views of them (``'step'`` and NAdam's ``'mu_product'`` too).
-autograd accumulates into an existing ``.grad`` in place, so after :meth:`zero_grad`
-the backward pass writes straight into the buffers.
+With ``flat=True`` (the drop-ins: SGD, Adagrad, Adam, AdamW, RMSprop, Adamax, Adadelta,
+RAdam, NAdam, Lion, AdEMAMix) the optimizer moves, when it is built, every parameter
+that requires grad into memory that fastopt allocates: per parameter group and dtype
+(float32, float64, or 16-bit updated in its own type, states rounded to nearest), one
+contiguous buffer of the parameters and one of their gradients (large buffers 2
+MiB-aligned and advised to sit on huge pages where the OS offers them). Each parameter's
+``.data`` becomes a view of its buffer (values and shape unchanged, now contiguous), a
+``.grad`` it has a view of the gradient buffer, and the states the steps create move
+into buffers of their own, ``opt.state`` holding views of them (``'step'`` and NAdam's
+``'mu_product'`` too). autograd accumulates into an existing ``.grad`` in place, so
+after :meth:`zero_grad` the backward pass writes straight into the buffers.
 
 A step then checks, per parameter, only that the layout still holds (the
 parameter's data address, dtype and shape; its ``.grad`` the layout's view

@@ -155,7 +155,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         super().__init__(params, defaults)
         _q8.check_groups(name, self)
         if flat:
-            _check_flat(name, [g["params"] for g in self.param_groups])
+            _check_flat(name, [g["params"] for g in self.param_groups], self._mixed)
             self._flat = _flat.FlatLayout()
             for gi, group in enumerate(self.param_groups):
                 self._flat.add_group(gi, group["params"])
@@ -179,7 +179,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
             else:
                 param_group["params"] = ps = list(ps)     # as torch would; read once
             _check_flat(f"fastopt.torch.{type(self).__name__}.add_param_group", [ps],
-                        [g["params"] for g in self.param_groups])
+                        self._mixed, [g["params"] for g in self.param_groups])
         super().add_param_group(param_group)
         lay.add_group(len(self.param_groups) - 1, self.param_groups[-1]["params"])
         return None
@@ -524,11 +524,12 @@ class _FastoptOptimizer(torch.optim.Optimizer):
             self._prep = _prep.build(self, args, names_of, counted, extra)
 
 
-def _check_flat(f, plists, others=()):
+def _check_flat(f, plists, mixed, others=()):
     """The parameters (lists plists) that flat=True lays out, checked
-    before any moves: what the step accepts, and none sharing memory with
-    another parameter (each that moves gets its own place in the buffers,
-    so the sharing would end). others: the lists already laid out."""
+    before any moves: what the step accepts (mixed: the optimizer's
+    mixed-precision options), and none sharing memory with another
+    parameter (each that moves gets its own place in the buffers, so the
+    sharing would end). others: the lists already laid out."""
     spans = []
     for k, plist in enumerate(plists):
         for i, p in enumerate(plist):
@@ -536,7 +537,7 @@ def _check_flat(f, plists, others=()):
                 continue                # torch says what is wrong with it
             w = f"param_groups[{len(others) + k}]['params'][{i}]"
             if p.requires_grad:
-                _check_param(f, w, p, None)
+                _check_param(f, w, p, mixed, flat=True)
             spans.append(_span(p, w, p.requires_grad))
     spans += [_span(p, "a parameter of another group", False)
               for plist in others for p in plist if isinstance(p, torch.Tensor)]

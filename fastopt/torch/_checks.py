@@ -11,12 +11,12 @@ from . import _mixed
 _DTYPES = _dtypes.torch_dtypes(torch)
 
 
-def _check_param(f, where, p, mixed=_mixed.NONE):
+def _check_param(f, where, p, mixed=_mixed.NONE, flat=False):
     """A parameter that fastopt can update (raises); mixed: the
-    optimizer's mixed-precision options (None: for the flat layout)."""
+    optimizer's mixed-precision options; flat: for the flat layout."""
     if p.device.type != "cpu":
         raise ValueError(f"{f}: {where} is on {p.device}; fastopt updates CPU tensors")
-    _mixed.check_param(f, where, p, mixed)
+    _mixed.check_param(f, where, p, mixed, flat)
     if p.dtype not in _DTYPES and p.dtype not in _mixed.HALF:
         kind = "complex " if p.is_complex() else ""
         raise TypeError(f"{f}: {where} has dtype {p.dtype}; fastopt updates float32 or "

@@ -1,7 +1,9 @@
 """fastopt.torch's flat layout (``flat=True`` on the torch drop-ins).
 
 At construction every parameter that requires grad moves into memory that
-fastopt allocates: per parameter group and dtype one *segment*, which is
+fastopt allocates: per parameter group and dtype (float32, float64, or a
+16-bit type the rule updates in its own type, with states rounded to
+nearest: stochastic rounding keys each tensor apart) one *segment*, which is
 one contiguous buffer of its parameters (each parameter's ``.data`` becomes
 a view of it, packed in the group's order without gaps) and one of their
 gradients (a ``.grad`` already there is copied into its view and becomes
@@ -39,14 +41,17 @@ import numpy as np
 import torch
 
 from .. import _ext, _step
-from . import _compiled
+from . import _compiled, _mixed
 
 _HUGE = 2 << 20         # a transparent huge page
 _ALIGN = 64
 # advise huge pages for large buffers (bench/bench_torch.py turns it off for
 # one optimizer, to measure what the pages give)
 HUGE_PAGES = True
-_NP = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+# the float types of counts and carried scalars; buffers also of the 16-bit
+# types a rule updates in their own type (bfloat16 as ml_dtypes' in NumPy)
+_FLOATS = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+_NP = {**_FLOATS, **_mixed.HALF}
 # torch's getters of what the check reads, called directly where a tensor's
 # type overrides none of them (FlatCheck)
 _READS = ("grad", "dtype", "shape", "data_ptr")
@@ -77,7 +82,10 @@ def _raw(nbytes):
 
 def buffer(n, dtype):
     """n zeros of torch dtype in fastopt's memory: (1-D tensor, its NumPy array)."""
-    arr = _raw(n * _NP[dtype].itemsize).view(_NP[dtype])
+    raw = _raw(n * _NP[dtype].itemsize)
+    arr = raw.view(_NP[dtype])
+    if dtype is torch.bfloat16:         # (torch.from_numpy takes no ml_dtypes type)
+        return torch.from_numpy(raw.view(np.int16)).view(torch.bfloat16), arr
     return torch.from_numpy(arr), arr
 
 
@@ -90,7 +98,7 @@ def _movable(s, p):
 
 
 def _scalar_tensor(c):
-    return (type(c) is torch.Tensor and c.dim() == 0 and c.dtype in _NP and c.is_cpu
+    return (type(c) is torch.Tensor and c.dim() == 0 and c.dtype in _FLOATS and c.is_cpu
             and not c.requires_grad)
 
 
@@ -250,7 +258,7 @@ class Record:
         self.counts = tuple(None if s.counts is None else s.counts[1] for s in segments)
         self.carried = tuple(None if s.carried is None else s.carried[1] for s in segments)
         # each gradient, in the checked route's order (the norm's)
-        self.gnorm = tuple(rec[0].detach().numpy().reshape(-1)
+        self.gnorm = tuple(_mixed.numpy_of(rec[0]).reshape(-1)
                            for _, _, recs in groups for rec in recs if rec is not None)
 
 
@@ -350,7 +358,7 @@ class FlatLayout:
         fields, hs = [], []
         for gi, group in enumerate(pgs):
             h = opt._checked(f, group, gi)
-            fl, names = opt._group(h)
+            fl, names = opt._group_fields(h)     # (with a 16-bit model's rounding)
             if names != rec.names[gi]:
                 self.changed()
                 return None
@@ -397,7 +405,7 @@ class FlatLayout:
                 return _step.StepInfo(False, norm, False)
         out = _ext.step(*arrays, tuple(range(len(groups))), groups,
                         opts.grad_scale, opts.max_norm, opts.clip_value, opts.clip,
-                        opts.norm_type, False, nth, norm)
+                        opts.norm_type, False, nth, norm, half_params=opt._mixed.own_half)
         if out is None:
             return None
         info = _step.StepInfo(out[0], norm if norm == norm else out[1],

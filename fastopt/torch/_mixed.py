@@ -116,14 +116,21 @@ def check(f, cls, master_weights, state_dtype, state_rounding, seed, flat) -> Mi
     return out
 
 
-def check_param(f, where, p, mixed) -> None:
+def check_param(f, where, p, mixed, flat=False) -> None:
     """A 16-bit parameter steps through a master, or in its own type where
     the rule takes that (contiguous, with states of its dtype rounded as
     its dtype allows); the states' dtype fits the parameter's (raises).
-    mixed None: flat=True's layout, which takes neither."""
-    if p.dtype in HALF and mixed is None:
+    flat: for flat=True's layout, which takes 16-bit parameters in their
+    own type with states rounded to nearest (stochastic rounding keys each
+    tensor apart; the layout joins them)."""
+    if p.dtype in HALF and flat and not mixed.own_half:
         raise TypeError(f"{f}: {where} has dtype {p.dtype}; flat=True lays out float32 or "
-                        f"float64 parameters")
+                        f"float64 parameters, or 16-bit ones of the rules that update "
+                        f"them in their own type")
+    if p.dtype in HALF and flat and mixed.flags & _step.ROUNDING["stochastic"]:
+        raise ValueError(f"{f}: {where} has dtype {p.dtype}; flat=True rounds 16-bit "
+                         f"states to nearest (stochastic rounding keys each tensor apart, "
+                         f"the layout joins them): leave state_rounding at 'auto'")
     if mixed is not None and mixed.q8 and p.dtype != torch.float32:
         raise TypeError(f"{f}: {where} has dtype {p.dtype}; state_dtype='int8-blockwise' "
                         f"keeps the states of float32 parameters")
