@@ -304,6 +304,101 @@ def test_nadam_products_apart_at_equal_counts(flat_steps):
     assert flat_steps[0] == n + 2
 
 
+def test_nadam_products_out_of_range_or_apart_within_a_count_run(flat_steps):
+    """Every product of a segment equal but outside [0, 1] declines (the
+    checked route refuses it); products apart inside a run of counts that
+    does not start at the segment's first parameter cut that run there."""
+    pair = Pair("NAdam")
+    train(pair, 2)
+    pair.zero(True)
+    pair.step(skip={0})                 # parameter 0 keeps its count: runs [0, 1), [1, 3)
+    pair.zero(False)
+    pair.step()
+    pair.zero(False)
+    for opt, ps in ((pair.a, pair.pa), (pair.b, pair.pb)):
+        opt.state[ps[2]]["mu_product"].fill_(0.5)
+    n = flat_steps[0]
+    train(pair, 2)
+    assert flat_steps[0] == n + 2
+    for edit in (1.5, float("nan")):
+        for skipped in (True, False):   # counts apart in the segment, or all equal
+            pair = Pair("NAdam")
+            train(pair, 2)
+            if skipped:
+                pair.zero(True)
+                pair.step(skip={3})
+                pair.zero(False)
+                pair.step()
+                pair.zero(False)
+            n = flat_steps[0]
+            for opt, ps in ((pair.a, pair.pa), (pair.b, pair.pb)):
+                for p in ps[3:6]:       # every product of group 1's segment
+                    opt.state[p]["mu_product"].fill_(edit)
+            errors = []
+            for opt in (pair.a, pair.b):
+                with pytest.raises(ValueError, match="mu_product") as e:
+                    opt.step()
+                errors.append(str(e.value))
+            assert errors[0] == errors[1] and flat_steps[0] == n
+            pair.same()
+
+
+def test_nadam_resumes_the_flat_step_after_loading_products_of_another_dtype(flat_steps):
+    """torch's load_state_dict casts mu_product to a float64 parameter's
+    dtype: the segment's buffer of float32 products is made anew."""
+    pair = Pair("NAdam")
+    train(pair, 2)
+    sd = pair.b.state_dict()
+    for opt in (pair.a, pair.b):
+        opt.load_state_dict(copy.deepcopy(sd))
+    assert pair.a.state[pair.pa[0]]["mu_product"].dtype == torch.float64
+    n = flat_steps[0]
+    train(pair, 2)
+    assert flat_steps[0] == n + 2
+    assert pair.a._flat.segments[0].carried[0].dtype == torch.float64
+
+
+@pytest.mark.parametrize("name", ["AdamW", "NAdam"])
+def test_a_flat_16_bit_model_resumes_from_its_checkpoint(name, flat_steps):
+    pair = Pair(name, (torch.bfloat16, torch.float16, torch.float32))
+    train(pair, 2)
+    qa = [p.detach().clone().requires_grad_() for p in pair.pa]
+    c = build(name, qa, True)
+    c.load_state_dict(copy.deepcopy(pair.a.state_dict()))
+    for k in range(3):
+        gs = grads(70 + k, qa)
+        for ps, opt in ((pair.pa, pair.a), (qa, c)):
+            give(ps, gs)
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+        same(snapshot(c, qa), snapshot(pair.a, pair.pa))
+    assert c._flat.rec is not None
+    assert {s.dtype for s in c._flat.segments} == {torch.bfloat16, torch.float16, torch.float32}
+
+
+def test_16_bit_parameters_through_add_param_group(flat_steps):
+    pair = Pair("AdamW", (torch.float32,))
+    train(pair, 2)
+    for ps, opt in ((pair.pa, pair.a), (pair.pb, pair.b)):
+        more = make_params([(6,), (2, 2)], (torch.bfloat16,), seed=5)
+        ps += more
+        opt.add_param_group({"params": more, "lr": 0.2})
+    assert pair.a._flat.segments[-1].dtype == torch.bfloat16
+    n = flat_steps[0]
+    train(pair, 3)
+    assert flat_steps[0] == n + 2
+    h = torch.nn.Parameter(torch.ones(3, dtype=torch.bfloat16))
+    opt = ft.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1, flat=True,
+                 state_rounding="stochastic")
+    with pytest.raises(ValueError, match="flat=True rounds 16-bit states to nearest"):
+        opt.add_param_group({"params": [h]})
+    assert len(opt.param_groups) == 1
+    t = torch.arange(6.0).reshape(3, 2).to(torch.bfloat16)
+    q = torch.nn.Parameter(t.t())               # not contiguous: the layout makes it so
+    ft.SGD([q], lr=0.1, flat=True)
+    assert q.is_contiguous() and torch.equal(q, t.t())
+
+
 # flat steps after each edit: the step right after it, then three more
 EDITS = {"new grad": 3, "grad re-pointed": 3, "param moved": 0, "state replaced": 3,
          "state re-pointed": 3, "count re-pointed": 3, "state dict replaced": 3,

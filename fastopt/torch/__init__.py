@@ -66,16 +66,15 @@ into buffers of their own, ``opt.state`` holding views of them (``'step'`` and N
 ``'mu_product'`` too). autograd accumulates into an existing ``.grad`` in place, so
 after :meth:`zero_grad` the backward pass writes straight into the buffers.
 
-A step then checks, per parameter, only that the layout still holds (the
-parameter's data address, dtype and shape; its ``.grad`` the layout's view
-at its address; its state entries the layout's) and runs ONE C call over
-the buffers, one tensor per group and dtype. If anything moved (``.grad``
-set to None or replaced, ``p.data = ...``, a state replaced,
-``load_state_dict``, hyperparameters that need other states) the step takes
-the checked route above over the same memory, with the same numbers, and
-the flat step resumes once the layout holds again (states found outside the
-buffers are copied into them; :meth:`zero_grad` puts the gradient views
-back). A parameter added by ``add_param_group`` gets buffers of its own.
+A step then checks, per parameter, only that the layout still holds (the parameter's
+data address, dtype and shape; its ``.grad`` the layout's view at its address; its state
+entries the layout's) and runs ONE C call over the buffers (one work entry per group and
+dtype, or per run of parameters whose counts agree). If anything moved (``.grad`` set to
+None or replaced, ``p.data = ...``, a state replaced, ``load_state_dict``,
+hyperparameters that need other states) the step takes the checked route above over the
+same memory, with the same numbers, and the flat step resumes once the layout holds
+again (states found outside the buffers are copied into them; :meth:`zero_grad` puts the
+gradient views back). A parameter added by ``add_param_group`` gets buffers of its own.
 
 What changes for the user:
 
@@ -110,7 +109,7 @@ type, as torch's fused CPU kernels do: states of the parameter's dtype,
 the arithmetic in float32 on the widened values, the new parameter and
 states rounded to nearest (docs/semantics.md, "16-bit parameters in their
 own type"; ``state_rounding="stochastic"`` rounds a bfloat16 model's
-states stochastically).
+states stochastically, which ``flat=True`` refuses).
 
 With ``master_weights=True`` an optimizer takes bfloat16 and float16
 parameters (a model cast with ``.to(torch.bfloat16)``): it keeps a float32

@@ -17,7 +17,8 @@ transparent huge pages, in "madvise" or "always" mode); a smaller one is
 64-byte aligned NumPy memory.
 
 While the layout holds, a step is one C call (``_ext.step``) with one
-tensor per segment. Per parameter it checks only that the layout holds
+work entry per segment (per run of parameters whose counts and carried
+scalars agree, where they differ). Per parameter it checks only that the layout holds
 (``FlatCheck`` in fastopt/torch/_compiled.pyx): the parameter is where the
 layout put it (data address, shape, dtype), its gradient is the layout's
 view (the same object, at its address: its shape and dtype change only if
@@ -25,8 +26,8 @@ it is re-viewed in place), its state dict holds the same objects, the
 layout's views at their addresses; and once per step that ``opt.state`` holds
 the same state dicts, that every group's hyperparameters pass their checks
 and need the same states, that a parameter outside the layout has no
-gradient; a segment whose counts (or carried scalars) differ gets one C
-work entry per run of equal values. Otherwise the step takes
+gradient, and that each count is a whole number and each carried scalar
+lies in [0, 1]. Otherwise the step takes
 the checked route (fastopt/torch/_base.py), over the same memory: both give
 the same bits. A step that measures the global norm (``max_grad_norm``,
 ``skip_if_nonfinite``) measures it over each parameter's gradient, in the
@@ -201,6 +202,21 @@ class Segment:
         return carry is None or self._scalar("carried", i, st, carry, _movable_carried,
                                              seen, moves)
 
+    def forget_unheld(self, by_id):
+        """Drop a scalar buffer (counts, carried) that no parameter's state
+        (by_id: id(parameter) -> state dict) holds a view of any more:
+        load_state_dict replaced them all, maybe in another dtype (torch
+        casts a carried scalar to its parameter's), and adopt makes the
+        buffer anew in theirs."""
+        for attr in ("counts", "carried"):
+            e = getattr(self, attr)
+            if e is None:
+                continue
+            mine = {id(v) for v in e[2]}
+            if not any(isinstance(st, dict) and any(id(v) in mine for v in st.values())
+                       for st in (by_id.get(id(p)) for p in self.params)):
+                setattr(self, attr, None)
+
     def _scalar(self, attr, i, st, name, movable, seen, moves):
         """adopt's plan for parameter i's 0-d state st[name], kept in the
         segment's buffer attr ("counts" or "carried", made on first use in
@@ -302,6 +318,8 @@ class FlatLayout:
             return None
         by_id = {id(k): v for k, v in opt.state.items()}    # no tensor hashed
         carry = _carry_name(opt)
+        for seg in self.segments:
+            seg.forget_unheld(by_id)
         groups, names_of, seen, moves = [], [], set(), []
         for gi, (group, (plist, params, where)) in enumerate(zip(pgs, self.groups)):
             if group.get("params") is not plist or len(plist) != len(params) or any(

@@ -148,7 +148,7 @@ def check_param(f, where, p, mixed, flat=False) -> None:
             raise ValueError(f"{f}: {where} has dtype {p.dtype}, whose states round to "
                              f"nearest only; state_rounding='stochastic' needs bfloat16 "
                              f"states")
-        if not p.is_contiguous():
+        if not p.is_contiguous() and not flat:      # (the layout makes it contiguous)
             raise ValueError(f"{f}: {where} ({p.dtype}) is not contiguous; 16-bit "
                              f"parameters are updated in place when contiguous only")
     if mixed is not None and mixed.state_dtype is not None and p.dtype == torch.float64:
