@@ -112,6 +112,27 @@ def train(pair, steps):
         pair.zero(False)
 
 
+def skip_once(pair, skip):
+    """A step without gradients for the parameters skip (they keep their
+    counts), then one where those get new gradient tensors (the checked
+    route), then zero_grad puts every view back."""
+    pair.zero(True)
+    pair.step(skip=skip)
+    pair.zero(False)
+    pair.step()
+    pair.zero(False)
+
+
+def both_refuse(pair, match):
+    """The flat optimizer's step raises what the other one raises."""
+    errors = []
+    for opt in (pair.a, pair.b):
+        with pytest.raises(ValueError, match=match) as e:
+            opt.step()
+        errors.append(str(e.value))
+    assert errors[0] == errors[1]
+
+
 # ---- the flat step gives the same bits ----------------------------------------------
 
 @pytest.mark.parametrize("n_threads", [1, 2, 3])
@@ -233,15 +254,9 @@ def test_parameters_skipped_by_a_step_keep_their_counts(flat_steps):
     """Counts that differ within a segment: one C call, a work entry per run."""
     pair = Pair("Adam", (torch.float32, torch.float64))
     train(pair, 2)
-    pair.zero(True)
-    pair.step(skip={1, 4, 5})       # these keep their counts (no gradient)
-    pair.zero(False)
-    pair.step()                     # 1, 4, 5: new gradient tensors
-    pair.zero(False)
+    skip_once(pair, {1, 4, 5})
     n = flat_steps[0]
-    for _ in range(3):
-        pair.step()
-        pair.zero(False)
+    train(pair, 3)
     assert flat_steps[0] == n + 3
     counts = {pair.a.state[p]["step"].item() for p in pair.pa}
     assert counts == {6.0, 7.0}
@@ -259,15 +274,9 @@ def test_nadam_carries_its_product_in_the_layout(flat_steps):
     p0 = pair.pa[0]
     seg = next(s for s in pair.a._flat.segments if any(q is p0 for q in s.params))
     assert pair.a.state[p0]["mu_product"] is seg.carried[2][0]
-    pair.zero(True)
-    pair.step(skip={1, 4, 5})
-    pair.zero(False)
-    pair.step()
-    pair.zero(False)
+    skip_once(pair, {1, 4, 5})
     n = flat_steps[0]
-    for _ in range(3):
-        pair.step()
-        pair.zero(False)
+    train(pair, 3)
     assert flat_steps[0] == n + 3
     assert len({pair.a.state[p]["mu_product"].item() for p in pair.pa}) == 2
     pair.pa[7].grad[0] = pair.pb[7].grad[0] = float("nan")
@@ -285,12 +294,8 @@ def test_nadam_carries_its_product_in_the_layout(flat_steps):
     assert flat_steps[0] == n + 5
     for opt, ps in ((pair.a, pair.pa), (pair.b, pair.pb)):
         opt.state[ps[3]]["mu_product"].fill_(1.5)
-    errors = []
-    for opt in (pair.a, pair.b):
-        with pytest.raises(ValueError, match="mu_product") as e:
-            opt.step()
-        errors.append(str(e.value))
-    assert errors[0] == errors[1] and flat_steps[0] == n + 5
+    both_refuse(pair, "mu_product")
+    assert flat_steps[0] == n + 5
     pair.same()
 
 
@@ -310,11 +315,7 @@ def test_nadam_products_out_of_range_or_apart_within_a_count_run(flat_steps):
     does not start at the segment's first parameter cut that run there."""
     pair = Pair("NAdam")
     train(pair, 2)
-    pair.zero(True)
-    pair.step(skip={0})                 # parameter 0 keeps its count: runs [0, 1), [1, 3)
-    pair.zero(False)
-    pair.step()
-    pair.zero(False)
+    skip_once(pair, {0})                # parameter 0 keeps its count: runs [0, 1), [1, 3)
     for opt, ps in ((pair.a, pair.pa), (pair.b, pair.pb)):
         opt.state[ps[2]]["mu_product"].fill_(0.5)
     n = flat_steps[0]
@@ -325,21 +326,13 @@ def test_nadam_products_out_of_range_or_apart_within_a_count_run(flat_steps):
             pair = Pair("NAdam")
             train(pair, 2)
             if skipped:
-                pair.zero(True)
-                pair.step(skip={3})
-                pair.zero(False)
-                pair.step()
-                pair.zero(False)
+                skip_once(pair, {3})
             n = flat_steps[0]
             for opt, ps in ((pair.a, pair.pa), (pair.b, pair.pb)):
                 for p in ps[3:6]:       # every product of group 1's segment
                     opt.state[p]["mu_product"].fill_(edit)
-            errors = []
-            for opt in (pair.a, pair.b):
-                with pytest.raises(ValueError, match="mu_product") as e:
-                    opt.step()
-                errors.append(str(e.value))
-            assert errors[0] == errors[1] and flat_steps[0] == n
+            both_refuse(pair, "mu_product")
+            assert flat_steps[0] == n
             pair.same()
 
 
