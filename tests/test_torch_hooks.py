@@ -151,6 +151,26 @@ def test_a_subclass_overriding_step_runs_the_hooks_once(flat):
     assert all(torch.equal(p, r) for p, r in zip(ps, ref))
 
 
+def test_a_class_step_wrapped_by_the_user_still_runs_the_hooks(monkeypatch):
+    """A wrapper made with functools.wraps copies the 'hooked' mark, so
+    torch wraps nothing; the step inside still runs the hooks, once."""
+    import functools
+    inner = ft.SGD.step
+    timed = []
+
+    @functools.wraps(inner)
+    def wrapper(self, *a, **k):
+        timed.append(1)
+        return inner(self, *a, **k)
+
+    monkeypatch.setattr(ft.SGD, "step", wrapper)
+    opt = ft.SGD(_model(), lr=0.5)
+    calls = []
+    opt.register_step_post_hook(lambda o, a, k: calls.append(1))
+    opt.step()
+    assert calls == [1] and timed == [1]
+
+
 def test_hooks_run_once_after_a_pickle_round_trip_and_under_a_scheduler():
     import pickle
     opt = pickle.loads(pickle.dumps(ft.SGD(_model(), lr=0.5)))

@@ -13,7 +13,8 @@ enabling a profiler on the thread (on-demand Kineto tracing, a lone
 ``ExecutionTraceObserver``) see no range for the step. The function carries
 torch's ``hooked`` mark, so torch.optim.Optimizer does not wrap it again; a
 subclass that overrides ``step`` is wrapped by torch, which runs the hooks,
-and its ``super().step()`` then runs this step without them, once. A torch
+and its ``super().step()`` then runs this step without them (it sees
+torch's wrapper as the class's step), once. A torch
 without the hook registries or the profiler queries this reads gets the
 function unmarked, and wraps it its own way.
 """
@@ -42,8 +43,8 @@ def hooked(func):
 
     @functools.wraps(func)
     def step(self, *args, **kwargs):
-        if type(self).step is not step:         # a subclass's step, torch-wrapped: hooks ran
-            return func(self, *args, **kwargs)
+        if getattr(type(self).step, "__code__", None) is profiled.__code__:
+            return func(self, *args, **kwargs)  # inside torch's wrapper: the hooks ran
         if _profiling() or torch.autograd.profiler._is_profiler_enabled:
             return profiled(self, *args, **kwargs)
         return _run(func, self, args, kwargs)
