@@ -278,3 +278,32 @@ def test_a_save_interrupted_inside_the_zip_writer_raises_keyboard_interrupt(
         opt.save(path)
     assert path.read_bytes() == saved
     assert sorted(os.listdir(tmp_path)) == ["ck.npz"]
+
+
+def test_a_sigint_during_a_save_is_not_lost_in_a_finalizer(tmp_path, monkeypatch):
+    """A SIGINT whose handler would run inside a finalizer the zip writer
+    runs (where Python prints the KeyboardInterrupt and drops it) is raised
+    once the archive is written: the save is undone, the old file stays."""
+    x = np.ones(5)
+    opt = optim.OnnxMomentum([x], lr=0.1)
+    opt.step([np.ones(5)])
+    path = tmp_path / "ck.npz"
+    opt.save(path)
+    saved = path.read_bytes()
+    opt.step([np.ones(5)])
+    real = np.savez
+
+    class Finalized:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # the handler runs here, in __del__
+            self.done = True
+
+    def savez(*args, **kwargs):
+        real(*args, **kwargs)
+        Finalized()                         # made and finalized at once
+
+    monkeypatch.setattr(np, "savez", savez)
+    with pytest.raises(KeyboardInterrupt):
+        opt.save(path)
+    assert path.read_bytes() == saved
+    assert sorted(os.listdir(tmp_path)) == ["ck.npz"]

@@ -305,10 +305,18 @@ class Interrupter(threading.Thread):
             while time.monotonic() < self.deadline:
                 time.sleep(rnd.uniform(0.0, 0.03))
                 proc.send_signal(signal.SIGINT)
-                line = proc.stdout.readline()
+                # a SIGINT the child never answers (one dropped by Python) fails
+                # the test within a minute instead of hanging it
+                watchdog = threading.Timer(60.0, proc.kill)
+                watchdog.start()
+                try:
+                    line = proc.stdout.readline()
+                finally:
+                    watchdog.cancel()
                 if not line.startswith("{"):
                     proc.kill()
-                    raise AssertionError(f"the interrupted child died: {line}"
+                    raise AssertionError(f"the interrupted child died or gave no answer "
+                                         f"within 60 s: {line}"
                                          f"{proc.communicate()[1][-3000:]}")
                 self.reports.append(json.loads(line))
         except BaseException as exc:

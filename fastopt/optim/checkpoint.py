@@ -24,7 +24,7 @@ import zlib
 
 import numpy as np
 
-from .. import _npz, _q8
+from .. import _interrupt, _npz, _q8
 from . import _states
 from ._checks import as_bool, native
 from ._states import Q8
@@ -338,10 +338,12 @@ def save(opt, path, params=False) -> None:
     try:
         if fcntl is not None:   # held until the rename: this file is not stale
             fcntl.flock(fd, fcntl.LOCK_EX)
-        with os.fdopen(os.dup(fd), "wb") as fh:
-            np.savez(fh, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
+        # written whole: a SIGINT meanwhile is raised once the archive is
+        # (then the temporary file goes and the old checkpoint stays). Under
+        # the default handler the KeyboardInterrupt could land inside a
+        # finalizer the zip writer runs (ZipFile.__del__), where Python
+        # prints it and drops it.
+        _interrupt.whole(_write_npz, fd, arrays)
         os.replace(tmp, path)
     except BaseException as exc:
         try:
@@ -354,6 +356,15 @@ def save(opt, path, params=False) -> None:
     finally:
         os.close(fd)
     _npz.fsync_directory(directory)
+
+
+def _write_npz(fd, arrays) -> None:
+    """The arrays as an .npz archive into a duplicate of the open file fd,
+    flushed to the disk."""
+    with os.fdopen(os.dup(fd), "wb") as fh:
+        np.savez(fh, **arrays)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _interrupted(exc) -> bool:
