@@ -338,11 +338,7 @@ def save(opt, path, params=False) -> None:
     try:
         if fcntl is not None:   # held until the rename: this file is not stale
             fcntl.flock(fd, fcntl.LOCK_EX)
-        # written whole: a SIGINT meanwhile is raised once the archive is
-        # (then the temporary file goes and the old checkpoint stays). Under
-        # the default handler the KeyboardInterrupt could land inside a
-        # finalizer the zip writer runs (ZipFile.__del__), where Python
-        # prints it and drops it.
+        # whole: a SIGINT is raised once written, not dropped in a finalizer
         _interrupt.whole(_write_npz, fd, arrays)
         os.replace(tmp, path)
     except BaseException as exc:
@@ -360,7 +356,9 @@ def save(opt, path, params=False) -> None:
 
 def _write_npz(fd, arrays) -> None:
     """The arrays as an .npz archive into a duplicate of the open file fd,
-    flushed to the disk."""
+    flushed to the disk. (save runs it whole: under the default handler a
+    KeyboardInterrupt could land in a finalizer the zip writer runs, such as
+    ZipFile.__del__, where Python prints it and drops it.)"""
     with os.fdopen(os.dup(fd), "wb") as fh:
         np.savez(fh, **arrays)
         fh.flush()
