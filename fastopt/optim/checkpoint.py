@@ -355,10 +355,9 @@ def save(opt, path, params=False) -> None:
 
 
 def _write_npz(fd, arrays) -> None:
-    """The arrays as an .npz archive into a duplicate of the open file fd,
-    flushed to the disk. (save runs it whole: under the default handler a
-    KeyboardInterrupt could land in a finalizer the zip writer runs, such as
-    ZipFile.__del__, where Python prints it and drops it.)"""
+    """The arrays as an .npz into a duplicate of fd, flushed to the disk (run whole:
+    a KeyboardInterrupt could land in a finalizer the zip writer runs, such as
+    ZipFile.__del__, where Python prints it and drops it)."""
     with os.fdopen(os.dup(fd), "wb") as fh:
         np.savez(fh, **arrays)
         fh.flush()
