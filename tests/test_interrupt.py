@@ -251,6 +251,18 @@ def test_interrupted_sharded_step_is_whole_or_absent(kw):
     assert hits == HITS
 
 
+def _saved_then_stepped(tmp_path):
+    """An optimizer saved to tmp_path/ck.npz and stepped once more: (the
+    optimizer, the path, the bytes saved)."""
+    opt = optim.OnnxMomentum([np.ones(5)], lr=0.1)
+    opt.step([np.ones(5)])
+    path = tmp_path / "ck.npz"
+    opt.save(path)
+    saved = path.read_bytes()
+    opt.step([np.ones(5)])
+    return opt, path, saved
+
+
 # np.savez's zip writer, stopped at the end of an entry, fails in its own
 # cleanup (and its ZipFile's __del__ complains once more)
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -261,13 +273,7 @@ def test_a_save_interrupted_inside_the_zip_writer_raises_keyboard_interrupt(
     previous checkpoint stays, and no temporary file."""
     import zipfile
 
-    x = np.ones(5)
-    opt = optim.OnnxMomentum([x], lr=0.1)
-    opt.step([np.ones(5)])
-    path = tmp_path / "ck.npz"
-    opt.save(path)
-    saved = path.read_bytes()
-    opt.step([np.ones(5)])
+    opt, path, saved = _saved_then_stepped(tmp_path)
     real = zipfile._ZipWriteFile.close
 
     def close(self):
@@ -284,13 +290,7 @@ def test_a_sigint_during_a_save_is_not_lost_in_a_finalizer(tmp_path, monkeypatch
     """A SIGINT whose handler would run inside a finalizer the zip writer
     runs (where Python prints the KeyboardInterrupt and drops it) is raised
     once the archive is written: the save is undone, the old file stays."""
-    x = np.ones(5)
-    opt = optim.OnnxMomentum([x], lr=0.1)
-    opt.step([np.ones(5)])
-    path = tmp_path / "ck.npz"
-    opt.save(path)
-    saved = path.read_bytes()
-    opt.step([np.ones(5)])
+    opt, path, saved = _saved_then_stepped(tmp_path)
     real = np.savez
 
     class Finalized:
