@@ -139,12 +139,14 @@ extensions = [
         define_macros=NPY_MACROS,
     ),
     # Two front ends' own compiled per-step checks, which read their objects'
-    # attributes (an optimizer's, torch tensors'): kept out of the core,
-    # which knows arrays and pointers only. No C sources of their own.
+    # attributes (an optimizer's, torch tensors'; the flat layout's check,
+    # torch's objects themselves): kept out of the core, which knows arrays
+    # and pointers only. No C sources of their own.
     Extension("fastopt.optim._compiled", sources=["fastopt/optim/_compiled.pyx"],
               define_macros=NPY_MACROS),
     Extension("fastopt.torch._compiled", sources=["fastopt/torch/_compiled.pyx"],
               include_dirs=[np.get_include()], define_macros=NPY_MACROS),
+    Extension("fastopt.torch._flatcheck", sources=["fastopt/torch/_flatcheck.pyx"]),
     # A tool: the bandwidth ceiling `fastopt bench` compares with, apart from
     # the library (import fastopt does not load it).
     Extension("fastopt._cli._probe", sources=["fastopt/_cli/_probe.pyx", "src_c/ceiling.c"],

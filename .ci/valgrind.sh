@@ -31,7 +31,7 @@ ours=$("$EXE" - "$LOG" <<'PYEOF'
 import re, sys
 text = open(sys.argv[1], errors="replace").read()
 blocks = re.split(r"\n==\d+== \n", text)
-mine = re.compile(r"fastopt/_ext|_compiled|src_c/|_ext\.c:|fastopt\.c:|agc\.c:")
+mine = re.compile(r"fastopt/_ext|_compiled|_flatcheck|src_c/|_ext\.c:|fastopt\.c:|agc\.c:")
 n = 0
 for b in blocks:
     if "definitely lost in loss record" in b and mine.search(b):

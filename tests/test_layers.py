@@ -16,9 +16,10 @@ import re
 import fastopt
 
 ROOT = os.path.dirname(os.path.abspath(fastopt.__file__))
-# the compiled modules (no .py file): the core, two front ends' own and a tool
+# the compiled modules (no .py file): the core, two front ends' own (the torch
+# one's two) and a tool
 EXTENSIONS = ("fastopt._ext", "fastopt.optim._compiled", "fastopt.torch._compiled",
-              "fastopt._cli._probe")
+              "fastopt.torch._flatcheck", "fastopt._cli._probe")
 # the modules that may use the package's public names (fastopt.onnx_momentum ...)
 TOOLS = ("fastopt._cli",)
 
@@ -118,11 +119,12 @@ def test_the_extensions_are_read_as_modules():
     assert "fastopt._ext" in graph["fastopt._step"]
     assert "fastopt.optim._compiled" in graph["fastopt.optim._base"]
     assert "fastopt.torch._compiled" in graph["fastopt.torch._prep"]
+    assert "fastopt.torch._flatcheck" in graph["fastopt.torch._flat"]
 
 
 # What the core may not touch: torch objects and an optimizer's attributes
-# (the front ends' own compiled modules, fastopt/optim/_compiled.pyx and
-# fastopt/torch/_compiled.pyx, read those and hand the core arrays,
+# (the front ends' own compiled modules, fastopt/optim/_compiled.pyx,
+# fastopt/torch/_compiled.pyx and _flatcheck.pyx, read those and hand the core arrays,
 # pointers and numbers).
 FOREIGN = re.compile(r"\b(?:torch|param_groups|data_ptr|untyped_storage|grad)\b"
                      r"|\bopt\.\w|\bself\.state\b")

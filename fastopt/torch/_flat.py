@@ -19,7 +19,7 @@ transparent huge pages, in "madvise" or "always" mode); a smaller one is
 While the layout holds, a step is one C call (``_ext.step``) with one
 work entry per segment (per run of parameters whose counts and carried
 scalars agree, where they differ). Per parameter it checks only that the layout holds
-(``FlatCheck`` in fastopt/torch/_compiled.pyx): the parameter is where the
+(``FlatCheck`` in fastopt/torch/_flatcheck.pyx): the parameter is where the
 layout put it (data address, shape, dtype), its gradient is the layout's
 view (the same object, at its address: its shape and dtype change only if
 it is re-viewed in place), its state dict holds the same objects, the
@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from .. import _ext, _step
-from . import _compiled, _mixed
+from . import _compiled, _flatcheck, _mixed
 
 _HUGE = 2 << 20         # a transparent huge page
 _ALIGN = 64
@@ -57,7 +57,23 @@ _NP = {**_FLOATS, **_mixed.HALF}
 # type overrides none of them (FlatCheck)
 _READS = ("grad", "dtype", "shape", "data_ptr")
 _TB = torch._C.TensorBase
-DIRECT = _compiled.flat_accessors(*(_TB.__dict__.get(n) for n in _READS))
+DIRECT = _flatcheck.flat_accessors(*(_TB.__dict__.get(n) for n in _READS))
+
+
+def _probes():
+    """Tensors for _flatcheck.learn_fields: four dtypes, three of each, each
+    on a storage of its own, at a storage offset and of a shape no other
+    probe has."""
+    out = []
+    for k, dtype in enumerate((torch.float32, torch.float64, torch.bfloat16, torch.float16)):
+        for j, shape in enumerate(((3 + k, 5, 7), (11 + k, 13), (17 + 19 * k,))):
+            off = 101 + 37 * (3 * k + j)
+            out.append(torch.empty(off + math.prod(shape), dtype=dtype)[off:].view(shape))
+    return out
+
+
+# where torch keeps the facts the check compares, or None (see _flatcheck)
+FIELDS = _flatcheck.learn_fields(_probes())
 
 
 def _raw(nbytes):
@@ -263,7 +279,9 @@ class Record:
                  for t in (p, rec[0], *(v for v, a in rec[6] if a is not None))}
         self.direct = DIRECT and all(getattr(c, n, None) is _TB.__dict__[n]
                                      for c in types for n in _READS)
-        self.check = _compiled.FlatCheck(groups, self.direct)
+        self.check = _flatcheck.FlatCheck(
+            groups, self.direct, tuple((t, a.ctypes.data) for s in segments
+                                       for t, a in s.buffers() if a.size))
         self.names = names          # per group: the state names it needs
         self.snap = snap            # opt.state's (parameter, state dict) pairs
         self.segments = segments
@@ -442,7 +460,7 @@ class FlatLayout:
         the layout as torch's zero_grad(set_to_none=False)."""
         moved = False
         for seg in self.segments:
-            for i in _compiled.flat_unbound(seg.params, tuple(seg.gviews), seg.gptrs):
+            for i in _flatcheck.flat_unbound(seg.params, tuple(seg.gviews), seg.gptrs):
                 v = seg.gviews[i]
                 if v.data_ptr() != seg.gptrs[i] or v.shape != seg.shapes[i] \
                         or v.dtype is not seg.dtype:

@@ -1,0 +1,534 @@
+# cython: language_level=3, embedsignature=True, cdivision=True
+"""The flat layout's per-step check (fastopt/torch/_flat.py): does every
+parameter, gradient and state still sit where the layout put it? Compiled:
+it runs for every parameter every step. No torch import: tensors arrive
+as Python objects.
+
+Read through torch's Python attributes, each fact costs 35-100 ns (their
+error and torch-function handling; more with the objects out of cache):
+about 240 ns a parameter for a momentum rule, in cache. So the facts that
+can move (which TensorImpl a tensor object owns, and in it the storage,
+storage offset, dtype and shape) are read as words of torch's own objects,
+at the places torch keeps them: learned once from probe tensors made for
+it (learn_fields), and confirmed for every tensor against its attributes
+when a check is built (FlatCheck). A tensor that does not confirm, or a
+torch that keeps them elsewhere, is read through its attributes. A
+TensorImpl is read only after the tensor object is seen to still own it,
+and only at the learned places. The gradient is read through torch's
+getter, and each buffer's address once a step through data_ptr: a
+storage's memory can move while every word of a TensorImpl stays
+(``share_memory_()``)."""
+
+from cpython.dict cimport PyDict_Next, PyDict_Size
+from cpython.long cimport PyLong_AsVoidPtr
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from cpython.ref cimport PyObject
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.stdint cimport int64_t, intptr_t, uint16_t
+
+
+# ---- where torch keeps a tensor's facts ----------------------------------------------
+
+cdef enum:
+    _SCAN = 168     # the bytes of a TensorImpl learn_fields reads (torch 2.x's has 176)
+    _INLINE = 5     # dimensions a TensorImpl keeps in place (more: elsewhere)
+
+# the learned places, byte offsets (-1: not learned; everything read through
+# the attributes): in a tensor's Python object, its TensorImpl's address; in
+# a TensorImpl, its StorageImpl's address, the storage offset, the number of
+# dimensions (the sizes follow it) and the dtype's 16-bit word
+cdef Py_ssize_t _at_impl = -1, _at_storage = -1, _at_offset = -1, _at_dims = -1
+cdef Py_ssize_t _at_dtype = -1
+cdef dict _dtype_words = {}     # torch dtype -> its word
+
+
+cdef inline int64_t _word(const void *at, Py_ssize_t off) noexcept nogil:
+    return (<const int64_t *>(<const char *>at + off))[0]
+
+
+cdef inline uint16_t _word16(const void *at, Py_ssize_t off) noexcept nogil:
+    return (<const uint16_t *>(<const char *>at + off))[0]
+
+
+cdef inline const char *_impl_of(const void *obj) noexcept nogil:
+    return (<const char **>(<const char *>obj + _at_impl))[0]
+
+
+cdef Py_ssize_t _only(list places):
+    return places[0] if len(places) == 1 else -1
+
+
+def forget_fields():
+    """Read every tensor through its attributes from now on (for tests)."""
+    global _at_impl
+    _at_impl = -1
+
+
+def learn_fields(list probes):
+    """Learn where torch keeps what the check compares, from probes:
+    tensors of three or more dtypes, two or more of each, every one on a
+    storage of its own, at a storage offset and of a shape (1 to 5
+    dimensions) no other probe has. A place is taken only if it is the one
+    place holding its fact in every probe (the dtype: a 16-bit word equal
+    within a dtype and different between dtypes). Kept only if every place
+    is found (else none is, and every tensor is read through its
+    attributes); returns them as a dict (for tests), else None."""
+    global _at_impl, _at_storage, _at_offset, _at_dims, _at_dtype, _dtype_words
+    cdef Py_ssize_t o, j, basic = min(type(t).__basicsize__ for t in probes)
+    cdef list impls = [<intptr_t>PyLong_AsVoidPtr(t._cdata) for t in probes]
+    cdef list facts = [(<intptr_t>PyLong_AsVoidPtr(t.untyped_storage()._cdata),
+                        t.storage_offset(), tuple(t.shape)) for t in probes]
+    cdef const char *at
+    _at_impl = -1
+    at_impl = _only([o for o in range(16, basic - 7, 8)
+                     if all(_word(<PyObject *>t, o) == i for t, i in zip(probes, impls))])
+    places = {"storage": [], "offset": [], "dims": [], "dtype": []}
+    for o in range(8, _SCAN - 7, 8):
+        hold = [True, True, True]
+        for i, (storage, offset, dims) in zip(impls, facts):
+            at = <const char *><intptr_t>i
+            hold[0] = hold[0] and _word(at, o) == storage
+            hold[1] = hold[1] and _word(at, o) == offset
+            hold[2] = hold[2] and o + 8 * (_INLINE + 1) <= _SCAN and _word(at, o) == len(dims)
+            for j in range(len(dims) if hold[2] else 0):
+                hold[2] = hold[2] and _word(at, o + 8 * (j + 1)) == dims[j]
+        for name, ok in zip(("storage", "offset", "dims"), hold):
+            if ok:
+                places[name].append(o)
+    words = {}
+    for o in range(0, _SCAN - 1, 2):
+        seen = {}
+        for t, i in zip(probes, impls):
+            seen.setdefault(t.dtype, set()).add(_word16(<const char *><intptr_t>i, o))
+        if all(len(w) == 1 for w in seen.values()) and len(
+                {next(iter(w)) for w in seen.values()}) == len(seen) >= 3:
+            places["dtype"].append(o)
+            words = {d: next(iter(w)) for d, w in seen.items()}
+    found = {name: _only(ps) for name, ps in places.items()}
+    found["impl"] = at_impl
+    if min(found.values()) < 0 or len(words) < 3:
+        return None
+    _at_storage, _at_offset, _at_dims = found["storage"], found["offset"], found["dims"]
+    _at_dtype, _dtype_words, _at_impl = found["dtype"], words, at_impl
+    return found
+
+
+cdef struct Fields:
+    const char *impl            # NULL: the tensor is read through its attributes
+    int64_t storage, offset
+    int64_t ndim                # -1: its shape is not compared
+    int64_t sizes[_INLINE]
+    uint16_t dtype
+
+
+cdef int _confirm(Fields *f, object t, bint shape) except -1:
+    """Fill f with t's facts read from torch's objects if the learned places
+    hold what t's attributes say (else f.impl stays NULL)."""
+    cdef const char *at
+    cdef Py_ssize_t j
+    f.impl = NULL
+    word = _dtype_words.get(t.dtype)
+    if _at_impl < 0 or word is None or type(t).__basicsize__ < _at_impl + 8:
+        return 0
+    at = <const char *>PyLong_AsVoidPtr(t._cdata)
+    dims = tuple(t.shape)
+    if (_impl_of(<PyObject *>t) != at
+            or _word(at, _at_storage) != <intptr_t>PyLong_AsVoidPtr(t.untyped_storage()._cdata)
+            or _word(at, _at_offset) != t.storage_offset() or _word16(at, _at_dtype) != word):
+        return 0
+    f.ndim = -1
+    if shape:
+        if len(dims) > _INLINE or _word(at, _at_dims) != len(dims):
+            return 0
+        for j in range(len(dims)):
+            if _word(at, _at_dims + 8 * (j + 1)) != dims[j]:
+                return 0
+            f.sizes[j] = dims[j]
+        f.ndim = len(dims)
+    f.storage, f.offset, f.dtype = _word(at, _at_storage), _word(at, _at_offset), word
+    f.impl = at
+    return 0
+
+
+cdef inline bint _same(const Fields *f, PyObject *t) noexcept:
+    """Does t (confirmed into f) still own f's TensorImpl, with f's facts?
+    (False once the places are forgotten: the check is built anew.)"""
+    cdef const char *at
+    cdef Py_ssize_t j
+    if _at_impl < 0:
+        return False
+    at = _impl_of(t)
+    if (at != f.impl or _word(at, _at_storage) != f.storage
+            or _word(at, _at_offset) != f.offset or _word16(at, _at_dtype) != f.dtype):
+        return False
+    if f.ndim >= 0:
+        if _word(at, _at_dims) != f.ndim:
+            return False
+        for j in range(f.ndim):
+            if _word(at, _at_dims + 8 * (j + 1)) != f.sizes[j]:
+                return False
+    return True
+
+
+# ---- prefetching what the check reads -------------------------------------------------
+
+cdef extern from *:
+    """
+    #define fo_prefetch(p) __builtin_prefetch((p), 0, 3)
+    """
+    void _prefetch "fo_prefetch"(const void *p) noexcept nogil
+
+
+# how many parameters ahead a per-parameter loop asks for the objects it will read
+cdef enum:
+    _AHEAD = 6
+
+
+cdef Py_ssize_t _noted(const void **pf, Py_ssize_t q, object t) except -1:
+    """Note in pf[q:] the memory a check reads of t: the object and, for a
+    tensor, the first 256 bytes of its TensorImpl and its StorageImpl's first
+    line (torch's ``_cdata`` of a tensor and of a storage: their addresses).
+    The new q (at most q + 6)."""
+    pf[q] = <PyObject *>t
+    q += 1
+    try:
+        impl, storage = t._cdata, t.untyped_storage()._cdata
+    except Exception:       # not a tensor, or one that hides them: the object only
+        return q
+    if type(impl) is int and type(storage) is int:
+        pf[q] = PyLong_AsVoidPtr(impl)
+        pf[q + 1] = <char *>pf[q] + 64
+        pf[q + 2] = <char *>pf[q] + 128
+        pf[q + 3] = <char *>pf[q] + 192
+        pf[q + 4] = PyLong_AsVoidPtr(storage)
+        q += 5
+    return q
+
+
+cdef class Ahead:
+    """The memory each parameter's per-step check will read, prefetched a
+    few parameters ahead (:meth:`at`). After a step that streamed more
+    than the caches hold, every torch object a check reads is a miss, and
+    waiting for them one by one costs more than the reads themselves
+    (figures in bench/RESULTS.md). Only ever prefetched, never read: a
+    prefetch does not fault, so an address gone stale (an object freed
+    since) costs a miss, no more, and the objects are not held."""
+
+    cdef const void **pf        # what item k's check reads: pf[pf0[k]:pf0[k + 1]]
+    cdef Py_ssize_t *pf0
+    cdef Py_ssize_t n
+
+    def __cinit__(self, items):
+        """items: per parameter, in the order checked, the objects its
+        check reads (None entries skipped)."""
+        cdef Py_ssize_t k, q = 0, total = 0
+        items = [tuple(o for o in objs if o is not None) for objs in items]
+        self.n = len(items)
+        for objs in items:
+            total += 6 * len(objs)
+        self.pf0 = <Py_ssize_t *>PyMem_Calloc(self.n + 1, sizeof(Py_ssize_t))
+        self.pf = <const void **>PyMem_Calloc(total + 1, sizeof(void *))
+        if not self.pf0 or not self.pf:
+            raise MemoryError()
+        for k in range(self.n):
+            self.pf0[k] = q
+            for o in items[k]:
+                q = _noted(self.pf, q, o)
+        self.pf0[self.n] = q
+
+    def __dealloc__(self):
+        PyMem_Free(self.pf)
+        PyMem_Free(self.pf0)
+
+    cdef void at(self, Py_ssize_t k) noexcept:
+        """Prefetch what item k + _AHEAD reads (call as item k is checked)."""
+        cdef Py_ssize_t j
+        if k + _AHEAD < self.n:
+            for j in range(self.pf0[k + _AHEAD], self.pf0[k + _AHEAD + 1]):
+                _prefetch(self.pf[j])
+
+
+# ---- the check ---------------------------------------------------------------------
+
+cdef extern from "Python.h":
+    # descrobject.h / methodobject.h: a getset descriptor's C getter and a
+    # method descriptor's C function (stable since Python 2; not the
+    # limited API)
+    ctypedef object (*_getter "getter")(object, void *)
+    ctypedef struct PyGetSetDef:
+        _getter get
+        void *closure
+    ctypedef struct PyGetSetDescrObject:
+        PyGetSetDef *d_getset
+    ctypedef object (*_cfunc "PyCFunction")(object, PyObject *)
+    ctypedef struct PyMethodDef:
+        _cfunc ml_meth
+        int ml_flags
+    ctypedef struct PyMethodDescrObject:
+        PyMethodDef *d_method
+    int METH_NOARGS
+
+
+# torch's own getters of .grad, .dtype, .shape and its data_ptr(), called
+# directly (flat_accessors): an attribute read through the type costs a
+# lookup and a descriptor call more, ~15 ns each, four of them a parameter
+cdef _getter _get_grad = NULL
+cdef _getter _get_dtype = NULL
+cdef _getter _get_shape = NULL
+cdef void *_cl_grad = NULL
+cdef void *_cl_dtype = NULL
+cdef void *_cl_shape = NULL
+cdef _cfunc _data_ptr = NULL
+
+
+def flat_accessors(grad, dtype, shape, data_ptr):
+    """Install torch's getset descriptors of grad, dtype and shape and its
+    method descriptor of data_ptr (from torch._C.TensorBase) for
+    FlatCheck's direct calls; False (and nothing installed) when they are
+    not of those kinds, METH_NOARGS for data_ptr."""
+    global _get_grad, _get_dtype, _get_shape, _cl_grad, _cl_dtype, _cl_shape, _data_ptr
+    getset = type(type.__dict__["__name__"])
+    method = type(str.__dict__["upper"])
+    if (type(grad) is not getset or type(dtype) is not getset or type(shape) is not getset
+            or type(data_ptr) is not method
+            or (<PyMethodDescrObject *>data_ptr).d_method.ml_flags != METH_NOARGS):
+        return False
+    _get_grad = (<PyGetSetDescrObject *>grad).d_getset.get
+    _cl_grad = (<PyGetSetDescrObject *>grad).d_getset.closure
+    _get_dtype = (<PyGetSetDescrObject *>dtype).d_getset.get
+    _cl_dtype = (<PyGetSetDescrObject *>dtype).d_getset.closure
+    _get_shape = (<PyGetSetDescrObject *>shape).d_getset.get
+    _cl_shape = (<PyGetSetDescrObject *>shape).d_getset.closure
+    _data_ptr = (<PyMethodDescrObject *>data_ptr).d_method.ml_meth
+    return True
+
+
+cdef inline object _grad(object t, bint direct):
+    return _get_grad(t, _cl_grad) if direct else t.grad
+
+
+cdef inline object _dtype(object t, bint direct):
+    return _get_dtype(t, _cl_dtype) if direct else t.dtype
+
+
+cdef inline object _shape(object t, bint direct):
+    return _get_shape(t, _cl_shape) if direct else t.shape
+
+
+cdef inline void *_address(object t, bint direct) except? NULL:
+    return PyLong_AsVoidPtr(_data_ptr(t, NULL) if direct else t.data_ptr())
+
+
+cdef class FlatCheck:
+    """Does the flat layout hold this step (fastopt/torch/_flat.py)? Built
+    from the groups' records (see __init__), checked by :meth:`check`.
+    The facts compared sit in C arrays (each object of ours read is one
+    more cache line), each tensor's as Fields where it confirmed (see the
+    module). The objects a parameter's check reads are prefetched a few
+    parameters ahead (Ahead)."""
+
+    cdef tuple keep             # every object the arrays point at, held
+    cdef tuple plists           # per group: its params list
+    cdef Py_ssize_t ng, n, nst
+    cdef bint direct            # torch's getters called directly (flat_accessors)
+    cdef Py_ssize_t *sizes      # per group: its number of parameters
+    cdef PyObject **params      # per parameter (all groups, in order)
+    cdef PyObject **gviews      # the gradient view; NULL outside the layout
+    cdef void **pptr
+    cdef void **gptr
+    cdef PyObject **shapes
+    cdef PyObject **dtypes
+    cdef PyObject **dicts       # the state dict (NULL: no states)
+    cdef Py_ssize_t *st0        # its values are views[st0[i]:st0[i + 1]], in order
+    cdef PyObject **views
+    cdef void **vptr            # a layout view's address (NULL: another value)
+    cdef char *vmine            # 1: the value is a layout view (its address compared)
+    cdef Fields *pf             # per parameter, its gradient view, each value: Fields
+    cdef Fields *gf
+    cdef Fields *vf
+    cdef tuple bufs             # the buffers' tensors ...
+    cdef void **bptr            # ... and their addresses
+    cdef Ahead ahead
+
+    def __cinit__(self, tuple groups, bint direct, tuple buffers):
+        """direct: every parameter and gradient view reads grad, dtype,
+        shape and data_ptr through the accessors flat_accessors installed
+        (their types override none of them), and only then may a tensor's
+        facts be read as words of torch's objects. buffers: the layout's
+        buffers as (tensor, address). groups: per group (params
+        list, params tuple, records); a record
+        is None for a parameter outside the layout (it must have no
+        gradient), else (gradient view, parameter address, gradient
+        address, shape, dtype, state dict or None, the dict's values in
+        order, each as (value, its address if it is a layout view else
+        None))."""
+        cdef Py_ssize_t gi, i, j, k = 0, m = 0
+        cdef tuple grp, rec, sts
+        self.keep = groups
+        self.direct = direct and _get_grad != NULL
+        self.plists = tuple(grp[0] for grp in groups)
+        self.ng = len(groups)
+        self.n = sum(len(grp[1]) for grp in groups)
+        self.nst = sum(len(rec[6]) for grp in groups for rec in grp[2] if rec is not None)
+        self.sizes = <Py_ssize_t *>PyMem_Calloc(self.ng + 1, sizeof(Py_ssize_t))
+        self.params = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
+        self.gviews = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
+        self.pptr = <void **>PyMem_Calloc(self.n + 1, sizeof(void *))
+        self.gptr = <void **>PyMem_Calloc(self.n + 1, sizeof(void *))
+        self.shapes = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
+        self.dtypes = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
+        self.dicts = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
+        self.st0 = <Py_ssize_t *>PyMem_Calloc(self.n + 1, sizeof(Py_ssize_t))
+        self.views = <PyObject **>PyMem_Calloc(self.nst + 1, sizeof(PyObject *))
+        self.vptr = <void **>PyMem_Calloc(self.nst + 1, sizeof(void *))
+        self.vmine = <char *>PyMem_Calloc(self.nst + 1, sizeof(char))
+        self.pf = <Fields *>PyMem_Calloc(self.n + 1, sizeof(Fields))
+        self.gf = <Fields *>PyMem_Calloc(self.n + 1, sizeof(Fields))
+        self.vf = <Fields *>PyMem_Calloc(self.nst + 1, sizeof(Fields))
+        self.bufs = tuple(t for t, _ in buffers)
+        self.bptr = <void **>PyMem_Calloc(len(buffers) + 1, sizeof(void *))
+        if (not self.sizes or not self.params
+                or not self.gviews or not self.pptr or not self.gptr or not self.shapes
+                or not self.dtypes or not self.dicts
+                or not self.st0 or not self.views or not self.vptr or not self.vmine
+                or not self.pf or not self.gf or not self.vf or not self.bptr):
+            raise MemoryError()
+        for i in range(len(buffers)):
+            self.bptr[i] = PyLong_AsVoidPtr(buffers[i][1])
+        for gi in range(self.ng):
+            grp = <tuple>groups[gi]
+            self.sizes[gi] = len(grp[1])
+            for i in range(self.sizes[gi]):
+                self.params[k] = <PyObject *>grp[1][i]
+                self.st0[k] = m
+                if grp[2][i] is not None:
+                    rec = <tuple>grp[2][i]
+                    self.gviews[k] = <PyObject *>rec[0]
+                    self.pptr[k] = PyLong_AsVoidPtr(rec[1])
+                    self.gptr[k] = PyLong_AsVoidPtr(rec[2])
+                    self.shapes[k] = <PyObject *>rec[3]
+                    self.dtypes[k] = <PyObject *>rec[4]
+                    if self.direct:
+                        _confirm(&self.pf[k], grp[1][i], True)
+                        _confirm(&self.gf[k], rec[0], False)
+                    if rec[5] is not None:
+                        self.dicts[k] = <PyObject *>rec[5]
+                    sts = <tuple>rec[6]
+                    for j in range(len(sts)):
+                        self.views[m] = <PyObject *>sts[j][0]
+                        if sts[j][1] is not None:
+                            self.vmine[m] = 1
+                            self.vptr[m] = PyLong_AsVoidPtr(sts[j][1])
+                            if self.direct:
+                                _confirm(&self.vf[m], sts[j][0], False)
+                        m += 1
+                k += 1
+        self.st0[k] = m
+        self.ahead = Ahead([(p,) if rec is None else (p, rec[0], rec[5], *(v for v, _ in rec[6]))
+                            for grp in groups for p, rec in zip(grp[1], grp[2])])
+
+    def __dealloc__(self):
+        PyMem_Free(self.sizes)
+        PyMem_Free(self.params)
+        PyMem_Free(self.gviews)
+        PyMem_Free(self.pptr)
+        PyMem_Free(self.gptr)
+        PyMem_Free(self.shapes)
+        PyMem_Free(self.dtypes)
+        PyMem_Free(self.dicts)
+        PyMem_Free(self.st0)
+        PyMem_Free(self.views)
+        PyMem_Free(self.vptr)
+        PyMem_Free(self.vmine)
+        PyMem_Free(self.pf)
+        PyMem_Free(self.gf)
+        PyMem_Free(self.vf)
+        PyMem_Free(self.bptr)
+
+    def read_as_words(self):
+        """How many parameters, gradients and state views the check reads
+        as words of torch's objects (the rest through their attributes)."""
+        cdef Py_ssize_t i
+        return (sum(1 for i in range(self.n) if self.pf[i].impl != NULL),
+                sum(1 for i in range(self.n) if self.gf[i].impl != NULL),
+                sum(1 for i in range(self.nst) if self.vf[i].impl != NULL))
+
+    def check(self):
+        """0: the layout holds; 1: a gradient is not the layout's (this step
+        declines, the record stays); 2: something else moved (build anew).
+        A gradient is the layout's own view object at its address (its
+        dtype and shape change only if it is re-viewed in place); a
+        parameter keeps its address, dtype and shape; its state dict holds
+        the same objects in the same order (walked, not hashed), each
+        layout view at its address (``share_memory_()`` or ``.data =``
+        moves it), and every buffer at its address."""
+        cdef Py_ssize_t gi, i, j, k = 0, n, pos
+        cdef tuple params
+        cdef PyObject *key
+        cdef PyObject *value
+        cdef bint d = self.direct
+        for i in range(PyTuple_GET_SIZE(self.bufs)):
+            if _address(<object>PyTuple_GET_ITEM(self.bufs, i), d) != self.bptr[i]:
+                return 2
+        for gi in range(self.ng):
+            plist = <object>PyTuple_GET_ITEM(self.plists, gi)
+            n = self.sizes[gi]
+            # a copy: Python code that an attribute read below may run (a
+            # finalizer, another thread) cannot shrink what is indexed
+            params = tuple(<list>plist)
+            if PyTuple_GET_SIZE(params) != n:
+                return 2
+            for i in range(n):
+                self.ahead.at(k)
+                p = <object>PyTuple_GET_ITEM(params, i)
+                if <PyObject *>p != self.params[k]:
+                    return 2
+                g = _grad(p, d)
+                if self.gviews[k] == NULL:
+                    if g is not None:
+                        return 1
+                    k += 1
+                    continue
+                if <PyObject *>g != self.gviews[k]:
+                    return 1
+                if self.gf[k].impl != NULL:
+                    if not _same(&self.gf[k], <PyObject *>g):
+                        return 1
+                elif _address(g, d) != self.gptr[k]:
+                    return 1
+                if self.pf[k].impl != NULL:
+                    if not _same(&self.pf[k], <PyObject *>p):
+                        return 2
+                elif (_address(p, d) != self.pptr[k]
+                        or _dtype(p, d) is not <object>self.dtypes[k]
+                        or _shape(p, d) != <object>self.shapes[k]):
+                    return 2
+                if self.dicts[k] != NULL:
+                    j, pos = self.st0[k], 0
+                    if PyDict_Size(<object>self.dicts[k]) != self.st0[k + 1] - j:
+                        return 2
+                    while PyDict_Next(<object>self.dicts[k], &pos, &key, &value):
+                        if value != self.views[j]:
+                            return 2
+                        if self.vmine[j] and (not _same(&self.vf[j], value)
+                                              if self.vf[j].impl != NULL
+                                              else _address(<object>value, d) != self.vptr[j]):
+                            return 2
+                        j += 1
+                k += 1
+        return 0
+
+
+def flat_unbound(tuple params, tuple views, tuple ptrs):
+    """The indices of the parameters whose gradient is there but is not the
+    layout's view at its address (zero_grad makes it so)."""
+    cdef list out = []
+    cdef Py_ssize_t i
+    for i in range(PyTuple_GET_SIZE(params)):
+        g = (<object>PyTuple_GET_ITEM(params, i)).grad
+        if g is None:
+            continue
+        if (<PyObject *>g != PyTuple_GET_ITEM(views, i)
+                or g.data_ptr() != <object>PyTuple_GET_ITEM(ptrs, i)):
+            out.append(i)
+    return out

@@ -1,0 +1,139 @@
+"""The flat layout's per-step check (fastopt/torch/_flatcheck.pyx).
+
+It reads most facts as words of torch's own objects, at places learned from
+probe tensors; every change the check must see is tried here both ways:
+with the places learned, and with every tensor read through its
+attributes.
+"""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import fastopt.torch as ft  # noqa: E402  (after the importorskip)
+import fastopt.torch._flat as tf  # noqa: E402
+from fastopt.torch import _flatcheck  # noqa: E402
+
+# the shapes of the parameters: 0-d, 1 to 5 dimensions, and 6 (whose sizes
+# torch keeps out of place: read through the attributes)
+SHAPES = [(4, 3), (4, 3), (), (7,), (2, 1, 3), (1, 2, 1, 2, 1), (1, 1, 2, 1, 1, 2)]
+
+
+@pytest.fixture(params=["words", "attributes"])
+def path(request):
+    """Each test once with the places learned, once without."""
+    if request.param == "attributes":
+        _flatcheck.forget_fields()
+    yield request.param
+    assert _flatcheck.learn_fields(tf._probes()) is not None
+
+
+def trained(dtype=torch.float32):
+    """A flat SGD with momentum, two steps into the layout."""
+    g = torch.Generator().manual_seed(0)
+    ps = [torch.nn.Parameter(torch.randn(s, generator=g, dtype=dtype)) for s in SHAPES]
+    opt = ft.SGD(ps, lr=0.1, momentum=0.9, flat=True)
+    for _ in range(3):
+        for p in ps:        # as backward does: into the gradient there
+            got = torch.randn(p.shape, generator=g, dtype=dtype)
+            if p.grad is None:
+                p.grad = got
+            else:
+                p.grad.copy_(got)
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+    assert opt._flat.rec is not None and opt._flat.rec.check.check() == 0
+    return ps, opt
+
+
+def test_this_torch_keeps_the_facts_where_they_are_learned():
+    assert tf.FIELDS is not None
+    assert set(tf.FIELDS) == {"impl", "storage", "offset", "dims", "dtype"}
+    # the dims' place is followed by the sizes of up to five dimensions
+    assert len(set(tf.FIELDS[k] for k in ("storage", "offset", "dims", "dtype"))) == 4
+
+
+def test_probes_that_cannot_tell_the_places_apart_teach_nothing():
+    try:
+        two_dtypes = [p for p in tf._probes() if p.dtype in (torch.float32, torch.float64)]
+        assert _flatcheck.learn_fields(two_dtypes) is None
+        ps, opt = trained()
+        assert opt._flat.rec.check.read_as_words() == (0, 0, 0)
+    finally:
+        assert _flatcheck.learn_fields(tf._probes()) is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16,
+                                   torch.float16])
+def test_every_tensor_confirms_but_one_of_six_dimensions(dtype, path):
+    ps, opt = trained(dtype)
+    n = len(SHAPES)
+    want = (n - 1, n, n) if path == "words" else (0, 0, 0)
+    assert opt._flat.rec.check.read_as_words() == want
+
+
+def _swap(p):
+    """p's Python object takes another TensorImpl, which holds p's gradient."""
+    other = torch.nn.Parameter(torch.zeros_like(p))
+    other.grad = p.grad
+    torch.utils.swap_tensors(p, other)
+
+
+def _retype(t, dtype):
+    t.data = t.data.view(dtype)
+
+
+def _state(opt, p):
+    return opt.state[p]["momentum_buffer"]
+
+
+# what a user may do to a tensor of the layout between steps, and the
+# check's answer (1 declines this step, 2 builds the layout anew) with the
+# places learned and without: a gradient or state re-typed in place keeps
+# its address, which is all the attributes are asked
+MOVES = {
+    "parameter cloned": (lambda ps, opt: setattr(ps[0], "data", ps[0].data.clone()), 2, 2),
+    "parameter at another's place": (
+        lambda ps, opt: setattr(ps[0], "data", ps[1].data), 2, 2),
+    "parameter reshaped": (
+        lambda ps, opt: setattr(ps[0], "data", ps[0].data.view(3, 4)), 2, 2),
+    "parameter of six dimensions cloned": (
+        lambda ps, opt: setattr(ps[6], "data", ps[6].data.clone()), 2, 2),
+    "parameter swapped": (lambda ps, opt: _swap(ps[3]), 2, 2),
+    "gradient swapped away": (
+        lambda ps, opt: torch.utils.swap_tensors(ps[3], torch.nn.Parameter(ps[3] * 1)), 1, 1),
+    "memory shared": (lambda ps, opt: ps[2].share_memory_(), 2, 2),
+    "gradient cloned": (
+        lambda ps, opt: setattr(ps[4].grad, "data", ps[4].grad.data.clone()), 1, 1),
+    "gradient at another's place": (
+        lambda ps, opt: setattr(ps[0].grad, "data", ps[1].grad.data), 1, 1),
+    "gradient re-typed": (lambda ps, opt: _retype(ps[3].grad, torch.int32), 1, 0),
+    "state cloned": (lambda ps, opt: setattr(_state(opt, ps[5]), "data",
+                                             _state(opt, ps[5]).clone()), 2, 2),
+    "state re-typed": (lambda ps, opt: _retype(_state(opt, ps[3]), torch.int32), 2, 0),
+}
+
+
+@pytest.mark.parametrize("move", list(MOVES))
+def test_the_check_sees_what_moved(move, path):
+    ps, opt = trained()
+    edit, words, attributes = MOVES[move]
+    edit(ps, opt)
+    assert opt._flat.rec.check.check() == (words if path == "words" else attributes)
+
+
+def test_a_parameter_re_typed_in_place(path):
+    """bfloat16 over float16's memory: the same storage, offset and shape."""
+    ps, opt = trained(torch.float16)
+    _retype(ps[3], torch.bfloat16)
+    assert opt._flat.rec.check.check() == 2
+
+
+def test_a_reshape_back_and_forth_still_holds(path):
+    """What the check compares is the facts, not how they came about."""
+    ps, opt = trained()
+    before = [p.detach().clone() for p in ps]
+    ps[0].data = ps[0].data.view(3, 4).view(4, 3)
+    assert opt._flat.rec.check.check() == 0
+    assert all(np.array_equal(p.detach().numpy(), b.numpy()) for p, b in zip(ps, before))
+    ps[0].grad = torch.ones(4, 3)       # a gradient that is not the layout's
+    assert opt._flat.rec.check.check() == 1
