@@ -354,7 +354,7 @@ class FlatLayout:
                     continue
                 seg, i = loc
                 if (p.data_ptr() != seg.pptrs[i] or p.shape != seg.shapes[i]
-                        or p.dtype is not seg.dtype):
+                        or p.dtype is not seg.dtype or not p.is_contiguous()):
                     return None
                 st = by_id.get(id(p))
                 if st is None and (names or opt._COUNTS):

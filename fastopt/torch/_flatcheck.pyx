@@ -36,7 +36,7 @@ cdef enum:
 # the learned places, byte offsets (-1: not learned; everything read through
 # the attributes): in a tensor's Python object, its TensorImpl's address; in
 # a TensorImpl, its StorageImpl's address, the storage offset, the number of
-# dimensions (the sizes follow it) and the dtype's 16-bit word
+# dimensions (the sizes follow it, then the strides) and the dtype's 16-bit word
 cdef Py_ssize_t _at_impl = -1, _at_storage = -1, _at_offset = -1, _at_dims = -1
 cdef Py_ssize_t _at_dtype = -1
 cdef dict _dtype_words = {}     # torch dtype -> its word
@@ -68,7 +68,7 @@ def learn_fields(list probes):
     """Learn where torch keeps what the check compares, from probes:
     tensors of three or more dtypes, two or more of each, every one on a
     storage of its own, at a storage offset and of a shape (1 to 5
-    dimensions) no other probe has. A place is taken only if it is the one
+    dimensions) no other probe has, contiguous. A place is taken only if it is the one
     place holding its fact in every probe (the dtype: a 16-bit word equal
     within a dtype and different between dtypes). Kept only if every place
     is found (else none is, and every tensor is read through its
@@ -77,7 +77,7 @@ def learn_fields(list probes):
     cdef Py_ssize_t o, j, basic = min(type(t).__basicsize__ for t in probes)
     cdef list impls = [<intptr_t>PyLong_AsVoidPtr(t._cdata) for t in probes]
     cdef list facts = [(<intptr_t>PyLong_AsVoidPtr(t.untyped_storage()._cdata),
-                        t.storage_offset(), tuple(t.shape)) for t in probes]
+                        t.storage_offset(), tuple(t.shape), t.stride()) for t in probes]
     cdef const char *at
     _at_impl = -1
     at_impl = _only([o for o in range(16, basic - 7, 8)
@@ -85,13 +85,14 @@ def learn_fields(list probes):
     places = {"storage": [], "offset": [], "dims": [], "dtype": []}
     for o in range(8, _SCAN - 7, 8):
         hold = [True, True, True]
-        for i, (storage, offset, dims) in zip(impls, facts):
+        for i, (storage, offset, dims, strides) in zip(impls, facts):
             at = <const char *><intptr_t>i
             hold[0] = hold[0] and _word(at, o) == storage
             hold[1] = hold[1] and _word(at, o) == offset
-            hold[2] = hold[2] and o + 8 * (_INLINE + 1) <= _SCAN and _word(at, o) == len(dims)
+            hold[2] = hold[2] and o + 8 * (2 * _INLINE + 1) <= _SCAN and _word(at, o) == len(dims)
             for j in range(len(dims) if hold[2] else 0):
-                hold[2] = hold[2] and _word(at, o + 8 * (j + 1)) == dims[j]
+                hold[2] = (hold[2] and _word(at, o + 8 * (j + 1)) == dims[j]
+                           and _word(at, o + 8 * (_INLINE + j + 1)) == strides[j])
         for name, ok in zip(("storage", "offset", "dims"), hold):
             if ok:
                 places[name].append(o)
@@ -114,59 +115,69 @@ def learn_fields(list probes):
 
 
 cdef struct Fields:
-    const char *impl            # NULL: the tensor is read through its attributes
+    # what the layout put in a tensor: its facts as words (impl NULL: not
+    # confirmed, the attributes alone compared) ...
+    const char *impl
     int64_t storage, offset
-    int64_t ndim                # -1: its shape is not compared
+    int64_t ndim
     int64_t sizes[_INLINE]
+    int64_t strides[_INLINE]
     uint16_t dtype
+    # ... and through its attributes: the data address, (dtype, shape, strides)
+    void *ptr
+    PyObject *facts
 
 
-cdef int _confirm(Fields *f, object t, bint shape) except -1:
-    """Fill f with t's facts read from torch's objects if the learned places
-    hold what t's attributes say (else f.impl stays NULL)."""
+cdef int _confirm(Fields *f, object t, object ptr, set storages, list held) except -1:
+    """Fill f with what t holds now (at ptr); its words only if the learned
+    places hold what t's attributes say and t's storage is one of
+    storages (None: none is; the layout's buffers', which the check holds and whose
+    addresses it reads every step: another storage could move or be
+    freed and its address reused unseen)."""
     cdef const char *at
     cdef Py_ssize_t j
-    f.impl = NULL
+    facts = (t.dtype, t.shape, t.stride())
+    held.append(facts)
+    f.ptr, f.facts, f.impl = PyLong_AsVoidPtr(ptr), <PyObject *>facts, NULL
     word = _dtype_words.get(t.dtype)
-    if _at_impl < 0 or word is None or type(t).__basicsize__ < _at_impl + 8:
+    storage = t.untyped_storage()._cdata
+    dims, strides = tuple(t.shape), t.stride()
+    if (_at_impl < 0 or word is None or storages is None or storage not in storages
+            or len(dims) > _INLINE
+            or type(t).__basicsize__ < _at_impl + 8):
         return 0
     at = <const char *>PyLong_AsVoidPtr(t._cdata)
-    dims = tuple(t.shape)
     if (_impl_of(<PyObject *>t) != at
-            or _word(at, _at_storage) != <intptr_t>PyLong_AsVoidPtr(t.untyped_storage()._cdata)
-            or _word(at, _at_offset) != t.storage_offset() or _word16(at, _at_dtype) != word):
+            or _word(at, _at_storage) != <intptr_t>PyLong_AsVoidPtr(storage)
+            or _word(at, _at_offset) != t.storage_offset() or _word16(at, _at_dtype) != word
+            or _word(at, _at_dims) != len(dims)):
         return 0
-    f.ndim = -1
-    if shape:
-        if len(dims) > _INLINE or _word(at, _at_dims) != len(dims):
+    for j in range(len(dims)):
+        if (_word(at, _at_dims + 8 * (j + 1)) != dims[j]
+                or _word(at, _at_dims + 8 * (_INLINE + j + 1)) != strides[j]):
             return 0
-        for j in range(len(dims)):
-            if _word(at, _at_dims + 8 * (j + 1)) != dims[j]:
-                return 0
-            f.sizes[j] = dims[j]
-        f.ndim = len(dims)
+        f.sizes[j], f.strides[j] = dims[j], strides[j]
     f.storage, f.offset, f.dtype = _word(at, _at_storage), _word(at, _at_offset), word
-    f.impl = at
+    f.ndim, f.impl = len(dims), at
     return 0
 
 
 cdef inline bint _same(const Fields *f, PyObject *t) noexcept:
     """Does t (confirmed into f) still own f's TensorImpl, with f's facts?
-    (False once the places are forgotten: the check is built anew.)"""
+    (False once the places are forgotten.)"""
     cdef const char *at
     cdef Py_ssize_t j
     if _at_impl < 0:
         return False
     at = _impl_of(t)
     if (at != f.impl or _word(at, _at_storage) != f.storage
-            or _word(at, _at_offset) != f.offset or _word16(at, _at_dtype) != f.dtype):
+            or _word(at, _at_offset) != f.offset or _word16(at, _at_dtype) != f.dtype
+            or _word(at, _at_dims) != f.ndim):
         return False
-    if f.ndim >= 0:
-        if _word(at, _at_dims) != f.ndim:
+    for j in range(f.ndim):
+        if (_word(at, _at_dims + 8 * (j + 1)) != f.sizes[j]
+                or _word(at, _at_dims + 8 * (_INLINE + j + 1)) != f.strides[j]):
             return False
-        for j in range(f.ndim):
-            if _word(at, _at_dims + 8 * (j + 1)) != f.sizes[j]:
-                return False
     return True
 
 
@@ -319,6 +330,18 @@ cdef inline void *_address(object t, bint direct) except? NULL:
     return PyLong_AsVoidPtr(_data_ptr(t, NULL) if direct else t.data_ptr())
 
 
+cdef inline bint _holds(const Fields *f, object t, bint direct, bint words_only) except -1:
+    """Is t what f says: its words, where confirmed (and only they if
+    words_only), else its address, dtype, shape and strides."""
+    if f.impl != NULL:
+        if _same(f, <PyObject *>t):
+            return True
+        if words_only:
+            return False
+    return _address(t, direct) == f.ptr and (
+        _dtype(t, direct), _shape(t, direct), t.stride()) == <object>f.facts
+
+
 cdef class FlatCheck:
     """Does the flat layout hold this step (fastopt/torch/_flat.py)? Built
     from the groups' records (see __init__), checked by :meth:`check`.
@@ -334,18 +357,14 @@ cdef class FlatCheck:
     cdef Py_ssize_t *sizes      # per group: its number of parameters
     cdef PyObject **params      # per parameter (all groups, in order)
     cdef PyObject **gviews      # the gradient view; NULL outside the layout
-    cdef void **pptr
-    cdef void **gptr
-    cdef PyObject **shapes
-    cdef PyObject **dtypes
     cdef PyObject **dicts       # the state dict (NULL: no states)
     cdef Py_ssize_t *st0        # its values are views[st0[i]:st0[i + 1]], in order
     cdef PyObject **views
-    cdef void **vptr            # a layout view's address (NULL: another value)
-    cdef char *vmine            # 1: the value is a layout view (its address compared)
+    cdef char *vmine            # 1: the value is a layout view (its Fields compared)
     cdef Fields *pf             # per parameter, its gradient view, each value: Fields
     cdef Fields *gf
     cdef Fields *vf
+    cdef list held              # the Fields' facts tuples
     cdef tuple bufs             # the buffers' tensors ...
     cdef void **bptr            # ... and their addresses
     cdef Ahead ahead
@@ -361,10 +380,12 @@ cdef class FlatCheck:
         gradient), else (gradient view, parameter address, gradient
         address, shape, dtype, state dict or None, the dict's values in
         order, each as (value, its address if it is a layout view else
-        None))."""
+        None)). Every tensor is as the layout put it (FlatLayout.arm)."""
         cdef Py_ssize_t gi, i, j, k = 0, m = 0
         cdef tuple grp, rec, sts
+        cdef set storages = {t.untyped_storage()._cdata for t, _ in buffers}
         self.keep = groups
+        self.held = []
         self.direct = direct and _get_grad != NULL
         self.plists = tuple(grp[0] for grp in groups)
         self.ng = len(groups)
@@ -373,14 +394,9 @@ cdef class FlatCheck:
         self.sizes = <Py_ssize_t *>PyMem_Calloc(self.ng + 1, sizeof(Py_ssize_t))
         self.params = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
         self.gviews = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
-        self.pptr = <void **>PyMem_Calloc(self.n + 1, sizeof(void *))
-        self.gptr = <void **>PyMem_Calloc(self.n + 1, sizeof(void *))
-        self.shapes = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
-        self.dtypes = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
         self.dicts = <PyObject **>PyMem_Calloc(self.n + 1, sizeof(PyObject *))
         self.st0 = <Py_ssize_t *>PyMem_Calloc(self.n + 1, sizeof(Py_ssize_t))
         self.views = <PyObject **>PyMem_Calloc(self.nst + 1, sizeof(PyObject *))
-        self.vptr = <void **>PyMem_Calloc(self.nst + 1, sizeof(void *))
         self.vmine = <char *>PyMem_Calloc(self.nst + 1, sizeof(char))
         self.pf = <Fields *>PyMem_Calloc(self.n + 1, sizeof(Fields))
         self.gf = <Fields *>PyMem_Calloc(self.n + 1, sizeof(Fields))
@@ -388,9 +404,8 @@ cdef class FlatCheck:
         self.bufs = tuple(t for t, _ in buffers)
         self.bptr = <void **>PyMem_Calloc(len(buffers) + 1, sizeof(void *))
         if (not self.sizes or not self.params
-                or not self.gviews or not self.pptr or not self.gptr or not self.shapes
-                or not self.dtypes or not self.dicts
-                or not self.st0 or not self.views or not self.vptr or not self.vmine
+                or not self.gviews or not self.dicts
+                or not self.st0 or not self.views or not self.vmine
                 or not self.pf or not self.gf or not self.vf or not self.bptr):
             raise MemoryError()
         for i in range(len(buffers)):
@@ -404,13 +419,10 @@ cdef class FlatCheck:
                 if grp[2][i] is not None:
                     rec = <tuple>grp[2][i]
                     self.gviews[k] = <PyObject *>rec[0]
-                    self.pptr[k] = PyLong_AsVoidPtr(rec[1])
-                    self.gptr[k] = PyLong_AsVoidPtr(rec[2])
-                    self.shapes[k] = <PyObject *>rec[3]
-                    self.dtypes[k] = <PyObject *>rec[4]
-                    if self.direct:
-                        _confirm(&self.pf[k], grp[1][i], True)
-                        _confirm(&self.gf[k], rec[0], False)
+                    _confirm(&self.pf[k], grp[1][i], rec[1], storages if self.direct else None,
+                             self.held)
+                    _confirm(&self.gf[k], rec[0], rec[2], storages if self.direct else None,
+                             self.held)
                     if rec[5] is not None:
                         self.dicts[k] = <PyObject *>rec[5]
                     sts = <tuple>rec[6]
@@ -418,9 +430,8 @@ cdef class FlatCheck:
                         self.views[m] = <PyObject *>sts[j][0]
                         if sts[j][1] is not None:
                             self.vmine[m] = 1
-                            self.vptr[m] = PyLong_AsVoidPtr(sts[j][1])
-                            if self.direct:
-                                _confirm(&self.vf[m], sts[j][0], False)
+                            _confirm(&self.vf[m], sts[j][0], sts[j][1],
+                                     storages if self.direct else None, self.held)
                         m += 1
                 k += 1
         self.st0[k] = m
@@ -431,14 +442,9 @@ cdef class FlatCheck:
         PyMem_Free(self.sizes)
         PyMem_Free(self.params)
         PyMem_Free(self.gviews)
-        PyMem_Free(self.pptr)
-        PyMem_Free(self.gptr)
-        PyMem_Free(self.shapes)
-        PyMem_Free(self.dtypes)
         PyMem_Free(self.dicts)
         PyMem_Free(self.st0)
         PyMem_Free(self.views)
-        PyMem_Free(self.vptr)
         PyMem_Free(self.vmine)
         PyMem_Free(self.pf)
         PyMem_Free(self.gf)
@@ -456,12 +462,11 @@ cdef class FlatCheck:
     def check(self):
         """0: the layout holds; 1: a gradient is not the layout's (this step
         declines, the record stays); 2: something else moved (build anew).
-        A gradient is the layout's own view object at its address (its
-        dtype and shape change only if it is re-viewed in place); a
-        parameter keeps its address, dtype and shape; its state dict holds
-        the same objects in the same order (walked, not hashed), each
-        layout view at its address (``share_memory_()`` or ``.data =``
-        moves it), and every buffer at its address."""
+        A gradient is the layout's own view object with its address,
+        dtype, shape and strides; a parameter keeps its own; its state dict
+        holds the same objects in the same order (walked, not hashed), each
+        layout view with its own (``share_memory_()`` or ``.data =`` moves
+        it), and every buffer keeps its address."""
         cdef Py_ssize_t gi, i, j, k = 0, n, pos
         cdef tuple params
         cdef PyObject *key
@@ -489,19 +494,12 @@ cdef class FlatCheck:
                         return 1
                     k += 1
                     continue
-                if <PyObject *>g != self.gviews[k]:
+                # (a gradient whose words moved may still hold its
+                # memory: another storage object over it, which the
+                # attributes accept; this step would decline forever)
+                if <PyObject *>g != self.gviews[k] or not _holds(&self.gf[k], g, d, False):
                     return 1
-                if self.gf[k].impl != NULL:
-                    if not _same(&self.gf[k], <PyObject *>g):
-                        return 1
-                elif _address(g, d) != self.gptr[k]:
-                    return 1
-                if self.pf[k].impl != NULL:
-                    if not _same(&self.pf[k], <PyObject *>p):
-                        return 2
-                elif (_address(p, d) != self.pptr[k]
-                        or _dtype(p, d) is not <object>self.dtypes[k]
-                        or _shape(p, d) != <object>self.shapes[k]):
+                if not _holds(&self.pf[k], p, d, True):
                     return 2
                 if self.dicts[k] != NULL:
                     j, pos = self.st0[k], 0
@@ -510,9 +508,7 @@ cdef class FlatCheck:
                     while PyDict_Next(<object>self.dicts[k], &pos, &key, &value):
                         if value != self.views[j]:
                             return 2
-                        if self.vmine[j] and (not _same(&self.vf[j], value)
-                                              if self.vf[j].impl != NULL
-                                              else _address(<object>value, d) != self.vptr[j]):
+                        if self.vmine[j] and not _holds(&self.vf[j], <object>value, d, True):
                             return 2
                         j += 1
                 k += 1
