@@ -24,6 +24,9 @@
 #define STEP_TILE 1024
 /* Pieces of at most this many elements skip the vector loops (pass 2). */
 #define STEP_SMALL 8
+/* step_piece's head (the elements before x's first cache line) goes apart
+ * in pieces at least this many times its length (step.inc) */
+#define STEP_PEEL 16
 
 /* Gradient transform flags (step.inc step_transform). */
 #define STEP_TF_DIV 1

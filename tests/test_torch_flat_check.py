@@ -5,7 +5,6 @@ probe tensors; every change the check must see is tried here both ways:
 with the places learned, and with every tensor read through its
 attributes.
 """
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -48,8 +47,11 @@ def trained(dtype=torch.float32):
 def test_this_torch_keeps_the_facts_where_they_are_learned():
     assert tf.FIELDS is not None
     assert set(tf.FIELDS) == {"impl", "storage", "offset", "dims", "dtype"}
-    # the dims' place is followed by the sizes of up to five dimensions
-    assert len(set(tf.FIELDS[k] for k in ("storage", "offset", "dims", "dtype"))) == 4
+    # four places in a TensorImpl, none inside another's (the dims' place is
+    # followed by five sizes and five strides)
+    dims = tf.FIELDS["dims"]
+    assert all(not dims <= tf.FIELDS[k] < dims + 88 for k in ("storage", "offset", "dtype"))
+    assert len({tf.FIELDS[k] for k in ("storage", "offset", "dims", "dtype")}) == 4
 
 
 def test_probes_that_cannot_tell_the_places_apart_teach_nothing():
@@ -183,9 +185,7 @@ def test_a_parameter_re_typed_in_place(path):
 def test_a_reshape_back_and_forth_still_holds(path):
     """What the check compares is the facts, not how they came about."""
     ps, opt = trained()
-    before = [p.detach().clone() for p in ps]
     ps[0].data = ps[0].data.view(1, 9).view(3, 3)
     assert opt._flat.rec.check.check() == 0
-    assert all(np.array_equal(p.detach().numpy(), b.numpy()) for p, b in zip(ps, before))
     ps[0].grad = torch.ones(3, 3)       # a gradient that is not the layout's
     assert opt._flat.rec.check.check() == 1

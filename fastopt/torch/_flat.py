@@ -20,10 +20,10 @@ While the layout holds, a step is one C call (``_ext.step``) with one
 work entry per segment (per run of parameters whose counts and carried
 scalars agree, where they differ). Per parameter it checks only that the layout holds
 (``FlatCheck`` in fastopt/torch/_flatcheck.pyx): the parameter is where the
-layout put it (data address, shape, dtype), its gradient is the layout's
-view (the same object, at its address: its shape and dtype change only if
-it is re-viewed in place), its state dict holds the same objects, the
-layout's views at their addresses; and once per step that ``opt.state`` holds
+layout put it (data address, dtype, shape and strides), its gradient is
+the layout's view (the same object, with its address, dtype, shape and
+strides), its state dict holds the same objects, the layout's views with
+theirs, and every buffer keeps its address; and once per step that ``opt.state`` holds
 the same state dicts, that every group's hyperparameters pass their checks
 and need the same states, that a parameter outside the layout has no
 gradient, and that each count is a whole number and each carried scalar

@@ -4,11 +4,12 @@ parameter, gradient and state still sit where the layout put it? Compiled:
 it runs for every parameter every step. No torch import: tensors arrive
 as Python objects.
 
-Read through torch's Python attributes, each fact costs 35-100 ns (their
-error and torch-function handling; more with the objects out of cache):
-about 240 ns a parameter for a momentum rule, in cache. So the facts that
-can move (which TensorImpl a tensor object owns, and in it the storage,
-storage offset, dtype and shape) are read as words of torch's own objects,
+Each fact read through torch's Python attributes passes torch's error and
+torch-function handling (and stride() its argument parser): several
+getters a tensor cost more than the step's memory traffic on many small
+tensors (bench/RESULTS.md). So the facts that can move (which TensorImpl
+a tensor object owns, and in it the storage, storage offset, dtype, shape
+and strides) are read as words of torch's own objects,
 at the places torch keeps them: learned once from probe tensors made for
 it (learn_fields), and confirmed for every tensor against its attributes
 when a check is built (FlatCheck). A tensor that does not confirm, or a
@@ -59,7 +60,8 @@ cdef Py_ssize_t _only(list places):
 
 
 def forget_fields():
-    """Read every tensor through its attributes from now on (for tests)."""
+    """Read every tensor through its attributes from now on (for tests): a
+    check built before finds its words unread and asks to be built anew."""
     global _at_impl
     _at_impl = -1
 
@@ -282,7 +284,7 @@ cdef extern from "Python.h":
 
 # torch's own getters of .grad, .dtype, .shape and its data_ptr(), called
 # directly (flat_accessors): an attribute read through the type costs a
-# lookup and a descriptor call more, ~15 ns each, four of them a parameter
+# lookup and a descriptor call more
 cdef _getter _get_grad = NULL
 cdef _getter _get_dtype = NULL
 cdef _getter _get_shape = NULL
@@ -338,8 +340,11 @@ cdef inline bint _holds(const Fields *f, object t, bint direct, bint words_only)
             return True
         if words_only:
             return False
-    return _address(t, direct) == f.ptr and (
-        _dtype(t, direct), _shape(t, direct), t.stride()) == <object>f.facts
+    facts = <tuple>f.facts
+    return (_address(t, direct) == f.ptr
+            and _dtype(t, direct) is <object>PyTuple_GET_ITEM(facts, 0)
+            and _shape(t, direct) == <object>PyTuple_GET_ITEM(facts, 1)
+            and t.stride() == <object>PyTuple_GET_ITEM(facts, 2))
 
 
 cdef class FlatCheck:
