@@ -1,6 +1,7 @@
 """The update pass runs the elements before a parameter's first 64-byte
-boundary as a piece of their own (step_piece, src_c/step.inc): wherever the
-arrays start within a cache line, every bit written is the same."""
+boundary as a piece of their own (step_piece, src_c/step.inc, and the
+16-bit states' step_piece_apart): wherever the arrays start within a cache
+line, every bit written is the same."""
 import itertools
 
 import numpy as np
@@ -20,9 +21,10 @@ def at(n, dtype, offset):
     return raw[base:base + n * size].view(dtype)
 
 
-def run(n, dtype, offset, options, n_threads, copy):
+def run(n, dtype, offset, options, n_threads, copy, states=None):
     rng = np.random.default_rng(n)
-    x, g, m, v = (at(n, dtype, offset) for _ in range(4))
+    x, g = (at(n, dtype, offset) for _ in range(2))
+    m, v = (at(n, states or dtype, offset) for _ in range(2))
     x[:], g[:] = rng.standard_normal((2, n))
     m[:], v[:] = rng.standard_normal(n), rng.random(n)
     w = at(n, ml_dtypes.bfloat16, offset % 3) if copy else None
@@ -41,6 +43,18 @@ def test_every_start_within_a_line_writes_the_same_bits(dtype, n):
         for offset in range(1, 64 // np.dtype(dtype).itemsize):
             got = run(n, dtype, offset, options, n_threads, copy)
             assert all(np.array_equal(a, b) for a, b in zip(got, want)), (offset, options)
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+def test_bfloat16_states_too(rounding):
+    """Their tiles start after the head as well; stochastic rounding is keyed
+    by element, not by tile."""
+    for n, n_threads in itertools.product([300, 70001], [1, 2]):
+        options = dict(state_rounding=rounding, seed=5)
+        want = run(n, np.float32, 0, options, n_threads, False, ml_dtypes.bfloat16)
+        for offset in range(1, 16):
+            got = run(n, np.float32, offset, options, n_threads, False, ml_dtypes.bfloat16)
+            assert all(np.array_equal(a, b) for a, b in zip(got, want)), offset
 
 
 @pytest.mark.parametrize("name", ["RMSprop", "Lion", "Adadelta", "NAdam"])
