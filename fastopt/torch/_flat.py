@@ -61,14 +61,19 @@ DIRECT = _flatcheck.flat_accessors(*(_TB.__dict__.get(n) for n in _READS))
 
 
 def _probes():
-    """Tensors for _flatcheck.learn_fields: four dtypes, three of each, each
-    on a storage of its own, at a storage offset and of a shape no other
-    probe has."""
+    """Tensors for _flatcheck.learn_fields: four dtypes, six of each, each on
+    a storage of its own, at a storage offset and of a shape no other probe
+    has. Made with the dtypes interleaved, in two orders: a word that tells
+    the dtypes apart by chance (a slice of a pointer, which follows the
+    order of allocation) is then not one place for every probe."""
+    dtypes = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
     out = []
-    for k, dtype in enumerate((torch.float32, torch.float64, torch.bfloat16, torch.float16)):
-        for j, shape in enumerate(((3 + k, 5, 7), (11 + k, 13), (17 + 19 * k,))):
-            off = 101 + 37 * (3 * k + j)
-            out.append(torch.empty(off + math.prod(shape), dtype=dtype)[off:].view(shape))
+    for r, order in enumerate((dtypes, dtypes[::-1])):
+        for j in range(3):
+            for k, dtype in enumerate(order):
+                shape = ((3 + k + 4 * r, 5, 7), (11 + k + 4 * r, 13), (17 + 19 * k + 80 * r,))[j]
+                off = 101 + 37 * len(out)
+                out.append(torch.empty(off + math.prod(shape), dtype=dtype)[off:].view(shape))
     return out
 
 
