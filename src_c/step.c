@@ -28,6 +28,17 @@
  * in pieces at least this many times its length (step.inc) */
 #define STEP_PEEL 16
 
+/* The head of a piece of n elements of `size` bytes at x (step.inc's
+ * step_piece, step_apart.inc's step_piece_apart): how many come before x's
+ * first 64-byte boundary, or 0 where x is not element-aligned or the piece
+ * too short to repay a call apart. */
+static inline int64_t step_head(const void *x, size_t size, int64_t n)
+{
+    uintptr_t at = (uintptr_t)x;
+    int64_t head = (int64_t)((-at & 63) / size);
+    return head > 0 && at % size == 0 && n >= STEP_PEEL * head ? head : 0;
+}
+
 /* Gradient transform flags (step.inc step_transform). */
 #define STEP_TF_DIV 1
 #define STEP_TF_MUL 2
