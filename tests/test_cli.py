@@ -90,6 +90,22 @@ def test_bench_refuses_a_ratio_beyond_the_ceiling(monkeypatch, capsys):
     assert not row[0].rstrip().endswith("x")
 
 
+def test_read_only_probe_reads_every_word_and_writes_none():
+    """The read-only probe (the floor of a pass that only reduces) folds
+    every word of its 2 or 4 arrays, float32 or float64, and changes none."""
+    from fastopt._cli import _probe
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.float64):
+        for k in (2, 4):
+            arrays = [rng.standard_normal(100_003).astype(dtype) for _ in range(k)]
+            before = [a.copy() for a in arrays]
+            words = np.concatenate([a.view(np.uint32) for a in arrays])
+            assert _probe.probe(arrays, 2, read_only=True) == np.bitwise_xor.reduce(words)
+            assert all(np.array_equal(a, b) for a, b in zip(arrays, before))
+    with pytest.raises(ValueError, match="2 or 4 read_only"):
+        _probe.probe([np.ones(4, np.float32)] * 3, 1, read_only=True)
+
+
 def test_bench_interleaves_rounds():
     """One call of each function per round, in a rotating order, until both
     the minimum number of rounds and the time budget are reached."""
