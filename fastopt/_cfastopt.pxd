@@ -208,6 +208,9 @@ cdef extern from "fastopt.h" nogil:
         double norm
         const fo_step_guard *guards
         int64_t guards_per_tensor
+        double *trust_out
+        const double *trust_in
+        int64_t trust_len
 
     # What a step found.
     ctypedef struct fo_step_result:

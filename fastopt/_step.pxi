@@ -209,6 +209,30 @@ cdef inline void _step_opts(fo_step_opts *o, double grad_scale, double max_norm,
     o.norm = given_norm
     o.guards = NULL
     o.guards_per_tensor = 0
+    o.trust_out = NULL
+    o.trust_in = NULL
+    o.trust_len = 0
+
+
+cdef bint _trust_opts(fo_step_opts *o, trust_out, trust_in) except -1:
+    """The trust sums' arrays of step() into o: False if one is not a
+    C-contiguous float64 array (trust_out writeable)."""
+    cdef cnp.ndarray a
+    for a_obj, out in ((trust_out, True), (trust_in, False)):
+        if a_obj is None:
+            continue
+        if (type(a_obj) is not cnp.ndarray
+                or cnp.PyArray_TYPE(<cnp.ndarray>a_obj) != cnp.NPY_DOUBLE
+                or not cnp.PyArray_ISCARRAY(<cnp.ndarray>a_obj)
+                or not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>a_obj)):
+            return False
+        a = <cnp.ndarray>a_obj
+        o.trust_len = cnp.PyArray_SIZE(a)
+        if out:
+            o.trust_out = <double *>cnp.PyArray_DATA(a)
+        else:
+            o.trust_in = <const double *>cnp.PyArray_DATA(a)
+    return True
 
 
 cdef inline bint _measures(const fo_step_opts *o) noexcept:
@@ -247,7 +271,7 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
          tuple groups, double grad_scale, double max_norm, double clip_value,
          int clip, int norm_type, bint check_finite, n_threads,
          double given_norm=NAN, tuple ws=None, seed=0, bint half_params=False,
-         tuple absmax=None):
+         tuple absmax=None, trust_out=None, trust_in=None):
     """Fast path of the fused step (fo_step). Every tuple but groups has one
     entry per tensor; given_norm (not NaN) is the global norm already
     measured by global_norm on the same gradients; ws, the arrays that
@@ -260,8 +284,12 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
     8-bit states (uint8 codes), per tensor a tuple of the three states'
     absmax arrays (float32, one value per block of FO_Q8_BLOCK elements;
     None where a state is not given; the entry of a tensor without 8-bit
-    states is ignored). Returns (applied, norm, finite), or None to decline
-    (nothing written)."""
+    states is ignored). trust_out, trust_in: for a tensor split between
+    processes (fastopt.distributed), a writeable float64 array that
+    receives the trust pass's block sums (then nothing else is written and
+    applied is False), or one that gives each trusted tensor's two sums
+    (fastopt.h, fo_step_opts; C-contiguous, of the length it states).
+    Returns (applied, norm, finite), or None to decline (nothing written)."""
     cdef Call c
     cdef fo_step_opts o
     cdef fo_step_result res
@@ -279,6 +307,8 @@ def step(tuple xs, tuple gs, tuple s1s, tuple s2s, tuple s3s, tuple index,
         return None
     _step_opts(&o, grad_scale, max_norm, clip_value, clip, norm_type, check_finite,
                given_norm)
+    if not _trust_opts(&o, trust_out, trust_in):
+        return None
     arrays[0] = <PyObject *>xs
     arrays[1] = <PyObject *>gs
     arrays[2] = <PyObject *>s1s

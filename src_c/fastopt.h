@@ -423,6 +423,22 @@ typedef struct fo_step_opts {
      * (NULL or 0: none) */
     const fo_step_guard *guards;
     int64_t guards_per_tensor;
+    /* LAMB and LARS over a tensor split between callers (fastopt.distributed:
+     * each process holds pieces cut at multiples of FO_STEP_BLOCK from the
+     * tensor's start, so its blocks are the whole tensor's). trust_out, if
+     * not NULL, receives the trust pass's block sums of every tensor whose
+     * group scales by a trust ratio, in tensor order then block order, two
+     * per block (sum of x*x, sum of w*w), and the step stops there:
+     * nothing else written, res->applied 0. trust_in, if not NULL, gives
+     * each such tensor's two sums (2 per trusted tensor, in tensor order):
+     * the trust pass is skipped and the ratios come from them. Adding a
+     * whole tensor's block sums in block order, from 0.0, gives its sums
+     * as the trust pass adds them, so the ratio is the same bit for bit.
+     * trust_len is the number of doubles trust_out has room for or
+     * trust_in holds: anything else than the count above is FO_EINVAL. */
+    double *trust_out;
+    const double *trust_in;
+    int64_t trust_len;
 } fo_step_opts;
 
 /* What a step found: the norm (NaN if not measured), whether every u was

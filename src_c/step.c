@@ -375,8 +375,18 @@ static int step_apply(const fo_step_tensor *ts, const fo_tensor *view,
     int rc = FO_OK, trust = 0;
     for (int64_t j = 0; j < ng; j++)
         trust |= gc[j].trust_at >= 0;
+    if (ts != NULL && (o->trust_out != NULL || o->trust_in != NULL)) {
+        int64_t want = 0;
+        for (int64_t k = 0; k < nt; k++)
+            if (step_trusted(&p, &ts[k]))
+                want += o->trust_out != NULL ? step_nblocks(ts[k].n) : 1;
+        if ((o->trust_out != NULL && o->trust_in != NULL) || 2 * want != o->trust_len)
+            return FO_EINVAL;
+        if (o->trust_out != NULL)   /* the trust pass alone: nothing written */
+            return step_trust_sums(&p, nt, n_threads, o->trust_out);
+    }
     if (ts != NULL && trust)
-        rc = step_apply_trust(&p, view, nt, ng, n_threads);
+        rc = step_apply_trust(&p, o, view, nt, ng, n_threads);
     else if (ts != NULL)
         rc = fo_run_elementwise(view, nt, step_piece_cb, &p, n_threads);
     else if (p.tf != 0)

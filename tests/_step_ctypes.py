@@ -66,7 +66,9 @@ class Opts(ct.Structure):
                 ("clip_value", ct.c_double), ("clip", ct.c_int32),
                 ("norm_type", ct.c_int32), ("check_finite", ct.c_int32),
                 ("measure", ct.c_int32), ("norm", ct.c_double),
-                ("guards", ct.POINTER(Guard)), ("guards_per_tensor", ct.c_int64)]
+                ("guards", ct.POINTER(Guard)), ("guards_per_tensor", ct.c_int64),
+                ("trust_out", ct.c_void_p), ("trust_in", ct.c_void_p),
+                ("trust_len", ct.c_int64)]
 
 
 class Result(ct.Structure):

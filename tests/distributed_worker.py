@@ -43,8 +43,14 @@ def model(seed=0, shapes=SHAPES):
     return [rng.standard_normal(s).astype(dt) for s, dt in shapes]
 
 
+# tensors of more than one 4096-element block of a trust ratio's norm, so
+# that ranks hold pieces of them (float32 and float64)
+SHAPES_TRUST = SHAPES + [((70, 100), np.float32), ((12289,), np.float64), ((4100,), np.float32)]
+
+
 def shapes_of(name):
-    return {"8bit": SHAPES_8BIT, "16": SHAPES_16}.get(name.rsplit("_", 1)[-1], SHAPES)
+    return {"8bit": SHAPES_8BIT, "16": SHAPES_16, "trust": SHAPES_TRUST}.get(
+        name.rsplit("_", 1)[-1], SHAPES)
 
 
 def grads_of(q, step, params, none=()):
@@ -133,11 +139,17 @@ CONFIGS = {
     # a carried scalar per group (mu_product): every rank's, and the checkpoint's
     "nadam_groups": (fo.NAdam, {"lr": 0.01, "weight_decay": 0.01}, [
         ([0, 1, 2, 3], {}), ([4, 5, 6, 7], {"betas": (0.5, 0.9)})]),
-    # a trust ratio per tensor: trusted tensors are stepped whole by one rank,
-    # the group without one is cut anywhere
+    # a trust ratio per tensor: trusted tensors are cut at multiples of 4096
+    # (the ranks add their blocks' norm sums in block order), the group
+    # without one is cut anywhere
     "lamb_groups": (fo.LAMB, {"lr": 0.01, "weight_decay": 0.01}, [
         ([0, 1, 2, 3, 4, 5], {}), ([6, 7], {"trust_ratio": False})]),
     "lars": (fo.LARS, {"lr": 0.1, "weight_decay": 1e-3, "nesterov": True}, None),
+    "lamb_trust": (fo.LAMB, {"lr": 0.01, "weight_decay": 0.01}, [
+        ([0, 1, 2, 3, 4, 5, 8, 9], {}), ([6, 7, 10], {"trust_ratio": False})]),
+    "lars_trust": (fo.LARS, {"lr": 0.1, "weight_decay": 1e-3, "momentum": 0.8}, None),
+    # 16-bit parameters whose float32 masters are pieces of a trusted tensor
+    "lamb_master_16": (fo.LAMB, {"lr": 1e-2, "master_weights": True}, None),
     # 16-bit parameters exchanged as 16-bit words, float32 masters and states
     "adamw_master_16": (fo.AdamW, {"lr": 1e-2, "master_weights": True}, [
         ([0, 1, 2], {}), ([3, 4, 5], {"weight_decay": 0.1})]),
@@ -262,11 +274,14 @@ def case_equiv():
     run_equiv("adamw_8bit", bucket_bytes=3000, scale=2.0, skip_at=1)
     run_equiv("adamw_master_16", bucket_bytes=3000, scale=4.0, skip_at=2)
     run_equiv("adamw_master_16", none=[(0, 1), ("all", 3), (SIZE - 1, 5)])
+    # trusted pieces: unscaled in the step, a skipped step, a gradient missing
+    run_equiv("lamb_trust", bucket_bytes=1 << 20, scale=2.0, skip_at=1)
+    run_equiv("lars_trust", none=[("all", 9)])
 
 
 def case_resume(phase, ckpt_root):
     for name in ("nesterov_agc_groups", "adam_schedule", "nadam_groups", "adamw_8bit",
-                 "lamb_groups", "adamw_master_16"):
+                 "lamb_groups", "lamb_trust", "adamw_master_16"):
         resume_one(name, phase, os.path.join(ckpt_root, name))
 
 

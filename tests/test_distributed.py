@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import fastopt
-from fastopt.distributed._layout import ANY, ROWS, WHOLE, Layout, agc_cut_rule
+from fastopt.distributed._layout import ANY, ROWS, TRUST, WHOLE, Layout, agc_cut_rule, cut_rule
 
 pytest.importorskip("mpi4py")
 MPIEXEC = (shutil.which("mpiexec", path=os.path.dirname(sys.executable))
@@ -300,29 +300,57 @@ def test_plain_checkpoint_with_parameters_is_refused_with_a_reason(tmp_path):
     assert opt.steps == 1
 
 
-def test_trusted_tensors_are_stepped_whole_and_their_flag_is_fixed():
-    """LAMB's trusted tensors are never cut (one rank steps each whole: its
-    trust ratio is the single-process one; tests/distributed_worker.py
-    compares the bits at 2 and 3 ranks), its untrusted group is cut
-    anywhere, and trust_ratio cannot be edited after construction."""
+def test_trusted_tensors_are_cut_at_norm_blocks_and_their_flag_is_fixed():
+    """LAMB's trusted tensors are cut only at multiples of 4096 elements
+    (the C core's norm block): here one rank holds three pieces of one
+    tensor in three buckets, adds their block sums in block order and steps
+    them with the whole tensor's ratio, bit for bit the single-process
+    optimizer's (tests/distributed_worker.py does it across 2 and 3 ranks).
+    The untrusted group is cut anywhere; trust_ratio cannot be edited after
+    construction."""
     from mpi4py import MPI
 
     import fastopt.optim as fo
     from fastopt.distributed import ShardedOptimizer
-    params = [np.ones((40, 30), np.float32), np.ones(50, np.float32)]
-    opt = ShardedOptimizer(fo.LAMB, [{"params": params[:1]},
-                                     {"params": params[1:], "trust_ratio": False}],
-                           lr=0.1, bucket_bytes=64, comm=MPI.COMM_SELF)
-    assert [t.rule for t in opt.layout.tensors] == [WHOLE, ANY]
-    pieces = [(p.tensor.index, p.shape) for p in opt._inner_pieces]
-    assert pieces[0] == (0, (40, 30)) and len(pieces) > 2      # the vector: many buckets
-    grads = [np.full((40, 30), 0.5, np.float32), np.full(50, 0.5, np.float32)]
-    opt.step(grads)
+    rng = np.random.default_rng(5)
+    shapes = [(90, 100), (50,)]
+
+    def groups(ps):
+        return [{"params": ps[:1]}, {"params": ps[1:], "trust_ratio": False}]
+    params = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    opt = ShardedOptimizer(fo.LAMB, groups([p.copy() for p in params]), lr=0.1,
+                           weight_decay=0.01, bucket_bytes=64, comm=MPI.COMM_SELF)
+    single = fo.LAMB(groups(params), lr=0.1, weight_decay=0.01)
+    assert [t.rule for t in opt.layout.tensors] == [TRUST, ANY]
+    pieces = [(p.tensor.index, p.lo, p.hi, p.shape) for p in opt._inner_pieces]
+    assert pieces[:3] == [(0, 0, 4096, (4096,)), (0, 4096, 8192, (4096,)),
+                          (0, 8192, 9000, (808,))] and len(pieces) > 4
+    for _ in range(3):
+        grads = [rng.standard_normal(sh).astype(np.float32) for sh in shapes]
+        opt.step(grads, grad_scale=2.0)
+        single.step(grads, grad_scale=2.0)
+        for a, b in zip(opt.params, single.params):
+            np.testing.assert_array_equal(a, b)
     opt.param_groups[1]["trust_ratio"] = True
     before = [p.copy() for p in opt.params]
     with pytest.raises(ValueError, match=r"param_groups\[1\]\['trust_ratio'\] was changed"):
         opt.step(grads)
-    assert opt.steps == 1 and all((a == b).all() for a, b in zip(opt.params, before))
+    assert opt.steps == 3 and all((a == b).all() for a, b in zip(opt.params, before))
+
+
+def test_trust_cut_rule():
+    """A trusted tensor's cuts fall on multiples of 4096 (256-element 8-bit
+    blocks included), every size, empty ones too."""
+    assert cut_rule((5000,), False, "oi", trust=True) == (TRUST, 4096)
+    assert cut_rule((0,), False, "oi", trust=True) == (TRUST, 4096)
+    assert cut_rule((70, 100), False, "oi", eight=True, trust=True)[1] % 256 == 0
+    specs = [(np.dtype(np.float32), (9000,), 0, TRUST, 4096)]
+    for world in (2, 3):
+        for bb in (64, 1 << 20):
+            L = Layout(specs, world, bb)
+            cuts = sorted({c for q in range(world) for r in L.dtypes[np.dtype(np.float32)]
+                           .ranges(q) for c in r})
+            assert all(c % 4096 == 0 or c == 9000 for c in cuts), (world, bb, cuts)
 
 
 def _stored_run():

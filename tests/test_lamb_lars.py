@@ -273,3 +273,46 @@ def test_bad_hyperparameters_named_nothing_written(fn, cls, name, value, exc):
     assert (x == 1).all() and not any(a.any() for a in s)
     with pytest.raises(exc, match=f"fastopt.optim.{cls}: {name}"):
         getattr(fo, cls)([np.ones(3)], **{name: value})
+
+
+@pytest.mark.parametrize("cls", [fo.LAMB, fo.LARS])
+def test_trust_sums_out_and_in(cls):
+    """The split-tensor contract (fastopt.h, fo_step_opts; fastopt.distributed
+    uses it): trust_out receives the trust pass's two sums per 4096-element
+    block of each trusted tensor and writes nothing else; the same step with
+    each tensor's block sums added in block order given as trust_in equals
+    the ordinary step bit for bit; a buffer of the wrong length is refused
+    with nothing written."""
+    rng = np.random.default_rng(2)
+    shapes = [(9000,), (3,), (50,)]
+    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    gs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+    def make(ps):
+        return cls([{"params": ps[:2]}, {"params": ps[2:], "trust_ratio": False}],
+                   lr=0.1, weight_decay=0.01)
+    opt, ref_opt = make([x.copy() for x in xs]), make([x.copy() for x in xs])
+    ref_opt.step(gs, grad_scale=4.0)
+    before = [p.copy() for p in opt.params]
+    out = np.full(2 * (3 + 1), np.nan)              # 3 blocks and 1 of the trusted tensors
+    assert opt._step_trust([gs[:2], gs[2:]], 4.0, trust_out=out) is False
+    assert all((a == b).all() for a, b in zip(opt.params, before)) and opt.steps == 0
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out[0:6:2].sum(), np.sum(xs[0].astype(np.float64) ** 2),
+                               rtol=1e-12)
+    np.testing.assert_allclose(out[6], np.sum(xs[1].astype(np.float64) ** 2), rtol=1e-12)
+    for bad in (np.zeros(6), np.zeros(10)):
+        with pytest.raises(RuntimeError, match="declined"):
+            opt._step_trust([gs[:2], gs[2:]], 4.0, trust_out=bad)
+        with pytest.raises(RuntimeError, match="declined"):
+            opt._step_trust([gs[:2], gs[2:]], 4.0, trust_in=bad[:3])
+    assert all((a == b).all() for a, b in zip(opt.params, before)) and opt.steps == 0
+    sx = sw = 0.0
+    for a, b in zip(out[0:6:2], out[1:6:2]):        # block order, from 0.0
+        sx += float(a)
+        sw += float(b)
+    given = np.array([sx, sw, out[6], out[7]])
+    assert opt._step_trust([gs[:2], gs[2:]], 4.0, trust_in=given) is True
+    assert opt.steps == 1
+    for a, b in zip(opt.params, ref_opt.params):
+        np.testing.assert_array_equal(a, b)

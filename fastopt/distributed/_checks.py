@@ -32,7 +32,7 @@ def trusted(cls, hyper) -> bool:
 
 
 #: hyperparameters that fix where shards may be cut (AGC's units, the
-#: tensors a trust ratio keeps whole): not editable after construction
+#: tensors a trust ratio cuts at its norm's blocks): not editable after construction
 CUT_KEYS = ("clipping", "clip_layout", "trust_ratio")
 
 

@@ -40,7 +40,8 @@ def _half(self, d, stage, shard, typ):
     # the receive buffer and a float32 one, of the largest slice, kept
     most = max((c[self.rank + 1] - c[self.rank] for c in d.buckets), default=0)
     bufs = self._half_bufs
-    if bufs.get(d.dtype, (np.empty(0),))[0].size < w * most:
+    if d.dtype not in bufs or bufs[d.dtype][0].size < w * most:   # (most 0: a rank
+        # that owns none of the dtype's elements still takes part)
         bufs[d.dtype] = (np.empty(w * most, stage.dtype), np.empty(most, np.float32))
     recv_all, wide = bufs[d.dtype]
     for cuts in d.buckets:

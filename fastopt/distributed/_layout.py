@@ -13,11 +13,14 @@ is the union of its slices: it holds the optimizer state of exactly those
 elements. The cuts move to "allowed" positions: anywhere inside a tensor
 that is not AGC-clipped, at row (unit) boundaries of an AGC-clipped tensor
 whose units are rows, and only at the ends of a clipped tensor that is a
-single unit or whose units are strided (``clip_layout="io"``), or whose
-update is scaled by its own norm (LAMB's and LARS's trust ratio), so an
-AGC unit or a trusted tensor is never split between ranks, and at multiples of 256 elements from
-the start of a tensor with 8-bit states (or at its end), so a block of
-them is never split either.
+single unit or whose units are strided (``clip_layout="io"``), so an AGC
+unit is never split between ranks; at multiples of 256 elements from the
+start of a tensor with 8-bit states (or at its end), so a block of them
+is never split either; and at multiples of 4096 (``TRUST_BLOCK``, the C
+core's norm block) from the start of a tensor whose update is scaled by
+its own norm (LAMB's and LARS's trust ratio), so that each rank's pieces
+hold whole blocks of that norm: the ranks exchange their blocks' sums and
+add them in the tensor's block order, as one process does.
 
 A state is stored in *streams*, one per dtype and kind of storage: the
 values of the tensors with float states, and the codes and absmax of the
@@ -35,7 +38,10 @@ import numpy as np
 
 from .._q8 import BLOCK as Q8_BLOCK
 
-ANY, ROWS, WHOLE, BLOCKS = 0, 1, 2, 3
+ANY, ROWS, WHOLE, BLOCKS, TRUST = 0, 1, 2, 3, 4
+
+#: the C core's block of a trust ratio's norms (fastopt.h, FO_STEP_BLOCK)
+TRUST_BLOCK = 4096
 
 
 @dataclass(frozen=True)
@@ -73,15 +79,14 @@ def agc_cut_rule(shape, clipped: bool, layout: str):
     return ROWS, size // nu
 
 
-def cut_rule(shape, clipped: bool, layout: str, eight: bool = False, whole: bool = False):
+def cut_rule(shape, clipped: bool, layout: str, eight: bool = False, trust: bool = False):
     """(rule, unit) for one tensor: :func:`agc_cut_rule`'s; cuts at
     multiples of 256 from its start when its states are 8-bit (which
-    excludes AGC); none inside it when its update is scaled by a norm of
-    the whole tensor (LAMB's and LARS's trust ratio), so one rank steps it
-    whole."""
-    size = int(np.prod(shape, dtype=np.int64))
-    if whole and size:
-        return WHOLE, size
+    excludes AGC); at multiples of TRUST_BLOCK when its update is scaled by
+    a norm of the whole tensor (LAMB's and LARS's trust ratio; with 8-bit
+    states too: a multiple of 256)."""
+    if trust:
+        return (BLOCKS if eight else TRUST), TRUST_BLOCK
     if eight:
         return BLOCKS, Q8_BLOCK
     return agc_cut_rule(shape, clipped, layout)
@@ -116,7 +121,7 @@ class Piece:
     def shape(self) -> tuple:
         t = self.tensor
         n = self.hi - self.lo
-        if t.rule == WHOLE and n == t.size:
+        if t.rule in (WHOLE, TRUST) and n == t.size:
             return t.shape
         if t.rule == ROWS:
             return (n // t.unit, t.unit)
@@ -176,7 +181,7 @@ class Layout:
         rel = pos - t.offset
         if rel == 0 or t.rule == ANY:
             return pos
-        step = t.unit if t.rule in (ROWS, BLOCKS) else t.size
+        step = t.unit if t.rule in (ROWS, BLOCKS, TRUST) else t.size
         below = (rel // step) * step
         above = min(below + step, t.size)
         return t.offset + (below if rel - below <= above - rel else above)
@@ -187,7 +192,7 @@ class Layout:
         k = bisect.bisect_right(starts, pos) - 1
         t = d.tensors[k]
         rel = pos - t.offset
-        step = 1 if t.rule == ANY else t.unit if t.rule in (ROWS, BLOCKS) else t.size
+        step = 1 if t.rule == ANY else t.unit if t.rule in (ROWS, BLOCKS, TRUST) else t.size
         return t.offset + min((rel // step + 1) * step, t.size)
 
     def _cut(self, d: DtypeLayout) -> None:

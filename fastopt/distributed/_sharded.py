@@ -13,7 +13,7 @@ from .. import _ext, _interrupt
 from ..optim import _states
 from ..optim._checks import as_bool
 from ..optim._masters import HALF
-from . import _checkpoint, _exchange
+from . import _checkpoint, _exchange, _trust
 from ._checks import (
     CUT_KEYS,
     _first_difference,
@@ -61,7 +61,8 @@ class ShardedOptimizer:
         "int8-blockwise"`` shards 8-bit states (never splitting a block),
         ``master_weights=True`` bfloat16/float16 parameters with float32
         masters (the ranks exchange 16-bit gradients and parameters); a
-        tensor with a trust ratio (LAMB, LARS) is stepped whole by one rank
+        tensor with a trust ratio (LAMB, LARS) is cut at multiples of 4096
+        elements, and the ranks exchange its blocks' norm sums
         (docs/distributed.md).
     params : list of ndarray, or list of dict
         As for ``optimizer_cls``: arrays, or parameter groups with their own
@@ -206,6 +207,9 @@ class ShardedOptimizer:
             g["params"] = tuple(v for v, t in zip(views, L.tensors) if t.group == gi)
         self._group_params = [g["params"] for g in self.param_groups]
         self._pieces = L.pieces(self.rank)
+        # groups whose update a trust ratio scales (fixed: trust_ratio is a cut key)
+        self._trusting = [trusted(self._cls, g) for g in self.param_groups]
+        self._trust = any(self._trusting[t.group] and t.size for t in L.tensors)
         self._build_inner()
         self._steps = 0
         self.last_lr = [None] * len(self.param_groups)
@@ -541,11 +545,14 @@ class ShardedOptimizer:
         if self.inner is not None:
             for gi, lr in enumerate(lrs):
                 self.inner.param_groups[gi]["lr"] = lr
-            per, k = [], 0
-            for ig in self.inner.param_groups:
-                per.append(grads[k:k + len(ig["params"])])
-                k += len(ig["params"])
-            t0 = time.perf_counter()
+        per, k = [], 0
+        for ig in (self.inner.param_groups if self.inner is not None else ()):
+            per.append(grads[k:k + len(ig["params"])])
+            k += len(ig["params"])
+        t0 = time.perf_counter()
+        if self._trust:             # collective: every rank, pieces or none
+            err = _trust.step(self, f, per, scale if unscale else None, has)
+        elif self.inner is not None:
             try:
                 # one fastopt C call over the shard (all groups); the
                 # unscale, if still to do, is fused into it
@@ -554,7 +561,7 @@ class ShardedOptimizer:
                 err = RuntimeError(f"{f}: the shard update failed after the gradients were "
                                    f"reduced ({type(exc).__name__}: {exc}); the ranks' states "
                                    f"may now differ")
-            self._t_inner = time.perf_counter() - t0
+        self._t_inner = time.perf_counter() - t0
         raise_agreed(self.comm, err)
         advance_carried(self)
         self._steps += 1

@@ -362,6 +362,26 @@ class _Optimizer:
         self.last_lr = [kw["lr"] for kw in kws]
         return True
 
+    def _step_trust(self, grads, grad_scale=None, *, trust_out=None, trust_in=None):
+        """fastopt.distributed's step of a shard whose LAMB/LARS tensors
+        are pieces (_fused.run_trust): with trust_out (a float64 array), the
+        trust pass's block sums, nothing else written; with trust_in, each
+        trusted tensor's two sums given, the step taken. grads per group."""
+        f = self._step_name
+        o = _fused.options(self, f, grad_scale, False, None, 2.0, "torch")
+        per = _grads.split(self, f, grads)
+        kws = [self._group_kwargs(f, group, gi) for gi, group in enumerate(self.param_groups)]
+        groups = [_states.with_flags(self, self._group_tuple(kw)) for kw in kws]
+        info = _fused.run_trust(self, f, per, groups, o, trust_out, trust_in)
+        if trust_out is not None:
+            return False
+        self._fast = None
+        self.last_grad_norm = info.norm
+        self.last_step_info = info
+        self._steps += 1
+        self.last_lr = [kw["lr"] for kw in kws]
+        return True
+
     def _scheduled(self) -> bool:
         """Does some group take its lr from a schedule?"""
         for group in self.param_groups:

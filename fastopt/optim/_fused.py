@@ -22,7 +22,7 @@ from itertools import chain
 
 import numpy as np
 
-from .. import _dtypes, _ext, _step
+from .. import _dtypes, _ext, _q8, _step
 from .. import _validation as _v
 from . import _compiled, _grads, _masters, _states
 
@@ -161,6 +161,33 @@ def run(opt, f, grads, per, groups, o, given_norm=float("nan")):
     return _step.run(f, xs, gs, states, index, groups, o, opt.n_threads, lab, given_norm,
                      lambda: _grads.check_grads(opt, f, per),
                      _masters.copies_of(opt, opt._flat[4]), _states.keys(opt, opt._flat[4]))
+
+
+def run_trust(opt, f, per, groups, o, trust_out=None, trust_in=None):
+    """The fused step of a shard whose LAMB/LARS tensors are pieces of
+    tensors split between processes (fastopt.distributed): with trust_out,
+    the trust pass alone, its block sums written there (nothing else
+    written); with trust_in, the step with each trusted tensor's sums
+    given (fastopt.h, fo_step_opts). The arrays are the optimizer's own
+    (checked when it was built), so a declined call is an internal error."""
+    groups = tuple(groups)
+    _grads.check_shapes(opt, f, per)
+    xs, gs, states, index, _, _ = flat(opt, per, groups)
+    where = opt._flat[4]
+    absmax = None
+    eight = _q8.unpack(states, index, groups)
+    if eight:
+        states, absmax = eight
+    copies = _masters.copies_of(opt, where)
+    out = _ext.step(xs, gs, *(tuple(s) for s in states), index, groups, o.grad_scale,
+                    o.max_norm, o.clip_value, o.clip, o.norm_type, o.check_finite,
+                    opt.n_threads, float("nan"), None if copies is None else tuple(copies),
+                    _states.keys(opt, where), False, absmax, trust_out=trust_out,
+                    trust_in=trust_in)
+    if out is None:
+        raise RuntimeError(f"{f}: internal error: the step of a trust ratio's pieces was "
+                           f"declined")
+    return _step.StepInfo(*out)
 
 
 def pre_clip(opt, f, per, o):
