@@ -38,7 +38,7 @@ def tables():
     rules = []
     for i in range(FO_N_RULES):
         r = fo_rule_info(i)
-        rules.append((r.name.decode(), r.states, r.t0, r.apart != 0, r.q8, r.q8n))
+        rules.append((r.name.decode(), r.states, r.t0, r.own16 != 0, r.q8, r.q8n))
     dtypes = [(fo_dtype_name(i).decode(), fo_dtype_size(i)) for i in range(FO_N_DTYPES)]
     names = [d[0] for d in dtypes]
     n = FO_N_DTYPES

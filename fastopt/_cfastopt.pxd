@@ -28,7 +28,7 @@ cdef extern from "fastopt.h" nogil:
         const char *name
         int32_t states
         int32_t t0
-        int32_t apart
+        int32_t own16
         int32_t q8
         int32_t q8n
     fo_rule_facts fo_rule_info(int32_t rule)

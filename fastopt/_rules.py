@@ -7,7 +7,7 @@ that names a rule, numbers it or counts its states reads it from here.
 
 A row: the rule's name, the names of its states s1..s3 (for messages; the
 most a group of the rule may use), the smallest step count t its groups
-may have, whether its states may be stored apart from its parameters, and
+may have, whether 16-bit parameters may be updated in their own type, and
 its 8-bit states (the slots on the unsigned map, and how many of its
 states, as a group packs them, have an 8-bit form: a group whose options
 use more cannot have 8-bit states). A rule of TORCH_RULES also carries here, once for every front
@@ -23,7 +23,7 @@ class Rule(NamedTuple):
     name: str
     states: tuple
     t0: int
-    apart: bool = True      # its states may be stored apart (bfloat16 of float32)
+    own16: bool = True      # 16-bit parameters may be updated in their own type
     q8: int = -1            # -1: no 8-bit states; else its slots on the unsigned map
     q8n: int = 0            # how many of its states (s1 on) have an 8-bit form
 
@@ -46,15 +46,13 @@ RULES = (
     Rule("lion", ("exp_avg",), 1, q8=0, q8n=1),
     Rule("nadam_torch", ("exp_avg", "exp_avg_sq"), 1),
     Rule("ademamix", ("exp_avg_fast", "exp_avg_slow", "exp_avg_sq"), 1),
-    Rule("lamb", ("exp_avg", "exp_avg_sq"), 1, apart=False),
-    Rule("lars", ("momentum_buffer",), 1, apart=False),
+    # their trust pass reads float parameters: no 16-bit ones in their own type
+    Rule("lamb", ("exp_avg", "exp_avg_sq"), 1, own16=False, q8=2, q8n=2),
+    Rule("lars", ("momentum_buffer",), 1, own16=False, q8=0, q8n=1),
 )
 
 #: name -> C id
 ID = {r.name: i for i, r in enumerate(RULES)}
-#: the rules whose states keep their parameters' dtype (their rows' apart
-#: False: a trust pass reads the states as stored)
-OWN_TYPE_STATES = frozenset(i for i, r in enumerate(RULES) if not r.apart)
 
 
 def needs(group: tuple) -> int:
@@ -133,7 +131,7 @@ class TorchRule(NamedTuple):
     counted: bool = False    # the update reads torch's step count (bias correction)
     carry: Carry | None = None   # a scalar state beside the arrays (NAdam's mu_product)
     per_tensor: bool = False     # reads a norm of each whole tensor (a trust ratio): a
-    #                              tensor may not be cut (a shard) or joined (a flat buffer)
+    #                              shard cuts it at the norm's blocks, a flat buffer never joins it
 
 
 def _rmsprop_slots(h) -> tuple:

@@ -32,7 +32,7 @@ import numpy as np
 from . import _ext, _q8
 from . import _validation as _v
 from ._dispatch import Op, accept
-from ._rules import AMSGRAD, MAXIMIZE, NESTEROV, OWN_TYPE_STATES, needs  # noqa: F401
+from ._rules import AMSGRAD, MAXIMIZE, NESTEROV, needs  # noqa: F401
 from ._rules import ID as RULES  # noqa: F401 (re-exported)
 
 CLIP = {"torch": 1, "optax": 2}
@@ -225,7 +225,6 @@ def run(f: str, xs, gs, states, index, groups, opts: Options, n_threads,
     if out is None and absmax is not None:
         _q8_refused(f)
     if out is None:
-        _check_own_type_states(f, arrays, index, groups, labels)
         out = accept(STEP, arrays, scalars, f, labels, precheck)
     return StepInfo(*out)
 
@@ -261,24 +260,6 @@ def _q8_refused(f):
     raise ValueError(f"{f}: the core refused this step with 8-bit states: each rounded copy "
                      f"(param_copies) must be a C-contiguous bfloat16 or float16 array of "
                      f"its parameter's shape; nothing was written")
-
-
-def _check_own_type_states(f, arrays, index, groups, labels) -> None:
-    """A tensor of a rule in OWN_TYPE_STATES whose states are not of its
-    parameter's dtype raises TypeError (the checks of every other dtype are
-    the dispatch's)."""
-    for i, j in enumerate(index):
-        x = arrays[0][i]
-        if groups[j][0] not in OWN_TYPE_STATES or not isinstance(x, np.ndarray):
-            continue
-        for k in range(3):
-            s = arrays[2 + k][i]
-            if isinstance(s, np.ndarray) and s.dtype != x.dtype:
-                names = labels() if callable(labels) else labels or {}
-                lab = names.get(f"s{k + 1}", [f"state {k + 1} of tensor {i}"] * (i + 1))[i]
-                raise TypeError(f"{f}: {lab} has dtype {s.dtype} but its parameter has "
-                                f"{x.dtype}; LAMB's and LARS's states keep their "
-                                f"parameter's dtype (their trust pass reads them as stored)")
 
 
 # ---- the front ends' lists, run as one step -----------------------------------------

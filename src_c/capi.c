@@ -245,11 +245,10 @@ static int tensor_in(const fastopt_tensor *pt, int64_t k, const fo_step_group *g
         TEN_FAIL(FASTOPT_EINVAL, FASTOPT_FIELD_WDTYPE);
     if (pt->group < 0 || pt->group >= ng)
         TEN_FAIL(FASTOPT_EINVAL, FASTOPT_FIELD_GROUP);
-    /* bfloat16 states: a storage row of tables.h, of a rule that stores apart */
+    /* bfloat16 states: a storage row of tables.h */
     int32_t sdtype = states == FASTOPT_STATES_OWN ? pt->dtype : FO_BF16;
     if ((states != FASTOPT_STATES_OWN && states != FASTOPT_STATES_BF16)
-            || fo_spair(pt->dtype, pt->gdtype, sdtype) < 0
-            || (sdtype != pt->dtype && !fo_rule_info(gs[pt->group].rule).apart))
+            || fo_spair(pt->dtype, pt->gdtype, sdtype) < 0)
         TEN_FAIL(FASTOPT_EINVAL, FASTOPT_FIELD_STATES);
     const void *p[PTRS] = {pt->x, pt->g, pt->s1, pt->s2, pt->s3, pt->w};
     int xs = fo_dtype_size(pt->dtype), ss = fo_dtype_size(sdtype);

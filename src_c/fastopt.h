@@ -435,7 +435,9 @@ typedef struct fo_step_opts {
      * whole tensor's block sums in block order, from 0.0, gives its sums
      * as the trust pass adds them, so the ratio is the same bit for bit.
      * trust_len is the number of doubles trust_out has room for or
-     * trust_in holds: anything else than the count above is FO_EINVAL. */
+     * trust_in holds: anything else than the count above, or both given,
+     * is FO_EINVAL, checked before pass 1. fo_step only (fo_clip_grads
+     * ignores them). */
     double *trust_out;
     const double *trust_in;
     int64_t trust_len;

@@ -218,6 +218,19 @@ int fo_step_group_ok(const fo_step_group *g)
     return step_group_coefs(g, &c) == FO_OK;
 }
 
+/* Does o's trust_len count what trust_out or trust_in holds (fastopt.h)? */
+static int step_trust_len_ok(const fo_step_tensor *ts, int64_t nt, const step_gcoef *gc,
+                             const fo_step_opts *o)
+{
+    if (o->trust_out == NULL && o->trust_in == NULL)
+        return 1;
+    int64_t want = 0;
+    for (int64_t k = 0; k < nt; k++)
+        if (gc[ts[k].group].trust_at >= 0)
+            want += o->trust_out != NULL ? step_nblocks(ts[k].n) : 1;
+    return (o->trust_out == NULL || o->trust_in == NULL) && 2 * want == o->trust_len;
+}
+
 static int step_check_opts(const fo_step_opts *o)
 {
     if (!(o->grad_scale > 0.0) || !isfinite(o->grad_scale))
@@ -375,16 +388,8 @@ static int step_apply(const fo_step_tensor *ts, const fo_tensor *view,
     int rc = FO_OK, trust = 0;
     for (int64_t j = 0; j < ng; j++)
         trust |= gc[j].trust_at >= 0;
-    if (ts != NULL && (o->trust_out != NULL || o->trust_in != NULL)) {
-        int64_t want = 0;
-        for (int64_t k = 0; k < nt; k++)
-            if (step_trusted(&p, &ts[k]))
-                want += o->trust_out != NULL ? step_nblocks(ts[k].n) : 1;
-        if ((o->trust_out != NULL && o->trust_in != NULL) || 2 * want != o->trust_len)
-            return FO_EINVAL;
-        if (o->trust_out != NULL)   /* the trust pass alone: nothing written */
-            return step_trust_sums(&p, nt, n_threads, o->trust_out);
-    }
+    if (ts != NULL && o->trust_out != NULL)     /* the trust pass alone: nothing written */
+        return trust ? step_trust_sums(&p, nt, n_threads, o->trust_out) : FO_OK;
     if (ts != NULL && trust)
         rc = step_apply_trust(&p, o, view, nt, ng, n_threads);
     else if (ts != NULL)
@@ -425,6 +430,8 @@ int fo_step(const fo_step_tensor *ts, int64_t nt, const fo_step_group *gs,
     for (int64_t j = 0; j < ng; j++)
         if (step_group_coefs(&gs[j], &gc[j]) != FO_OK)
             goto out;
+    if (!step_trust_len_ok(ts, nt, gc, o))
+        goto out;
     double norm;
     rc = step_measure(o, gr, nt, nb, bytes, res, n_threads, &norm);
     if (rc == FO_OK)

@@ -12,12 +12,14 @@
 #include <stdint.h>
 
 /*
- * Update rules, in id order: X(NAME, STATES, T0, APART, Q8, Q8N). NAME
+ * Update rules, in id order: X(NAME, STATES, T0, OWN16, Q8, Q8N). NAME
  * makes FO_RULE_NAME; STATES is the most state arrays (s1..s3) the rule
  * uses; T0 the smallest count t a group of the rule may have (ONNX counts
- * from 0, torch from 1; torch SGD's t is its steps before this one); APART
- * 1 if its states may be stored apart from its parameters (FO_SPAIR_TABLE),
- * 0 if they keep the parameters' type (a trust pass reads them as stored);
+ * from 0, torch from 1; torch SGD's t is its steps before this one); OWN16
+ * 1 if bfloat16/float16 parameters may be updated in their own type (a
+ * row of FO_SPAIR_TABLE with 16-bit parameters), 0 if not (LAMB and LARS:
+ * their trust pass reads float parameters); every rule's states may be
+ * stored apart from float32 parameters (bfloat16, and 8-bit as Q8 says);
  * Q8 -1 if its states cannot be 8-bit blockwise, else the slots on the
  * unsigned map (bit k: s(k+1); the others on the signed map), as
  * bitsandbytes keeps them: Adam's second moment unsigned, every one-state
@@ -43,8 +45,8 @@
     X(NADAM_TORCH, 2, 1, 1, -1, 0)    /* torch NAdam        s1 = exp_avg, s2 = exp_avg_sq */ \
     X(ADEMAMIX, 3, 1, 1, -1, 0)       /* AdEMAMix (optax)   s1 = exp_avg_fast, s2 = exp_avg_slow, \
                                    s3 = exp_avg_sq */ \
-    X(LAMB, 2, 1, 0, -1, 0)           /* LAMB (optax)       s1 = exp_avg, s2 = exp_avg_sq */ \
-    X(LARS, 1, 1, 0, -1, 0)           /* LARS (optax)       s1 = momentum_buffer */
+    X(LAMB, 2, 1, 0, 2, 2)            /* LAMB (optax)       s1 = exp_avg, s2 = exp_avg_sq */ \
+    X(LARS, 1, 1, 0, 0, 1)            /* LARS (optax)       s1 = momentum_buffer */
 
 /*
  * Element types, in id order: X(NAME, CTYPE, SIZE). NAME makes FO_NAME;
@@ -120,7 +122,7 @@
     X(F32, F16)
 
 enum {
-#define FO_X_RULE(name, states, t0, apart, q8, q8n) FO_RULE_##name,
+#define FO_X_RULE(name, states, t0, own16, q8, q8n) FO_RULE_##name,
     FO_RULE_TABLE(FO_X_RULE)
 #undef FO_X_RULE
     FO_N_RULES
@@ -200,7 +202,7 @@ typedef struct fo_rule_facts {
     const char *name;   /* the row's NAME, e.g. "ADAM_TORCH" */
     int32_t states;     /* the most state arrays it uses */
     int32_t t0;         /* the smallest count t of its groups */
-    int32_t apart;      /* its states may be stored apart */
+    int32_t own16;      /* 16-bit parameters may be updated in their own type */
     int32_t q8;         /* -1: no 8-bit states; else the unsigned map's slots */
     int32_t q8n;        /* how many of its states have an 8-bit form */
 } fo_rule_facts;
@@ -211,7 +213,7 @@ static inline fo_rule_facts fo_rule_info(int32_t rule)
     switch (rule) {
 #define FO_X_RULE(N, S, T, A, Q, QN) \
     case FO_RULE_##N: \
-        f.name = #N; f.states = S; f.t0 = T; f.apart = A; f.q8 = Q; f.q8n = QN; break;
+        f.name = #N; f.states = S; f.t0 = T; f.own16 = A; f.q8 = Q; f.q8n = QN; break;
     FO_RULE_TABLE(FO_X_RULE)
 #undef FO_X_RULE
     default: break;

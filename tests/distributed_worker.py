@@ -150,6 +150,10 @@ CONFIGS = {
     "lars_trust": (fo.LARS, {"lr": 0.1, "weight_decay": 1e-3, "momentum": 0.8}, None),
     # 16-bit parameters whose float32 masters are pieces of a trusted tensor
     "lamb_master_16": (fo.LAMB, {"lr": 1e-2, "master_weights": True}, None),
+    # 8-bit moments of trusted tensors (cut at 4096: whole blocks of both)
+    "lamb_q8_trust": (fo.LAMB, {"lr": 1e-2, "state_dtype": "int8-blockwise"}, [
+        ([0, 2, 8, 10], {}),
+        ([1, 3, 4, 5, 6, 7, 9], {"trust_ratio": False, "state_dtype": "float32"})]),
     # 16-bit parameters exchanged as 16-bit words, float32 masters and states
     "adamw_master_16": (fo.AdamW, {"lr": 1e-2, "master_weights": True}, [
         ([0, 1, 2], {}), ([3, 4, 5], {"weight_decay": 0.1})]),
@@ -277,11 +281,12 @@ def case_equiv():
     # trusted pieces: unscaled in the step, a skipped step, a gradient missing
     run_equiv("lamb_trust", bucket_bytes=1 << 20, scale=2.0, skip_at=1)
     run_equiv("lars_trust", none=[("all", 9)])
+    run_equiv("lamb_q8_trust", bucket_bytes=1 << 20, scale=2.0)
 
 
 def case_resume(phase, ckpt_root):
     for name in ("nesterov_agc_groups", "adam_schedule", "nadam_groups", "adamw_8bit",
-                 "lamb_groups", "lamb_trust", "adamw_master_16"):
+                 "lamb_groups", "lamb_trust", "lamb_q8_trust", "adamw_master_16"):
         resume_one(name, phase, os.path.join(ckpt_root, name))
 
 

@@ -242,16 +242,14 @@ def test_the_key_reads_back_as_a_64_bit_integer():
     assert t.key == 2**64 - 1 and S["fastopt_tensor"].key.size == 8
 
 
-@pytest.mark.parametrize("case", ["value", "float64", "lamb"])
+@pytest.mark.parametrize("case", ["value", "float64"])
 def test_bad_states_are_refused_by_name(case):
     x, g, m, v = _bf16_model(5, n=64)
     states, rule = C["FASTOPT_STATES_BF16"], RULE["adamw_torch"]
     if case == "value":
         states = 7
-    elif case == "float64":
-        x, g = x.astype(np.float64), g.astype(np.float64)
     else:
-        rule = C["FASTOPT_RULE_LAMB"]
+        x, g = x.astype(np.float64), g.astype(np.float64)
     grp = new("fastopt_group", rule=rule, t=1, lr=1e-2, alpha=0.9, beta=0.999, eps=1e-8)
     before = [a.tobytes() for a in (x, m, v)]
     rc, res = step([tensor(x, g, m, v, states=states)], [grp])

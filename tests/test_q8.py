@@ -148,6 +148,11 @@ def _calls():
         ("adagrad", fastopt.adagrad, ["state_sums"], dict(step=3, lr=0.1, lr_decay=0.01)),
         ("rmsprop", fastopt.rmsprop, ["square_avgs"], dict(lr=1e-2, weight_decay=0.05)),
         ("lion", fastopt.lion, ["exp_avgs"], dict(lr=1e-3, weight_decay=0.1)),
+        # the trust pass reads LAMB's moments widened as the update widens them
+        ("lamb", fastopt.lamb, ["exp_avgs", "exp_avg_sqs"],
+         dict(step=3, lr=1e-2, weight_decay=0.1)),
+        ("lars", fastopt.lars, ["momentum_buffers"], dict(lr=0.1, momentum=0.9,
+                                                          weight_decay=0.01, nesterov=True)),
     ]
 
 
@@ -352,7 +357,7 @@ def test_bad_8bit_inputs_raise_and_write_nothing():
 def test_the_rules_table_says_which_rules_have_8bit_states():
     have = {r.name for r in _rules.RULES if r.q8 >= 0}
     assert have == {"sgd_torch", "adagrad_torch", "adam_torch", "adamw_torch",
-                    "rmsprop_torch", "lion"}
+                    "rmsprop_torch", "lion", "lamb", "lars"}
     assert _rules.RULES[_rules.ID["adamw_torch"]].q8 == 2     # exp_avg_sq unsigned
 
 

@@ -262,7 +262,7 @@ def test_a_group_state_dtype_is_checked(opts, msg):
 
 @pytest.mark.parametrize("make,msg", [
     (lambda xs: fastopt.optim.Adamax(xs, state_dtype=Q8), "not available for Adamax"),
-    (lambda xs: fastopt.optim.LAMB(xs, state_dtype=Q8), "not available for LAMB"),
+    (lambda xs: fastopt.optim.NAdam(xs, state_dtype=Q8), "not available for NAdam"),
     (lambda xs: fastopt.optim.AdamW(xs, amsgrad=True, state_dtype=Q8),
      r"param_groups\[0\] use 3 states of adamw, and only exp_avg, exp_avg_sq have"),
     (lambda xs: fastopt.optim.RMSprop(xs, momentum=0.9, state_dtype=Q8),

@@ -9,7 +9,7 @@ from fastopt import _dtypes, _ext, _rules, _step
 
 def test_rules_agree_with_the_c_table():
     c = _ext.tables()["rules"]
-    py = [(r.name.upper(), len(r.states), r.t0, r.apart, r.q8, r.q8n) for r in _rules.RULES]
+    py = [(r.name.upper(), len(r.states), r.t0, r.own16, r.q8, r.q8n) for r in _rules.RULES]
     assert py == c
 
 

@@ -192,8 +192,13 @@ def test_refusals_write_nothing():
     with pytest.raises(ValueError, match="state_dtype must be None, 'float32', "
                        "'bfloat16'.*'int8-blockwise', got 'float16'"):
         ft.Adam([q], state_dtype="float16")
-    with pytest.raises(ValueError, match="state_dtype='bfloat16' is not available for LAMB"):
-        ft.LAMB([q], state_dtype="bfloat16")
+    b = torch.nn.Parameter(torch.ones(3, dtype=torch.bfloat16))
+    b.grad = torch.ones(3, dtype=torch.bfloat16)
+    opt = ft.LAMB([b], state_dtype="bfloat16")     # its trust pass reads float parameters
+    with pytest.raises(TypeError, match=r"torch.bfloat16 ones through float32 masters "
+                       r"\(pass master_weights=True\)"):
+        opt.step()
+    assert torch.equal(b.detach(), torch.ones(3, dtype=torch.bfloat16)) and not opt.state
     with pytest.raises(TypeError, match="master_weights must be True or False"):
         ft.Adam([q], master_weights=1)
     with pytest.raises(ValueError, match="state_rounding must be"):

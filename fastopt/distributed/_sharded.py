@@ -130,11 +130,11 @@ class ShardedOptimizer:
             hyper = {k: v for k, v in pg.items() if k != "params"}
             self.param_groups.append(dict(hyper, params=None))
             clip = hyper.get("clipping")
-            eight, whole = _states.group_eight(probe, pg), trusted(cls, hyper)
+            eight, trust = _states.group_eight(probe, pg), trusted(cls, hyper)
             for j, p in enumerate(g["params"]):
                 c = clip[j] if isinstance(clip, list) else clip
                 rule, unit = cut_rule(p.shape, c is not None, hyper.get("clip_layout", "oi"),
-                                      eight and p.size >= _states.MIN_8BIT_SIZE, whole)
+                                      eight and p.size >= _states.MIN_8BIT_SIZE, trust)
                 specs.append((_native(p.dtype), p.shape, gi, rule, unit))
                 self._originals.append(p)
         self._specs = specs

@@ -9,9 +9,10 @@ optimizer around one exchange:
 1. the trust pass alone over the rank's pieces: two sums per block (of
    x*x and of w*w, w the rule's update before the ratio), nothing written;
 2. an Allgatherv of every rank's block sums;
-3. per trusted tensor, its blocks' sums added in the tensor's block order
-   from 0.0 (each rank adds the same numbers in the same order), and the
-   step with those two sums given for each of the rank's pieces.
+3. per trusted tensor the rank holds, its blocks' sums added in the
+   tensor's block order from 0.0 (a sequential accumulation: the same
+   additions in the same order on every rank), and the step with those two
+   sums given for each of the rank's pieces.
 
 One process adds the same block sums in the same order, so every ratio,
 and with it every parameter and state, is the single-process optimizer's
@@ -19,10 +20,20 @@ bit for bit at every world size (docs/distributed.md).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ._comm import mpi_type, raise_agreed
 from ._layout import TRUST_BLOCK
+
+
+class Plan(NamedTuple):
+    """The exchange for one pattern of present gradients."""
+    counts: list    # doubles each rank sends (2 per block)
+    displs: list    # where each rank's land in the gathered array
+    sums: list      # per trusted piece of this rank: its tensor's block positions
+    #                 in the gathered array, in the tensor's block order
 
 
 def trusted_pieces(opt, rank: int, has) -> list:
@@ -38,34 +49,49 @@ def _blocks(p) -> int:
     return -(-(p.hi - p.lo) // TRUST_BLOCK)
 
 
-def sums_given(opt, every, has) -> np.ndarray:
-    """From every rank's block sums (concatenated in rank order), this
-    rank's trust_in: per piece, its whole tensor's two sums."""
-    blocks: dict = {}
-    pos = 0
+def plan(opt, has) -> Plan:
+    """The exchange for this step's present gradients (kept for the last
+    pattern: the layout is fixed, so only missing gradients change it)."""
+    key = tuple(bool(h) for h in has)
+    cached = getattr(opt, "_trust_plan", None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    where: dict = {}        # tensor index -> [(position in the tensor, block k)]
+    counts, k = [], 0
     for r in range(opt.world):
+        n = 0
         for p in trusted_pieces(opt, r, has):
             for b in range(_blocks(p)):
-                blocks.setdefault(p.tensor.index, []).append(
-                    (p.lo + b * TRUST_BLOCK, float(every[pos]), float(every[pos + 1])))
-                pos += 2
-    totals = {}
-    for k, bs in blocks.items():
-        sx = sw = 0.0
-        for _, a, b in sorted(bs):          # the tensor's block order
-            sx += a
-            sw += b
-        totals[k] = (sx, sw)
-    return np.array([v for p in trusted_pieces(opt, opt.rank, has)
-                     for v in totals[p.tensor.index]], np.float64)
+                where.setdefault(p.tensor.index, []).append((p.lo + b * TRUST_BLOCK, k))
+                k += 1
+                n += 1
+        counts.append(2 * n)
+    order = {t: np.array([k for _, k in sorted(bs)], np.intp) for t, bs in where.items()}
+    displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist()
+    out = Plan(counts, displs, [order[p.tensor.index]
+                                for p in trusted_pieces(opt, opt.rank, has)])
+    opt._trust_plan = (key, out)
+    return out
+
+
+def sums_given(pl: Plan, every) -> np.ndarray:
+    """This rank's trust_in from every rank's block sums: per trusted piece,
+    its whole tensor's two sums, each the sequential sum of its blocks' in
+    block order (np.add.accumulate adds one at a time, left to right)."""
+    xx, ww = every[0::2], every[1::2]
+    out = np.empty(2 * len(pl.sums), np.float64)
+    for j, idx in enumerate(pl.sums):
+        out[2 * j] = np.add.accumulate(xx[idx])[-1]
+        out[2 * j + 1] = np.add.accumulate(ww[idx])[-1]
+    return out
 
 
 def step(opt, f, per, grad_scale, has):
     """The inner optimizer's step with the whole tensors' trust ratios
     (every rank calls it: it is collective). Returns the error of the
     update, if it failed, for the caller to raise on every rank."""
-    mine = 2 * sum(_blocks(p) for p in trusted_pieces(opt, opt.rank, has))
-    out = np.zeros(mine, np.float64)
+    pl = plan(opt, has)
+    out = np.zeros(pl.counts[opt.rank], np.float64)
     err = None
     if opt.inner is not None:
         try:
@@ -74,18 +100,16 @@ def step(opt, f, per, grad_scale, has):
             err = RuntimeError(f"{f}: the trust ratio's pass failed ({type(exc).__name__}: "
                                f"{exc}); nothing was written")
     raise_agreed(opt.comm, err)
-    counts = [2 * sum(_blocks(p) for p in trusted_pieces(opt, r, has))
-              for r in range(opt.world)]
-    every = np.empty(sum(counts), np.float64)
+    every = np.empty(sum(pl.counts), np.float64)
     if opt.world > 1:
-        displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist()
-        opt.comm.Allgatherv(out, [every, counts, displs, mpi_type(np.dtype(np.float64))])
+        opt.comm.Allgatherv(out, [every, pl.counts, pl.displs,
+                                  mpi_type(np.dtype(np.float64))])
     else:
         every[:] = out
     if opt.inner is None:
         return None
     try:
-        opt.inner._step_trust(per, grad_scale, trust_in=sums_given(opt, every, has))
+        opt.inner._step_trust(per, grad_scale, trust_in=sums_given(pl, every))
     except Exception as exc:  # noqa: BLE001 - raised on every rank by the caller
         return RuntimeError(f"{f}: the shard update failed after the gradients were "
                             f"reduced ({type(exc).__name__}: {exc}); the ranks' states "

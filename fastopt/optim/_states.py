@@ -142,12 +142,6 @@ def check_apart(opt, f) -> None:
         if dt == _NAMES["bfloat16"] and group.get("clipping") is not None:
             raise ValueError(f"{f}: state_dtype='bfloat16' does not combine with AGC "
                              f"clipping (param_groups[{gi}] clips)")
-    row = _row(opt)                        # a table rule's C row, or the row's name
-    if dt == _NAMES["bfloat16"] and row in _rules.ID and _rules.ID[row] in \
-            _rules.OWN_TYPE_STATES:
-        raise ValueError(f"{f}: state_dtype='bfloat16' is not available for "
-                         f"{type(opt).__name__}: its trust pass reads the states in "
-                         f"their parameters' dtype")
 
 
 def dtype_of(opt, p) -> np.dtype:

@@ -117,7 +117,7 @@ master of each in ``state[p]['master_param']``, runs the rule on the
 masters with the 16-bit gradients widened exactly (the float32 step's bits),
 and writes each new master into its parameter, rounded as ``.to()``
 rounds, in the same C pass. float32/float64 parameters are their own
-masters. With ``state_dtype="bfloat16"`` (the drop-ins but LAMB and LARS)
+masters. With ``state_dtype="bfloat16"`` (every drop-in of a torch-form rule)
 the rule's states are kept in bfloat16, for float32 parameters or masters:
 first moments round to nearest, and the slots that nearest rounding would
 stall round stochastically (``state_rounding``; parameter k's rounding is

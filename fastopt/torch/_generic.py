@@ -87,7 +87,7 @@ def _doc(rule) -> str:
               "master_weights, state_dtype, state_rounding, seed",
               "    Mixed precision: bfloat16/float16 parameters through float32",
               ("    masters (else updated in their own type), bfloat16 states (see"
-               if _rules.RULES[_rules.ID[rule.row]].apart else
+               if _rules.RULES[_rules.ID[rule.row]].own16 else
                "    masters, bfloat16 states (see"),
               "    the module, \"Mixed precision\").",
               "", "Notes", "-----",

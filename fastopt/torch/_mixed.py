@@ -90,11 +90,11 @@ def check(f, cls, master_weights, state_dtype, state_rounding, seed, flat) -> Mi
                              f"{state_dtype!r}")
     flags = _step.rounding_flags(f, state_rounding)
     seed = _step.check_seed(f, seed)
-    # 16-bit parameters in their own type: the rules whose states may be
-    # stored apart (a trust pass reads float parameters); their states
-    # round to nearest as torch's do unless state_dtype or state_rounding
-    # says otherwise
-    own = cls._ROW in _rules.ID and _rules.RULES[_rules.ID[cls._ROW]].apart
+    # 16-bit parameters in their own type: every rule but LAMB and LARS
+    # (their trust pass reads float parameters); their states round to
+    # nearest as torch's do unless state_dtype or state_rounding says
+    # otherwise
+    own = cls._ROW in _rules.ID and _rules.RULES[_rules.ID[cls._ROW]].own16
     if own and not flags and dt is None:
         flags = _step.ROUNDING["nearest"]
     out = Mixed(master_weights, dt, flags, seed, own, q8)
@@ -105,11 +105,6 @@ def check(f, cls, master_weights, state_dtype, state_rounding, seed, flat) -> Mi
     if q8 and master_weights:
         raise ValueError(f"{f}: state_dtype='int8-blockwise' keeps the states of float32 "
                          f"parameters; it does not combine with master_weights")
-    if out.state_dtype is _BF16:
-        if not own:
-            raise ValueError(f"{f}: state_dtype='bfloat16' is not available for "
-                             f"{cls.__name__}: its trust pass reads the states in their "
-                             f"parameters' dtype")
     if (master_weights or dt is not None or q8) and flat:
         raise ValueError(f"{f}: flat=True does not combine with master_weights or "
                          f"state_dtype; leave flat at False")

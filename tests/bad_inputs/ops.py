@@ -362,10 +362,6 @@ CASES = [
     Case("adamw", "decay_mode = 'after'", lambda: q8(decay_mode="after"), ValueError,
          "fastopt.adamw: decay_mode must be 'torch' (the weight decay before the update) or "
          "'bnb' (after it), got 'after'"),
-    Case("lamb", "bfloat16 states", lambda: adw(), TypeError,
-         "fastopt.lamb: exp_avgs[0] has dtype bfloat16 but its parameter has float32; LAMB's "
-         "and LARS's states keep their parameter's dtype (their trust pass reads them as "
-         "stored)"),
     # --- 8-bit states (fastopt.State8bit; fastopt.adamw stands for every rule)
     Case("adamw", "8-bit codes of dtype int8", lambda: q8(m=State8bit(
         np.zeros(3, np.int8), np.zeros(1, F32))), TypeError,
@@ -388,7 +384,7 @@ CASES = [
          "other states of params[0] are 8-bit; a parameter's states are stored alike"),
     Case("adamax", "8-bit states", lambda: q8(), ValueError,
          "fastopt.adamax: exp_avgs[0] is an 8-bit state, but the rule adamax has none "
-         "(8-bit states: sgd, adagrad, adam, adamw, rmsprop, lion)"),
+         "(8-bit states: sgd, adagrad, adam, adamw, rmsprop, lion, lamb, lars)"),
     Case("adam", "8-bit states with amsgrad", lambda: q8(
         amsgrad=True, max_exp_avg_sqs=State8bit.zeros(3, signed=False)), ValueError,
         "fastopt.adam: exp_avgs[0] is an 8-bit state, but the options given use 3 states of "

@@ -92,9 +92,6 @@ OPTIM_CASES = [
          OP + "RMSprop: state_dtype='int8-blockwise': the options of param_groups[0] use 2 "
               "states of rmsprop, and only square_avg has an 8-bit form; use float32 states "
               "with these options"),
-    Case("optim.LAMB", "state_dtype = 'bfloat16'", opt_ctor(arr(), state_dtype="bfloat16"),
-         ValueError, OP + "LAMB: state_dtype='bfloat16' is not available for LAMB: its trust "
-                          "pass reads the states in their parameters' dtype"),
     Case("optim.OnnxMomentum", "nesterov = 1 (not a bool)", opt_ctor(arr(), lr=0.1, nesterov=1),
          TypeError, OP + "OnnxMomentum: nesterov must be True or False, got int"),
     Case("optim.OnnxMomentum", "schedule not callable", opt_ctor(arr(), schedule=0.1), TypeError,
