@@ -148,6 +148,12 @@ void step_copy_out(int32_t wt, int64_t n, const float *x, void *w);
  * bfloat16, stochastically (element k with the bits of index i0 + k in
  * the stream h: half.h, fo_sr_bits). */
 void step_states_widen(int32_t st, int64_t n, const uint16_t *s, float *out);
+/* float16 gradients widened by the CPU's conversion instruction, where
+ * step_f16_hw() says the CPU and the build have it (else the rule widens
+ * them in its loop): exact, a NaN keeping its bits as fo_f16_to_f32 keeps
+ * them. */
+int step_f16_hw(void);
+void step_widen_f16_hw(int64_t n, const uint16_t *h, float *out);
 void step_states_nearest(int32_t st, int64_t n, const float *v, uint16_t *s);
 void step_states_stochastic(int64_t n, const float *v, uint16_t *s, uint64_t h,
                             uint64_t i0);

@@ -175,6 +175,31 @@ def test_every_rule_on_16bit_gradients_equals_it_on_widened_ones(name, fn, state
                     np.testing.assert_array_equal(bits(a), bits(b))
 
 
+@pytest.mark.parametrize("n", [17, 1000, 4113])
+def test_float16_gradients_keep_every_special_value_as_numpy_widens_it(n):
+    """float16 gradients are widened by the CPU's instruction where it has
+    one, a tile at a time, and by the exact loop for a vector that holds a
+    NaN or an infinity: the widened bits are NumPy's for every value, a
+    signalling NaN's quiet bit included. torch SGD's first step stores the
+    gradient itself in its buffer, so the buffer shows them bit for bit."""
+    rng = np.random.default_rng(n)
+    g = (rng.standard_normal(n) * 3).astype(np.float16)
+    words = g.view(np.uint16)
+    specials = [0x7d01, 0xfd55, 0x7e01, 0x7c00, 0xfc00, 0x0001, 0x83ff, 0x8000, 0x7bff]
+    at = rng.choice(n, size=min(n, 3 * len(specials)), replace=False)
+    words[at[::3]] = np.resize(specials, len(at[::3]))
+    words[np.arange(0, n, 97)] = 0x03ff                 # subnormals in clean vectors too
+    x0 = rng.standard_normal(n).astype(np.float32)
+    for nth in (1, 3):
+        xa, xb = x0.copy(), x0.copy()
+        ba, bb = np.zeros(n, np.float32), np.zeros(n, np.float32)
+        fastopt.sgd(xa, g, ba, lr=0.1, momentum=0.9, step=1, n_threads=nth)
+        fastopt.sgd(xb, g.astype(np.float32), bb, lr=0.1, momentum=0.9, step=1, n_threads=nth)
+        np.testing.assert_array_equal(bits(ba), bits(g.astype(np.float32)))
+        np.testing.assert_array_equal(bits(ba), bits(bb))
+        np.testing.assert_array_equal(bits(xa), bits(xb))
+
+
 @pytest.mark.parametrize("gdt", HALVES, ids=str)
 def test_the_onnx_rules_on_16bit_gradients_equal_them_on_widened_ones(gdt):
     rng = np.random.default_rng(5)
