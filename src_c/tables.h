@@ -89,8 +89,8 @@
  * master weights): parameters, gradients and states of one 16-bit type,
  * a tile of the parameters widened and rounded to nearest like the
  * states'; their float16 states round to nearest only. A rule whose row
- * has APART 0 keeps its states in its parameters' type and takes no
- * 16-bit parameters.
+ * has OWN16 0 takes no 16-bit parameters (its states may still be stored
+ * apart from float32 ones).
  */
 #define FO_SPAIR_TABLE(X) \
     X(F32_SBF16, F32, F32, BF16, F32) \

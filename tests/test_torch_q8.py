@@ -317,8 +317,10 @@ def test_a_16bit_parameter_or_a_bad_state_is_refused_with_nothing_written():
      lambda t: dict(lr=1e-2, alpha=0.9)),
     (lambda ps: ft.Lion8bit(ps, weight_decay=0.1), fastopt.lion,
      ("exp_avg",), lambda t: dict(lr=1e-4, betas=(0.9, 0.99), weight_decay=0.1)),
+    (lambda ps: ft.LARS(ps, lr=0.1, weight_decay=0.01, state_dtype=Q8), fastopt.lars,
+     ("momentum_buffer",), lambda t: dict(lr=0.1, weight_decay=0.01)),
 ], ids=["SGD", "Adagrad", "RMSprop", "Lion", "SGD8bit", "Adagrad8bit", "RMSprop8bit",
-        "Lion8bit"])
+        "Lion8bit", "LARS"])
 def test_the_one_state_drop_ins_with_8bit_states_step_as_the_function(make, fn, names, kw):
     ps = _params()
     opt = make(ps)
@@ -403,3 +405,16 @@ def test_a_group_state_dtype_other_than_float32_or_8bit_is_refused(value):
                                          r"'int8-blockwise' or 'float32'"):
         ft.Adam8bit([{"params": _params()[:1]},
                      {"params": _params()[1:], "state_dtype": value}])
+
+
+@pytest.mark.parametrize("cls", ["LAMB", "LARS"])
+def test_lamb_and_lars_states_are_not_handed_to_bitsandbytes(cls):
+    """bitsandbytes' LAMB8bit and LARS8bit clip the update (optax's ratio is
+    fastopt's rule), so their state dicts are not offered to them."""
+    ps = _params()
+    opt = getattr(ft, cls)(ps, state_dtype=Q8)
+    for p, g in zip(ps, _grads(ps, 1)):
+        p.grad = g
+    opt.step()
+    with pytest.raises(ValueError, match=f"{cls} is optax's rule; bitsandbytes' {cls}8bit"):
+        ft.to_bitsandbytes(opt)

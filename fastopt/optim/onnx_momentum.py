@@ -69,14 +69,13 @@ class OnnxMomentum(_Optimizer):
         The states' dtype: None keeps each parameter's own; "bfloat16"
         halves their memory for float32 parameters (or masters): each step
         widens them exactly, updates them as float32 states and rounds them
-        back (docs/semantics.md, "bfloat16 states"). Not with AGC clipping,
-        nor for LAMB and LARS, whose states keep their parameters' dtype.
+        back (docs/semantics.md, "bfloat16 states"). Not with AGC clipping.
         "int8-blockwise" keeps the states of float32 parameters of 4096
         elements or more in bitsandbytes' 8-bit blockwise format
         (:class:`fastopt.State8bit` entries in :attr:`state`; smaller ones,
         and those of a group with ``"state_dtype": "float32"``, in float32),
-        for SGD, Adagrad, Adam, AdamW, RMSprop (no momentum, not centred)
-        and Lion (docs/semantics.md, "8-bit states").
+        for SGD, Adagrad, Adam, AdamW, RMSprop (no momentum, not centred),
+        Lion, LAMB and LARS (docs/semantics.md, "8-bit states").
     state_rounding : {"auto", "nearest", "stochastic"}, default "auto"
         How bfloat16 states are rounded back (as :func:`fastopt.adamw`'s
         argument): "auto" rounds stochastically the states nearest rounding

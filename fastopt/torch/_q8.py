@@ -184,7 +184,14 @@ def to_bitsandbytes(opt) -> dict:
     ``qmap2``, nested under ``__bnb_optimizer_quant_state__`` as
     bitsandbytes' own ``state_dict`` nests them; the count an int, 1 for
     SGD, which keeps none; each group with bitsandbytes' ``betas`` and ``eps`` too), for its
-    optimizers' ``load_state_dict``."""
+    optimizers' ``load_state_dict``. LAMB and LARS are refused: they are
+    optax's rules, and bitsandbytes' optimizers of those names clip the
+    update instead (LARS's trace also holds steps scaled by -lr)."""
+    if getattr(opt, "_ROW", None) in ("lamb", "lars"):
+        raise ValueError(f"fastopt.torch.to_bitsandbytes: {type(opt).__name__} is optax's "
+                         f"rule; bitsandbytes' {type(opt).__name__}8bit follows another "
+                         f"(it clips the update by max_unorm), so its state would be "
+                         f"misread there")
     sd = opt.state_dict()
     names_at = _names(opt)
     out = {}
