@@ -120,14 +120,6 @@ STEP_CONVERT(step_widen_f16, uint16_t, float, fo_f16_to_f32)
  * stream h (fo_sr_bits; the loop runs over pieces whose indices share
  * their high 32 bits, so that its body is 32-bit integer arithmetic, which
  * vectorizes). */
-void step_states_widen(int32_t st, int64_t n, const uint16_t *s, float *out)
-{
-    if (st == FO_BF16)
-        step_widen_bf16(n, s, out);
-    else
-        step_widen_f16(n, s, out);
-}
-
 int step_f16_hw(void)
 {
 #ifdef HALF_SIMD
@@ -137,6 +129,8 @@ int step_f16_hw(void)
 #endif
 }
 
+/* float16 -> float: the AVX-512F loop, or the portable one (every float16
+ * widening of the kernels: gradient tiles, states, 16-bit parameters) */
 void step_widen_f16_hw(int64_t n, const uint16_t *h, float *out)
 {
 #ifdef HALF_SIMD
@@ -146,6 +140,14 @@ void step_widen_f16_hw(int64_t n, const uint16_t *h, float *out)
     }
 #endif
     step_widen_f16(n, h, out);
+}
+
+void step_states_widen(int32_t st, int64_t n, const uint16_t *s, float *out)
+{
+    if (st == FO_BF16)
+        step_widen_bf16(n, s, out);
+    else
+        step_widen_f16_hw(n, s, out);
 }
 
 /* float32 -> bfloat16 to nearest: the AVX-512F loop, or the portable one */
@@ -218,7 +220,7 @@ int fo_convert(const void *src, int32_t st, void *dst, int32_t dt, int64_t n)
     else if (dt == FO_F32 && st == FO_BF16)
         step_widen_bf16(n, (const uint16_t *)src, (float *)dst);
     else if (dt == FO_F32 && st == FO_F16)
-        step_widen_f16(n, (const uint16_t *)src, (float *)dst);
+        step_widen_f16_hw(n, (const uint16_t *)src, (float *)dst);
     else
         return FO_EINVAL;
     return FO_OK;
