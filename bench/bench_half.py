@@ -15,6 +15,20 @@ float32 masters and states; per element, the bytes each variant must move
     st+g nearest    the same, every state rounded to nearest            18 B
     ceiling         the probe over 4 read and 3 written float32 arrays  28 B
 
+Peers in the same rounds, when importable (install them in the bench's own
+environment; fastopt depends on neither):
+
+    torch fused     torch.optim.AdamW(fused=True), float32 grads        28 B
+    DeepSpeedCPUAdam  its step alone, float32 grads                     28 B
+    ds offload      DeepSpeed's CPU sequence for the offload step: the
+                    bf16 grads upcast into float32 buffers (copy_, 2+4),
+                    their norm (4), unscale and clip (mul_, 4+4),
+                    DeepSpeedCPUAdam (28), the cast into the bf16 copy
+                    (copy_, 4+2)                                         52 B
+
+Peer threads: torch.set_num_threads(n); DeepSpeed's OpenMP loop takes
+OMP_NUM_THREADS, so run one thread count a process with it set.
+
 The offload step is the CPU half of offloaded training in one call:
 ``fastopt.adamw(masters, bf16 grads, m, v, grad_scale=, skip_if_nonfinite=,
 max_grad_norm=, param_copies=bf16 params)``. Each variant's
@@ -22,11 +36,13 @@ ratio to fp32 is the median of the per-round quotients, the calls
 interleaved in a rotating order.
 
     python bench/bench_half.py                     # 1x5e7 and ResNet-50, 1 and 2 threads
-    python bench/bench_half.py --seconds 5 --threads 1
+    OMP_NUM_THREADS=1 python bench/bench_half.py --threads 1    # with the peers
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import math
 import os
 import sys
 
@@ -43,7 +59,7 @@ ADAMW = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
 BYTES = {"fp32": 28, "bf16 grads": 26, "f16 grads": 26, "fp32 + copy": 30,
          "bf16 g + copy": 28, "offload": 30,
          "bf16 + astype": 32, "bf16 states": 20, "bf16 st+grads": 18, "st+g nearest": 18,
-         "ceiling": 28}
+         "ceiling": 28, "torch fused": 28, "DeepSpeedCPUAdam": 28, "ds offload": 52}
 
 
 def calls(shapes, nth, seed=0):
@@ -67,11 +83,13 @@ def calls(shapes, nth, seed=0):
         ws = [np.zeros(s, bf16) for s in shapes] if copy else None
         out[name] = (lambda xs=xs, gs=gs, ms=ms, vs=vs, ws=ws: fastopt.adamw(
             xs, gs, ms, vs, step=1, **ADAMW, param_copies=ws, n_threads=nth))
-    xs, ms, vs = state()
-    ws = [np.zeros(s, bf16) for s in shapes]
+    # (its own names: a closure over xs, ms, vs would see the bf16 states
+    # the loop below binds to them)
+    xo, mo, vo = state()
+    wo = [np.zeros(s, bf16) for s in shapes]
     out["offload"] = lambda: fastopt.adamw(
-        xs, g16, ms, vs, step=1, **ADAMW, grad_scale=1024.0, skip_if_nonfinite=True,
-        max_grad_norm=1e9, param_copies=ws, n_threads=nth)
+        xo, g16, mo, vo, step=1, **ADAMW, grad_scale=1024.0, skip_if_nonfinite=True,
+        max_grad_norm=1e9, param_copies=wo, n_threads=nth)
     xa, ma, va = state()
     wa = [np.zeros(s, bf16) for s in shapes]
 
@@ -86,7 +104,60 @@ def calls(shapes, nth, seed=0):
         ms, vs = ([np.zeros(s, bf16) for s in shapes] for _ in range(2))
         out[name] = (lambda xs=xs, gs=gs, ms=ms, vs=vs, how=how: fastopt.adamw(
             xs, gs, ms, vs, step=1, **ADAMW, state_rounding=how, n_threads=nth))
+    out.update(peers(shapes, nth, g32, g16, rng))
     return with_ceiling(out, shapes, nth)
+
+
+def peers(shapes, nth, g32, g16, rng) -> dict:
+    """{name: callable} of the peers that import (see the module): each on
+    float32 parameters of its own, the gradients' memory shared."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    torch.set_num_threads(nth)
+
+    def params():
+        return [torch.nn.Parameter(torch.from_numpy(rng.standard_normal(s, dtype=np.float32)))
+                for s in shapes]
+
+    out = {}
+    ps = params()
+    for p, g in zip(ps, g32):
+        p.grad = torch.from_numpy(g)
+    out["torch fused"] = torch.optim.AdamW(ps, **ADAMW, fused=True).step
+    if importlib.util.find_spec("deepspeed") is None:
+        return out
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+    ps = params()
+    for p, g in zip(ps, g32):
+        p.grad = torch.from_numpy(g)
+    out["DeepSpeedCPUAdam"] = DeepSpeedCPUAdam(ps, adamw_mode=True, **ADAMW).step
+    ps = params()
+    gt = [torch.from_numpy(g.view(np.int16)).view(torch.bfloat16) for g in g16]
+    for p in ps:
+        p.grad = torch.zeros_like(p)
+    ws = [torch.zeros(s, dtype=torch.bfloat16) for s in shapes]
+    ds = DeepSpeedCPUAdam(ps, adamw_mode=True, **ADAMW)
+    scale, max_norm = 1024.0, 1e9
+
+    def ds_offload():
+        # as ZeRO-Offload's CPU step: upcast, norm (and the overflow
+        # check), unscale and clip in one multiply, the step, the cast
+        for p, g in zip(ps, gt):
+            p.grad.copy_(g)
+        norm = float(torch.linalg.vector_norm(torch.stack(
+            torch._foreach_norm([p.grad for p in ps]))))
+        if not math.isfinite(norm):
+            return
+        clip = (norm / scale + 1e-6) / max_norm
+        combined = clip * scale if clip > 1 else scale
+        torch._foreach_mul_([p.grad for p in ps], 1.0 / combined)
+        ds.step()
+        for w, p in zip(ws, ps):
+            w.copy_(p.detach())
+    out["ds offload"] = ds_offload
+    return out
 
 
 def with_ceiling(out: dict, shapes, nth) -> dict:
@@ -100,15 +171,15 @@ def with_ceiling(out: dict, shapes, nth) -> dict:
     return out
 
 
-def measure(fs, seconds, min_rounds=9):
-    return rotating(fs, seconds, min_rounds)
+def measure(fs, seconds, min_rounds=9, gap=0.0):
+    return rotating(fs, seconds, min_rounds, gap)
 
 
 def report(label, n, times, out=sys.stdout):
     ref = np.array(times["fp32"])
     print(f"{label}: {n:.3g} elements, {len(ref)} rounds, load average "
           f"{os.getloadavg()[0]:.2f}", file=out)
-    print(f"  {'variant':14s} {'p50 ms':>8s} {'p99 ms':>8s} {'/ fp32':>7s} {'floor':>6s} "
+    print(f"  {'variant':16s} {'p50 ms':>8s} {'p99 ms':>8s} {'/ fp32':>7s} {'floor':>6s} "
           f"{'GB/s':>6s}", file=out)
     ceiling = BYTES["ceiling"] * n / np.median(times["ceiling"])
     for k, v in times.items():
@@ -117,13 +188,18 @@ def report(label, n, times, out=sys.stdout):
         rate = BYTES[k] * n / p50
         # moving its bytes faster than the probe moves bytes is not a result
         flag = "  faster than the probe: noise, not a figure" if rate > ceiling * 1.01 else ""
-        print(f"  {k:14s} {p50 * 1e3:8.2f} {np.percentile(v, 99) * 1e3:8.2f} "
+        print(f"  {k:16s} {p50 * 1e3:8.2f} {np.percentile(v, 99) * 1e3:8.2f} "
               f"{np.median(v / ref):7.3f} {BYTES[k] / BYTES['fp32']:6.3f} "
               f"{rate / 1e9:6.1f}{flag}", file=out)
     a = np.array(times["bf16 grads"])
     print(f"  offload / (bf16 grads + astype) "
           f"{np.median(np.array(times['offload']) / np.array(times['bf16 + astype'])):.3f};"
           f" bf16 grads / fp32 {np.median(a / ref):.3f}", file=out)
+    for peer, ours in (("ds offload", "offload"), ("DeepSpeedCPUAdam", "fp32"),
+                       ("torch fused", "fp32")):
+        if peer in times:
+            q = np.median(np.array(times[peer]) / np.array(times[ours]))
+            print(f"  {peer} / {ours} {q:.3f} (above 1: fastopt faster)", file=out)
 
 
 def main(argv=None):
@@ -131,20 +207,24 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--workloads", nargs="+", default=["1x5e7", "resnet50"])
+    ap.add_argument("--gap-ms", type=float, default=20.0,
+                    help="sleep before each call (untimed), so that no call finds the "
+                         "last one's OpenMP threads still spinning on a core")
     args = ap.parse_args(argv)
     shapes = {"1x5e7": [(50_000_000,)], "resnet50": resnet50_shapes()}
     for w in args.workloads:
         for nth in args.threads:
             fs = calls(shapes[w], nth)
             n = sum(int(np.prod(s)) for s in shapes[w])
-            report(f"{w}, {nth} thread(s)", n, measure(fs, args.seconds))
+            report(f"{w}, {nth} thread(s)", n, measure(fs, args.seconds, gap=args.gap_ms / 1e3))
             del fs
 
 
 def test_bench_half_smoke():
     fs = calls([(1000,), (3, 5)], 1)
     times = measure(fs, 0.0, min_rounds=2)
-    assert set(times) == set(BYTES)
+    assert set(BYTES) - {"torch fused", "DeepSpeedCPUAdam", "ds offload"} <= set(times)
+    assert set(times) <= set(BYTES)
 
 
 if __name__ == "__main__":

@@ -152,14 +152,17 @@ def measure(shapes, rule, seconds, min_rounds=7, diagnostic=True):
     return rotating(calls(shapes, rule, diagnostic), seconds, min_rounds)
 
 
-def rotating(fs, seconds, min_rounds):
+def rotating(fs, seconds, min_rounds, gap=0.0):
     """{name: per-round seconds} of the calls fs, one each a round in an
-    order rotated every round, for at least min_rounds rounds and seconds."""
+    order rotated every round, for at least min_rounds rounds and seconds;
+    gap: seconds slept before each call (untimed)."""
     names = list(fs)
     times = {k: [] for k in names}
     start, r = time.perf_counter(), 0
     while r < min_rounds or time.perf_counter() - start < seconds:
         for k in names[r % len(names):] + names[:r % len(names)]:
+            if gap:
+                time.sleep(gap)
             t0 = time.perf_counter()
             fs[k]()
             times[k].append(time.perf_counter() - t0)

@@ -98,6 +98,59 @@ static HALF_AVX512 void half_sr_simd(uint32_t n, const float *v, uint16_t *s, ui
     for (; k < n; k++)
         s[k] = fo_f32_to_bf16_sr(v[k], fo_mix32((lo + k) ^ c) >> 16);
 }
+
+/* Sixteen 16-bit gradients widened in registers (exact: a bfloat16 is the
+ * top half of its float; VCVTPH2PS only quiets a signalling NaN, and a sum
+ * with a NaN is not finite whatever its bits) and unscaled in float as the
+ * norm pass's FO_U: `mode` 1 divides by s, 2 multiplies (a constant after
+ * inlining). */
+static inline HALF_AVX512 __attribute__((always_inline)) __m512 half_u16(
+        const uint16_t *g, int f16, __m512 s, const int mode)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)g);
+    __m512 u = f16 ? _mm512_cvtph_ps(h)
+                   : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return mode == 1 ? _mm512_div_ps(u, s) : mode == 2 ? _mm512_mul_ps(u, s) : u;
+}
+
+/* The norm pass's 32 lanes (step_norm.inc, step_sumsq_body: element i into
+ * lane i % 32, p = (double)u, lane += p * p, in order) over the whole
+ * groups of 32 of g[0..m), in four registers of eight lanes: the same
+ * operations on the same values in the same order, so the same bits.
+ * Returns the elements done. */
+static inline HALF_AVX512 __attribute__((always_inline)) int64_t half_lanes16(
+        int64_t m, const uint16_t *g, int f16, float s, const int mode, double *la)
+{
+    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    const __m512 sv = _mm512_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 32 <= m; i += 32) {
+        __m512 u0 = half_u16(g + i, f16, sv, mode), u1 = half_u16(g + i + 16, f16, sv, mode);
+        __m512d p0 = _mm512_cvtps_pd(_mm512_castps512_ps256(u0));
+        __m512d p1 = _mm512_cvtps_pd(_mm256_castpd_ps(
+            _mm512_extractf64x4_pd(_mm512_castps_pd(u0), 1)));
+        __m512d p2 = _mm512_cvtps_pd(_mm512_castps512_ps256(u1));
+        __m512d p3 = _mm512_cvtps_pd(_mm256_castpd_ps(
+            _mm512_extractf64x4_pd(_mm512_castps_pd(u1), 1)));
+        a0 = _mm512_add_pd(a0, _mm512_mul_pd(p0, p0));
+        a1 = _mm512_add_pd(a1, _mm512_mul_pd(p1, p1));
+        a2 = _mm512_add_pd(a2, _mm512_mul_pd(p2, p2));
+        a3 = _mm512_add_pd(a3, _mm512_mul_pd(p3, p3));
+    }
+    _mm512_storeu_pd(la, a0);
+    _mm512_storeu_pd(la + 8, a1);
+    _mm512_storeu_pd(la + 16, a2);
+    _mm512_storeu_pd(la + 24, a3);
+    return i;
+}
+
+static HALF_AVX512 int64_t half_sumsq16_simd(int64_t m, const uint16_t *g, int f16,
+                                            float s, int mode, double *la)
+{
+    return mode == 1 ? half_lanes16(m, g, f16, s, 1, la)
+         : mode == 2 ? half_lanes16(m, g, f16, s, 2, la)
+                     : half_lanes16(m, g, f16, s, 0, la);
+}
 #endif
 
 /* One loop per direction and type. */
@@ -113,13 +166,6 @@ STEP_CONVERT(step_widen_bf16, uint16_t, float, fo_bf16_to_f32)
 STEP_CONVERT(step_widen_f16, uint16_t, float, fo_f16_to_f32)
 #undef STEP_CONVERT
 
-/* 16-bit values stored apart from the float32 they are computed in (step.c:
- * states, and 16-bit parameters updated in their own type): a tile
- * widened from type st (BF16 or F16), and rounded back to nearest or, for
- * bfloat16, stochastically, element k's bits those of index i0 + k in the
- * stream h (fo_sr_bits; the loop runs over pieces whose indices share
- * their high 32 bits, so that its body is 32-bit integer arithmetic, which
- * vectorizes). */
 int step_f16_hw(void)
 {
 #ifdef HALF_SIMD
@@ -142,7 +188,26 @@ void step_widen_f16_hw(int64_t n, const uint16_t *h, float *out)
     step_widen_f16(n, h, out);
 }
 
-void step_states_widen(int32_t st, int64_t n, const uint16_t *s, float *out)
+int64_t step_sumsq16_lanes(int32_t st, int64_t m, const uint16_t *g, float s, int mode,
+                           double *la)
+{
+#if defined(HALF_SIMD) && FO_STEP_LANES == 32
+    if (half_simd)
+        return half_sumsq16_simd(m, g, st == FO_F16, s, mode, la);
+#endif
+    for (int l = 0; l < FO_STEP_LANES; l++)
+        la[l] = 0.0;
+    return 0;
+}
+
+/* 16-bit values stored apart from the float32 they are computed in (step.c:
+ * states, and 16-bit parameters updated in their own type; the norm pass's
+ * gradient blocks): a tile widened from type st (BF16 or F16), and rounded
+ * back to nearest or, for bfloat16, stochastically, element k's bits those
+ * of index i0 + k in the stream h (fo_sr_bits; the loop runs over pieces
+ * whose indices share their high 32 bits, so that its body is 32-bit
+ * integer arithmetic, which vectorizes). */
+void step_widen16(int32_t st, int64_t n, const uint16_t *s, float *out)
 {
     if (st == FO_BF16)
         step_widen_bf16(n, s, out);

@@ -137,23 +137,29 @@ static inline double step_exact_inverse(double s, int f32)
     return inv;
 }
 
-/* step_norm.c: check a gradient list and fill gr (and view, if not NULL,
- * with x = g and no states); FO_OK or FO_EINVAL. */
 /* The rounded copy of n new float32 parameters x into w, of type wt (a
  * row of FO_COPY_TABLE): half.c. */
 void step_copy_out(int32_t wt, int64_t n, const float *x, void *w);
 
-/* half.c: 16-bit states (and parameters) stored apart, a tile of type st
- * (FO_BF16 or FO_F16) widened to float and rounded back to nearest, or, in
- * bfloat16, stochastically (element k with the bits of index i0 + k in
- * the stream h: half.h, fo_sr_bits). */
-void step_states_widen(int32_t st, int64_t n, const uint16_t *s, float *out);
+/* half.c: n 16-bit values of type st (FO_BF16 or FO_F16) widened to float
+ * exactly (states and parameters stored apart, the norm pass's gradient
+ * blocks). States are rounded back to nearest, or, in bfloat16,
+ * stochastically (element k with the bits of index i0 + k in the stream
+ * h: half.h, fo_sr_bits). */
+void step_widen16(int32_t st, int64_t n, const uint16_t *s, float *out);
 /* float16 gradients widened by the CPU's conversion instruction, where
  * step_f16_hw() says the CPU and the build have it (else the rule widens
  * them in its loop): exact, a NaN keeping its bits as fo_f16_to_f32 keeps
  * them. */
 int step_f16_hw(void);
 void step_widen_f16_hw(int64_t n, const uint16_t *h, float *out);
+/* The norm pass's FO_STEP_LANES lanes over 16-bit gradients of type st
+ * (step_norm.inc, step_sumsq_body, in float as FO_U with s and mode) by
+ * half.c's AVX-512F loop, which widens in registers: la[] as that body
+ * leaves it after the returned count of elements (a multiple of the
+ * lanes; 0, la[] zero, where the CPU or the build has no such loop). */
+int64_t step_sumsq16_lanes(int32_t st, int64_t m, const uint16_t *g, float s, int mode,
+                           double *la);
 void step_states_nearest(int32_t st, int64_t n, const float *v, uint16_t *s);
 void step_states_stochastic(int64_t n, const float *v, uint16_t *s, uint64_t h,
                             uint64_t i0);
@@ -182,6 +188,8 @@ int fo_q8_store(const float *v, int64_t n, int32_t kind, uint8_t *c, float *absm
  * index i0 (step_states_stochastic). FO_OK, or FO_EINVAL for n < 0. */
 int fo_round_stochastic(const float *v, uint16_t *s, int64_t n, uint64_t h, uint64_t i0);
 
+/* step_norm.c: check a gradient list and fill gr (and view, if not NULL,
+ * with x = g and no states); FO_OK or FO_EINVAL. */
 int step_grad_list(const void *const *gs, const int64_t *ns,
                    const int32_t *dtypes, int64_t nt, step_grad *gr,
                    fo_tensor *view, int64_t *nb, int64_t *bytes);

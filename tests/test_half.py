@@ -257,6 +257,37 @@ def test_global_norm_and_clip_of_16bit_gradients():
             np.testing.assert_array_equal(bits(a), bits(b.astype(gdt)))
 
 
+@pytest.mark.parametrize("gdt", HALVES, ids=lambda d: np.dtype(d).name)
+def test_the_norm_of_16bit_gradients_is_that_of_the_widened_ones_bit_for_bit(gdt):
+    """The norm pass sums 16-bit gradients widened in registers where the
+    CPU has AVX-512F (src_c/half.c), else widened into a tile: every length
+    around the 32 lanes and the 4096-element block, every way of unscaling
+    (none, a division, a power of two's inverse), subnormal, tiny and huge
+    values, a NaN or an infinity in one block, 1-3 threads: the float32
+    gradients' norm, bit for bit."""
+    rng = np.random.default_rng(11)
+    lengths = [31, 32, 33, 63, 64, 65, 100, 4095, 4096, 4097, 8191, 70001]
+    tiny = float(ml_dtypes.finfo(gdt).smallest_subnormal)
+    for n in lengths:
+        g = (rng.standard_normal(n) * rng.choice([tiny * 3, 1e-3, 1.0, 300.0], n)).astype(gdt)
+        wide = g.astype(np.float32)
+        for scale in (1.0, 3.0, 1024.0, 0.25):
+            for nth in (1, 2, 3):
+                for norm_type in (2.0, math.inf):
+                    a = fastopt.global_norm([g, g[: n // 3]], norm_type=norm_type,
+                                            grad_scale=scale, n_threads=nth)
+                    b = fastopt.global_norm([wide, wide[: n // 3]], norm_type=norm_type,
+                                            grad_scale=scale, n_threads=nth)
+                    assert bits(np.float64(a)) == bits(np.float64(b)), (n, scale, nth)
+        for bad in (np.nan, np.inf, -np.inf):
+            h = g.copy()
+            h[rng.integers(n)] = bad
+            a = fastopt.global_norm([h], grad_scale=3.0)
+            b = fastopt.global_norm([h.astype(np.float32)], grad_scale=3.0)
+            assert math.isnan(a) == math.isnan(b) and (math.isnan(a) or a == b)
+            assert not math.isfinite(a)
+
+
 def test_a_float16_overflow_skips_the_step_and_writes_nothing():
     x = np.linspace(-1, 1, 1000).astype(np.float32)
     with np.errstate(over="ignore"):    # the overflow a float16 gradient suffers
