@@ -146,7 +146,8 @@ extensions = [
               define_macros=NPY_MACROS),
     Extension("fastopt.torch._compiled", sources=["fastopt/torch/_compiled.pyx"],
               include_dirs=[np.get_include()], define_macros=NPY_MACROS),
-    Extension("fastopt.torch._flatcheck", sources=["fastopt/torch/_flatcheck.pyx"]),
+    Extension("fastopt.torch._flatcheck", sources=["fastopt/torch/_flatcheck.pyx"],
+              depends=["fastopt/torch/_flatahead.pxi"]),
     # A tool: the bandwidth ceiling `fastopt bench` compares with, apart from
     # the library (import fastopt does not load it).
     Extension("fastopt._cli._probe", sources=["fastopt/_cli/_probe.pyx", "src_c/ceiling.c"],

@@ -118,12 +118,16 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
+    ap.add_argument("--gap-ms", type=float, default=20.0,
+                    help="sleep before each call (untimed), so that no call finds the "
+                         "last one's OpenMP threads still spinning on a core")
     args = ap.parse_args(argv)
     for w in args.workloads:
         shapes = WORKLOADS[w]()
         for nth in args.threads:
             fs = calls(shapes, nth)
-            report(f"{w}, {nth} thread(s)", shapes, rotating(fs, args.seconds, 9))
+            report(f"{w}, {nth} thread(s)", shapes, rotating(fs, args.seconds, 9,
+                                                                     args.gap_ms / 1e3))
             del fs
 
 

@@ -147,9 +147,10 @@ def calls(shapes, rule, diagnostic=True):
     return out
 
 
-def measure(shapes, rule, seconds, min_rounds=7, diagnostic=True):
-    """{name: per-round seconds}, interleaved in a rotating order."""
-    return rotating(calls(shapes, rule, diagnostic), seconds, min_rounds)
+def measure(shapes, rule, seconds, min_rounds=7, diagnostic=True, gap=0.0):
+    """{name: per-round seconds}, interleaved in a rotating order (gap:
+    seconds slept before each call)."""
+    return rotating(calls(shapes, rule, diagnostic), seconds, min_rounds, gap)
 
 
 def rotating(fs, seconds, min_rounds, gap=0.0):
@@ -202,6 +203,9 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=3.0, help="per workload and rule")
     ap.add_argument("--load", choices=("idle", "busy"), default="idle")
     ap.add_argument("--workloads", default="1000x1,1000x1e3,resnet50")
+    ap.add_argument("--gap-ms", type=float, default=0.0,
+                    help="sleep before each call (untimed): no call finds the last one's "
+                         "OpenMP threads spinning")
     args = ap.parse_args(argv)
     import torch
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; load: {args.load}")
@@ -218,7 +222,8 @@ def main(argv=None):
             shapes = make() if make is not None else WORKLOADS[w]
             for rule in RULES:
                 report(f"{w} {rule} float32", len(shapes),
-                       measure(shapes, rule, args.seconds, diagnostic=w not in BIG))
+                       measure(shapes, rule, args.seconds, diagnostic=w not in BIG,
+                               gap=args.gap_ms / 1e3))
     finally:
         if spinner is not None:
             spinner.kill()

@@ -54,12 +54,33 @@ def test_this_torch_keeps_the_facts_where_they_are_learned():
     assert len({tf.FIELDS[k] for k in ("storage", "offset", "dims", "dtype")}) == 4
 
 
+def test_this_torch_keeps_which_gradient_a_parameter_holds_where_it_is_learned():
+    assert tf.GRAD_FIELDS is not None and set(tf.GRAD_FIELDS) == {"meta", "grad"}
+    assert tf.GRAD_FIELDS["meta"] not in {tf.FIELDS[k] for k in ("storage", "offset", "dims",
+                                                                  "dtype")}
+
+
+def test_tensors_that_all_keep_an_autograd_record_teach_no_gradient_place():
+    """Views keep an autograd record: as the tensors without gradients,
+    no word tells the parameters apart from them. Nothing is learned, and
+    every gradient is read through torch's getter."""
+    params, _ = tf._grad_probes()
+    try:
+        assert _flatcheck.learn_grad_fields(params, tf._probes()) is None
+        ps, opt = trained()
+        assert opt._flat.rec.check.read_as_words()[3] == 0
+        ps[1].grad = torch.zeros_like(ps[1])
+        assert opt._flat.rec.check.check() == 1
+    finally:
+        assert _flatcheck.learn_grad_fields(*tf._grad_probes()) is not None
+
+
 def test_probes_that_cannot_tell_the_places_apart_teach_nothing():
     try:
         two_dtypes = [p for p in tf._probes() if p.dtype in (torch.float32, torch.float64)]
         assert _flatcheck.learn_fields(two_dtypes) is None
         ps, opt = trained()
-        assert opt._flat.rec.check.read_as_words() == (0, 0, 0)
+        assert opt._flat.rec.check.read_as_words() == (0, 0, 0, 0)
     finally:
         assert _flatcheck.learn_fields(tf._probes()) is not None
 
@@ -69,7 +90,7 @@ def test_probes_that_cannot_tell_the_places_apart_teach_nothing():
 def test_every_tensor_confirms_but_those_of_six_dimensions(dtype, path):
     ps, opt = trained(dtype)
     n = len(SHAPES) - 1
-    want = (n, n, n) if path == "words" else (0, 0, 0)
+    want = (n, n, n, n) if path == "words" else (0, 0, 0, 0)
     assert opt._flat.rec.check.read_as_words() == want
 
 
@@ -104,6 +125,9 @@ MOVES = {
     "parameter of six dimensions cloned": (
         lambda ps, opt: setattr(ps[6], "data", ps[6].data.clone()), 2),
     "parameter swapped": (lambda ps, opt: _swap(ps[3]), 2),
+    "gradient replaced": (lambda ps, opt: setattr(ps[1], "grad", torch.zeros_like(ps[1])), 1),
+    "gradient set to None": (lambda ps, opt: setattr(ps[3], "grad", None), 1),
+    "gradient of another parameter": (lambda ps, opt: setattr(ps[0], "grad", ps[1].grad), 1),
     "gradient swapped away": (
         lambda ps, opt: torch.utils.swap_tensors(ps[3], torch.nn.Parameter(ps[3] * 1)), 1),
     "memory shared": (lambda ps, opt: ps[2].share_memory_(), 2),

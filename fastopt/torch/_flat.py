@@ -77,8 +77,25 @@ def _probes():
     return out
 
 
+def _grad_probes():
+    """For _flatcheck.learn_grad_fields: parameters of four dtypes, two of
+    each, every one with a gradient of its own; and as many tensors made
+    alike that require no gradient (nor are views, which keep an autograd
+    record too)."""
+    out, bare = [], []
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        for n in (3, 5):
+            p = torch.nn.Parameter(torch.zeros(n, dtype=dtype))
+            p.grad = torch.zeros(n, dtype=dtype)
+            out.append(p)
+            bare.append(torch.zeros(n, dtype=dtype))
+    return out, bare
+
+
 # where torch keeps the facts the check compares, or None (see _flatcheck)
 FIELDS = _flatcheck.learn_fields(_probes())
+# and which gradient a parameter holds, or None
+GRAD_FIELDS = _flatcheck.learn_grad_fields(*_grad_probes()) if FIELDS is not None else None
 
 
 def _raw(nbytes):

@@ -15,10 +15,12 @@ it (learn_fields), and confirmed for every tensor against its attributes
 when a check is built (FlatCheck). A tensor that does not confirm, or a
 torch that keeps them elsewhere, is read through its attributes. A
 TensorImpl is read only after the tensor object is seen to still own it,
-and only at the learned places. The gradient is read through torch's
-getter, and each buffer's address once a step through data_ptr: a
-storage's memory can move while every word of a TensorImpl stays
-(``share_memory_()``)."""
+and only at the learned places. Which gradient a parameter holds is
+read the same way, as the word of its autograd record that points at the
+gradient's TensorImpl (learn_grad_fields), where learned and confirmed,
+else through torch's getter; each buffer's address once a step through
+data_ptr: a storage's memory can move while every word of a TensorImpl
+stays (``share_memory_()``)."""
 
 from cpython.dict cimport PyDict_Next, PyDict_Size
 from cpython.long cimport PyLong_AsVoidPtr
@@ -41,6 +43,9 @@ cdef enum:
 cdef Py_ssize_t _at_impl = -1, _at_storage = -1, _at_offset = -1, _at_dims = -1
 cdef Py_ssize_t _at_dtype = -1
 cdef dict _dtype_words = {}     # torch dtype -> its word
+# in a TensorImpl, its autograd record's address (0: none); in that record,
+# its gradient's TensorImpl's address (learn_grad_fields; -1: not learned)
+cdef Py_ssize_t _at_meta = -1, _at_grad = -1
 
 
 cdef inline int64_t _word(const void *at, Py_ssize_t off) noexcept nogil:
@@ -53,6 +58,35 @@ cdef inline uint16_t _word16(const void *at, Py_ssize_t off) noexcept nogil:
 
 cdef inline const char *_impl_of(const void *obj) noexcept nogil:
     return (<const char **>(<const char *>obj + _at_impl))[0]
+
+
+cdef inline const char *_grad_impl_of(const char *impl) noexcept nogil:
+    """The TensorImpl of the gradient of the tensor whose TensorImpl is
+    impl, read at the learned places (NULL: no autograd record)."""
+    cdef const char *meta = (<const char **>(impl + _at_meta))[0]
+    if meta == NULL:
+        return NULL
+    return (<const char **>(meta + _at_grad))[0]
+
+
+cdef extern from *:
+    """
+    #include <unistd.h>
+    /* n bytes at `at` into out, or -1 (nothing read) if they are not all
+     * readable: through a pipe, whose write fails with EFAULT instead of
+     * faulting (n <= a pipe's buffer, so it does not block) */
+    static int fo_read_safely(const void *at, void *out, size_t n)
+    {
+        int fd[2];
+        if (pipe(fd) != 0)
+            return -1;
+        int ok = write(fd[1], at, n) == (ssize_t)n && read(fd[0], out, n) == (ssize_t)n;
+        close(fd[0]);
+        close(fd[1]);
+        return ok ? 0 : -1;
+    }
+    """
+    int _read_safely "fo_read_safely"(const void *at, void *out, size_t n) noexcept nogil
 
 
 cdef Py_ssize_t _only(list places):
@@ -114,6 +148,52 @@ def learn_fields(list probes):
     _at_storage, _at_offset, _at_dims = found["storage"], found["offset"], found["dims"]
     _at_dtype, _dtype_words, _at_impl = found["dtype"], words, at_impl
     return found
+
+
+cdef enum:
+    _META = 16      # the words of an autograd record learn_grad_fields reads
+
+
+def learn_grad_fields(list probes, list bare):
+    """Learn where torch keeps which gradient a tensor holds, after
+    learn_fields: probes, tensors that require grad, each with a gradient
+    of its own; bare, tensors that do not. In a TensorImpl the place is
+    the one word that is 0 in every bare tensor and in every probe the
+    address of a record (read only after a read through a pipe shows it
+    readable) holding, at one place for all, the address of the probe's
+    gradient's TensorImpl. Returns {"meta": ..., "grad": ...}, or None
+    (then every gradient is read through torch's getter)."""
+    global _at_meta, _at_grad
+    cdef Py_ssize_t o, o2
+    cdef intptr_t meta
+    cdef int64_t words[_META]
+    _at_meta = _at_grad = -1
+    if _at_impl < 0 or not probes or not bare:
+        return None
+    impls = [<intptr_t>PyLong_AsVoidPtr(t._cdata) for t in probes]
+    grads = [<intptr_t>PyLong_AsVoidPtr(t.grad._cdata) for t in probes]
+    zero = [<intptr_t>PyLong_AsVoidPtr(t._cdata) for t in bare]
+    found = []
+    for o in range(8, _SCAN - 7, 8):
+        if any(_word(<const char *><intptr_t>z, o) != 0 for z in zero):
+            continue
+        metas = [_word(<const char *><intptr_t>i, o) for i in impls]
+        if len(set(metas)) != len(metas) or any(m == 0 or m % 8 for m in metas):
+            continue
+        places = None
+        for m, g in zip(metas, grads):
+            meta = m
+            if _read_safely(<const void *>meta, words, sizeof(words)) != 0:
+                places = set()
+                break
+            here = {8 * o2 for o2 in range(_META) if words[o2] == g}
+            places = here if places is None else places & here
+        if places is not None and len(places) == 1:
+            found.append((o, places.pop()))
+    if len(found) != 1:
+        return None
+    _at_meta, _at_grad = found[0]
+    return {"meta": _at_meta, "grad": _at_grad}
 
 
 cdef struct Fields:
@@ -183,82 +263,7 @@ cdef inline bint _same(const Fields *f, PyObject *t) noexcept:
     return True
 
 
-# ---- prefetching what the check reads -------------------------------------------------
-
-cdef extern from *:
-    """
-    #define fo_prefetch(p) __builtin_prefetch((p), 0, 3)
-    """
-    void _prefetch "fo_prefetch"(const void *p) noexcept nogil
-
-
-# how many parameters ahead a per-parameter loop asks for the objects it will read
-cdef enum:
-    _AHEAD = 6
-
-
-cdef Py_ssize_t _noted(const void **pf, Py_ssize_t q, object t) except -1:
-    """Note in pf[q:] the memory a check reads of t: the object and, for a
-    tensor, the first 256 bytes of its TensorImpl and its StorageImpl's first
-    line (torch's ``_cdata`` of a tensor and of a storage: their addresses).
-    The new q (at most q + 6)."""
-    pf[q] = <PyObject *>t
-    q += 1
-    try:
-        impl, storage = t._cdata, t.untyped_storage()._cdata
-    except Exception:       # not a tensor, or one that hides them: the object only
-        return q
-    if type(impl) is int and type(storage) is int:
-        pf[q] = PyLong_AsVoidPtr(impl)
-        pf[q + 1] = <char *>pf[q] + 64
-        pf[q + 2] = <char *>pf[q] + 128
-        pf[q + 3] = <char *>pf[q] + 192
-        pf[q + 4] = PyLong_AsVoidPtr(storage)
-        q += 5
-    return q
-
-
-cdef class Ahead:
-    """The memory each parameter's per-step check will read, prefetched a
-    few parameters ahead (:meth:`at`). After a step that streamed more
-    than the caches hold, every torch object a check reads is a miss, and
-    waiting for them one by one costs more than the reads themselves
-    (figures in bench/RESULTS.md). Only ever prefetched, never read: a
-    prefetch does not fault, so an address gone stale (an object freed
-    since) costs a miss, no more, and the objects are not held."""
-
-    cdef const void **pf        # what item k's check reads: pf[pf0[k]:pf0[k + 1]]
-    cdef Py_ssize_t *pf0
-    cdef Py_ssize_t n
-
-    def __cinit__(self, items):
-        """items: per parameter, in the order checked, the objects its
-        check reads (None entries skipped)."""
-        cdef Py_ssize_t k, q = 0, total = 0
-        items = [tuple(o for o in objs if o is not None) for objs in items]
-        self.n = len(items)
-        for objs in items:
-            total += 6 * len(objs)
-        self.pf0 = <Py_ssize_t *>PyMem_Calloc(self.n + 1, sizeof(Py_ssize_t))
-        self.pf = <const void **>PyMem_Calloc(total + 1, sizeof(void *))
-        if not self.pf0 or not self.pf:
-            raise MemoryError()
-        for k in range(self.n):
-            self.pf0[k] = q
-            for o in items[k]:
-                q = _noted(self.pf, q, o)
-        self.pf0[self.n] = q
-
-    def __dealloc__(self):
-        PyMem_Free(self.pf)
-        PyMem_Free(self.pf0)
-
-    cdef void at(self, Py_ssize_t k) noexcept:
-        """Prefetch what item k + _AHEAD reads (call as item k is checked)."""
-        cdef Py_ssize_t j
-        if k + _AHEAD < self.n:
-            for j in range(self.pf0[k + _AHEAD], self.pf0[k + _AHEAD + 1]):
-                _prefetch(self.pf[j])
+include "_flatahead.pxi"
 
 
 # ---- the check ---------------------------------------------------------------------
@@ -369,6 +374,7 @@ cdef class FlatCheck:
     cdef Fields *pf             # per parameter, its gradient view, each value: Fields
     cdef Fields *gf
     cdef Fields *vf
+    cdef char *gword            # 1: which gradient the parameter holds is read as words
     cdef list held              # the Fields' facts tuples
     cdef tuple bufs             # the buffers' tensors ...
     cdef void **bptr            # ... and their addresses
@@ -406,12 +412,14 @@ cdef class FlatCheck:
         self.pf = <Fields *>PyMem_Calloc(self.n + 1, sizeof(Fields))
         self.gf = <Fields *>PyMem_Calloc(self.n + 1, sizeof(Fields))
         self.vf = <Fields *>PyMem_Calloc(self.nst + 1, sizeof(Fields))
+        self.gword = <char *>PyMem_Calloc(self.n + 1, sizeof(char))
         self.bufs = tuple(t for t, _ in buffers)
         self.bptr = <void **>PyMem_Calloc(len(buffers) + 1, sizeof(void *))
         if (not self.sizes or not self.params
                 or not self.gviews or not self.dicts
                 or not self.st0 or not self.views or not self.vmine
-                or not self.pf or not self.gf or not self.vf or not self.bptr):
+                or not self.pf or not self.gf or not self.vf or not self.bptr
+                or not self.gword):
             raise MemoryError()
         for i in range(len(buffers)):
             self.bptr[i] = PyLong_AsVoidPtr(buffers[i][1])
@@ -428,6 +436,10 @@ cdef class FlatCheck:
                              self.held)
                     _confirm(&self.gf[k], rec[0], rec[2], storages if self.direct else None,
                              self.held)
+                    self.gword[k] = (_at_meta >= 0 and self.pf[k].impl != NULL
+                                     and self.gf[k].impl != NULL
+                                     and _grad_impl_of(self.pf[k].impl) == self.gf[k].impl
+                                     and grp[1][i].grad is rec[0])
                     if rec[5] is not None:
                         self.dicts[k] = <PyObject *>rec[5]
                     sts = <tuple>rec[6]
@@ -440,8 +452,14 @@ cdef class FlatCheck:
                         m += 1
                 k += 1
         self.st0[k] = m
-        self.ahead = Ahead([(p,) if rec is None else (p, rec[0], rec[5], *(v for v, _ in rec[6]))
-                            for grp in groups for p, rec in zip(grp[1], grp[2])])
+        # (a parameter read as words: its autograd record's address too)
+        metas = [_word(self.pf[i].impl, _at_meta) if self.gword[i] else None
+                 for i in range(self.n)]
+        self.ahead = Ahead([(p,) if rec is None else (p, rec[0], rec[5], *(v for v, _ in rec[6]),
+                                                      meta)
+                            for (p, rec), meta in zip(
+                                ((p, rec) for grp in groups for p, rec in zip(grp[1], grp[2])),
+                                metas)])
 
     def __dealloc__(self):
         PyMem_Free(self.sizes)
@@ -455,14 +473,17 @@ cdef class FlatCheck:
         PyMem_Free(self.gf)
         PyMem_Free(self.vf)
         PyMem_Free(self.bptr)
+        PyMem_Free(self.gword)
 
     def read_as_words(self):
         """How many parameters, gradients and state views the check reads
-        as words of torch's objects (the rest through their attributes)."""
+        as words of torch's objects (the rest through their attributes),
+        and of how many parameters which gradient they hold."""
         cdef Py_ssize_t i
         return (sum(1 for i in range(self.n) if self.pf[i].impl != NULL),
                 sum(1 for i in range(self.n) if self.gf[i].impl != NULL),
-                sum(1 for i in range(self.nst) if self.vf[i].impl != NULL))
+                sum(1 for i in range(self.nst) if self.vf[i].impl != NULL),
+                sum(1 for i in range(self.n) if self.gword[i]))
 
     def check(self):
         """0: the layout holds; 1: a gradient is not the layout's (this step
@@ -493,19 +514,26 @@ cdef class FlatCheck:
                 p = <object>PyTuple_GET_ITEM(params, i)
                 if <PyObject *>p != self.params[k]:
                     return 2
-                g = _grad(p, d)
-                if self.gviews[k] == NULL:
-                    if g is not None:
+                # the parameter and its gradient as words where they hold
+                # (the parameter's own TensorImpl, whose record points at
+                # the gradient view's, whose facts are the layout's), else
+                # through torch's getter, which tells which does not
+                if not (self.gword[k] and _at_meta >= 0 and _same(&self.pf[k], <PyObject *>p)
+                        and _grad_impl_of(self.pf[k].impl) == self.gf[k].impl
+                        and _same(&self.gf[k], self.gviews[k])):
+                    g = _grad(p, d)
+                    if self.gviews[k] == NULL:
+                        if g is not None:
+                            return 1
+                        k += 1
+                        continue
+                    # (a gradient whose words moved may still hold its
+                    # memory: another storage object over it, which the
+                    # attributes accept; this step would decline forever)
+                    if <PyObject *>g != self.gviews[k] or not _holds(&self.gf[k], g, d, False):
                         return 1
-                    k += 1
-                    continue
-                # (a gradient whose words moved may still hold its
-                # memory: another storage object over it, which the
-                # attributes accept; this step would decline forever)
-                if <PyObject *>g != self.gviews[k] or not _holds(&self.gf[k], g, d, False):
-                    return 1
-                if not _holds(&self.pf[k], p, d, True):
-                    return 2
+                    if not _holds(&self.pf[k], p, d, True):
+                        return 2
                 if self.dicts[k] != NULL:
                     j, pos = self.st0[k], 0
                     if PyDict_Size(<object>self.dicts[k]) != self.st0[k + 1] - j:
