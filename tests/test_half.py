@@ -327,6 +327,33 @@ def test_param_copies_receive_the_rounded_new_parameters(nth):
                 np.testing.assert_array_equal(bits(w), bits(r.astype(w.dtype)))
 
 
+@pytest.mark.parametrize("nth", [1, 2, 3])
+def test_copies_of_a_step_larger_than_the_caches_are_the_rounded_parameters(nth):
+    """Copies of millions of parameters, cut into pieces between threads:
+    copies starting 2 to 62 bytes past a cache line, lengths ending
+    mid-line, float32 and bfloat16 states, specials; every copy as astype
+    rounds the new parameters."""
+    rng = np.random.default_rng(9)
+    sizes = [1_500_007, 700_001, 33, 5]
+    for skew, sdt in ((1, np.float32), (7, BF16), (31, np.float32)):
+        xs = [(rng.standard_normal(n) * 1e3).astype(np.float32) for n in sizes]
+        xs[0][:4] = [np.inf, -0.0, 3.4e38, np.nan]
+        gs = [rng.standard_normal(n).astype(BF16) for n in sizes]
+        ms = [np.zeros(n, sdt) for n in sizes]
+        vs = [np.zeros(n, sdt) for n in sizes]
+        raw = np.zeros(sum(sizes) + 64 * len(sizes), BF16)
+        at = (-raw.ctypes.data % 64) // 2 + skew
+        ws = []
+        for n in sizes:                 # each copy `skew` elements past a line
+            ws.append(raw[at:at + n])
+            at += n + 32 - (n % 32) + 32
+        info = fastopt.adamw(xs, gs, ms, vs, step=1, lr=0.01, param_copies=ws,
+                             n_threads=nth)
+        assert info.applied
+        for x, w in zip(xs, ws):
+            np.testing.assert_array_equal(bits(w), bits(x.astype(BF16)))
+
+
 def test_a_copy_in_another_layout_goes_through_the_checked_path():
     rng = np.random.default_rng(6)
     x = rng.standard_normal((20, 30)).astype(np.float32)
