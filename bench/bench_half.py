@@ -37,6 +37,7 @@ interleaved in a rotating order.
 
     python bench/bench_half.py                     # 1x5e7 and ResNet-50, 1 and 2 threads
     OMP_NUM_THREADS=1 python bench/bench_half.py --threads 1    # with the peers
+    python bench/bench_half.py --in-cache --threads 1           # the arithmetic, in cache
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ import importlib.util
 import math
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -202,6 +204,32 @@ def report(label, n, times, out=sys.stdout):
             print(f"  {peer} / {ours} {q:.3f} (above 1: fastopt faster)", file=out)
 
 
+def in_cache(nth, n=131072, small=16, reps=(3000, 30), rounds=7, out=sys.stdout):
+    """Each variant's time an element in cache: its call repeated back to
+    back on n elements (about 2 MB for fp32: the core's L2 and L3) and on
+    `small`, the latter's time (the call's fixed cost) taken off; best of
+    `rounds`. Printed with the quotient to fp32 (the peers left out)."""
+    per = {}
+    for size, k in ((small, reps[0]), (n, reps[1])):
+        fs = {name: f for name, f in calls([(size,)], nth).items() if name in BYTES
+              and name not in ("torch fused", "DeepSpeedCPUAdam", "ds offload", "ceiling")}
+        for name, f in fs.items():
+            best = math.inf
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    f()
+                best = min(best, (time.perf_counter() - t0) / k)
+            per.setdefault(name, []).append(best)
+    ns = {name: (big - fixed) / (n - small) * 1e9 for name, (fixed, big) in per.items()}
+    print(f"in cache, {n} elements, {nth} thread(s), load average {os.getloadavg()[0]:.2f}",
+          file=out)
+    for name, v in ns.items():
+        print(f"  {name:16s} {v:6.3f} ns an element  / fp32 {v / ns['fp32']:5.2f}"
+              f"  (fixed {per[name][0] * 1e6:5.1f} us a call)", file=out)
+    return ns
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0)
@@ -210,7 +238,13 @@ def main(argv=None):
     ap.add_argument("--gap-ms", type=float, default=20.0,
                     help="sleep before each call (untimed), so that no call finds the "
                          "last one's OpenMP threads still spinning on a core")
+    ap.add_argument("--in-cache", action="store_true",
+                    help="instead: each variant's arithmetic in cache (in_cache)")
     args = ap.parse_args(argv)
+    if args.in_cache:
+        for nth in args.threads:
+            in_cache(nth)
+        return
     shapes = {"1x5e7": [(50_000_000,)], "resnet50": resnet50_shapes()}
     for w in args.workloads:
         for nth in args.threads:
@@ -221,6 +255,9 @@ def main(argv=None):
 
 
 def test_bench_half_smoke():
+    import io
+    assert set(in_cache(1, n=256, small=16, reps=(2, 2), rounds=1, out=io.StringIO())) \
+        == set(BYTES) - {"torch fused", "DeepSpeedCPUAdam", "ds offload", "ceiling"}
     fs = calls([(1000,), (3, 5)], 1)
     times = measure(fs, 0.0, min_rounds=2)
     assert set(BYTES) - {"torch fused", "DeepSpeedCPUAdam", "ds offload"} <= set(times)

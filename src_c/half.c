@@ -1,14 +1,18 @@
 /*
  * The loops of the 16-bit conversions of half.h: the rounded copy a step
  * writes of its new float32 parameters (fo_step_tensor.w, called tile by
- * tile from step.inc), and fo_convert, the same loops for the tests.
+ * tile from step.inc), 16-bit states and parameters widened and rounded
+ * back, the norm pass's sum of squares over 16-bit gradients widened in
+ * registers, and fo_convert, the same loops for the tests.
  */
 #include "step.h"
 
-/* The AVX-512F loops of float32 -> bfloat16 (to nearest, and stochastic)
- * where the CPU has it, in the builds that clone FO_KERNEL for AVX-512F
- * (step.h; as q8.c's search): sixteen lanes of the same integer arithmetic
- * as half.h's, so the same bits; FO_NO_CLONES keeps the portable loops. */
+/* The AVX-512F loops (float32 -> bfloat16 to nearest and stochastic,
+ * float16 -> float32, the norm pass's lanes over 16-bit gradients) where
+ * the CPU has it, in the builds that clone FO_KERNEL for AVX-512F (step.h;
+ * as q8.c's search): sixteen lanes of the same arithmetic as half.h's and
+ * the portable loops', so the same bits; FO_NO_CLONES keeps the portable
+ * loops. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
     && defined(__linux__) && !defined(FO_NO_CLONES)
 #define HALF_SIMD 1

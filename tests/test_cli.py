@@ -128,6 +128,17 @@ def test_bench_busy_note():
     assert "p99 up to 12.0x p50" in note and "load average" not in note
 
 
+def test_a_bench_row_never_prints_a_ratio_beyond_the_ceiling():
+    """A row fastopt seems to win by less than the slack (the probe's own
+    spread) is printed at the ceiling, never above 1.00."""
+    for seemed, shown in ((0.8, "0.80x"), (1.0, "1.00x"), (1.07, "~1.00x")):
+        fast = [95e-6] * 11
+        r = _bench.summarize(fast, _NUMPY, [seemed * t for t in fast])
+        assert r["refused"] is None
+        row = _bench._row("adam", np.float32, "1x1e3", dict(r, elements=1000))
+        assert row.split()[-1] == shown
+
+
 def test_bench_rejects_unknown_names(capsys):
     with pytest.raises(SystemExit):
         _bench.main(["--ops", "sgd"])
