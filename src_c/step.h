@@ -137,6 +137,24 @@ static inline double step_exact_inverse(double s, int f32)
     return inv;
 }
 
+/* The lanes la[0..FO_STEP_LANES) of the norm pass (step_norm.inc) and of
+ * LAMB's and LARS's trust pass (step_rules_trust.inc) closed by the halving
+ * tree: one fixed order for every block. */
+static inline double step_lanes_close(double *la)
+{
+#if FO_STEP_LANES == 32
+    for (int l = 0; l < 16; l++)
+        la[l] += la[l + 16];
+#endif
+    for (int l = 0; l < 8; l++)
+        la[l] += la[l + 8];
+    for (int l = 0; l < 4; l++)
+        la[l] += la[l + 4];
+    for (int l = 0; l < 2; l++)
+        la[l] += la[l + 2];
+    return la[0] + la[1];
+}
+
 /* The rounded copy of n new float32 parameters x into w, of type wt (a
  * row of FO_COPY_TABLE): half.c. */
 void step_copy_out(int32_t wt, int64_t n, const float *x, void *w);

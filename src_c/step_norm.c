@@ -22,23 +22,6 @@ typedef struct {
     int mode;
 } step_unscale;
 
-/* The norm pass's lanes la[0..FO_STEP_LANES) closed by the halving tree
- * (step_norm.inc): one fixed order for every block. */
-static inline double step_lanes_close(double *la)
-{
-#if FO_STEP_LANES == 32
-    for (int l = 0; l < 16; l++)
-        la[l] += la[l + 16];
-#endif
-    for (int l = 0; l < 8; l++)
-        la[l] += la[l + 8];
-    for (int l = 0; l < 4; l++)
-        la[l] += la[l + 4];
-    for (int l = 0; l < 2; l++)
-        la[l] += la[l + 2];
-    return la[0] + la[1];
-}
-
 #define FO_TEMPLATE "step_norm.inc"
 #include "types.inc"
 #undef FO_TEMPLATE

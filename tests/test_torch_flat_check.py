@@ -75,6 +75,21 @@ def test_tensors_that_all_keep_an_autograd_record_teach_no_gradient_place():
         assert _flatcheck.learn_grad_fields(*tf._grad_probes()) is not None
 
 
+def test_a_check_built_before_the_gradient_places_are_unlearned_reads_no_words_of_them():
+    """A check built with the places learned, then the places forgotten (a
+    relearning that finds none): the getter decides, and sees every move."""
+    ps, opt = trained()
+    check = opt._flat.rec.check
+    assert check.read_as_words()[3] > 0
+    try:
+        assert _flatcheck.learn_grad_fields(tf._grad_probes()[0], tf._probes()) is None
+        assert check.check() == 0
+        ps[1].grad = torch.zeros_like(ps[1])
+        assert check.check() == 1
+    finally:
+        assert _flatcheck.learn_grad_fields(*tf._grad_probes()) is not None
+
+
 def test_probes_that_cannot_tell_the_places_apart_teach_nothing():
     try:
         two_dtypes = [p for p in tf._probes() if p.dtype in (torch.float32, torch.float64)]

@@ -60,13 +60,15 @@ cdef inline const char *_impl_of(const void *obj) noexcept nogil:
     return (<const char **>(<const char *>obj + _at_impl))[0]
 
 
-cdef inline const char *_grad_impl_of(const char *impl) noexcept nogil:
+cdef inline const char *_grad_impl_of(const char *impl, Py_ssize_t at_meta,
+                                      Py_ssize_t at_grad) noexcept nogil:
     """The TensorImpl of the gradient of the tensor whose TensorImpl is
-    impl, read at the learned places (NULL: no autograd record)."""
-    cdef const char *meta = (<const char **>(impl + _at_meta))[0]
+    impl, read at the places at_meta, at_grad (learn_grad_fields; NULL: no
+    autograd record)."""
+    cdef const char *meta = (<const char **>(impl + at_meta))[0]
     if meta == NULL:
         return NULL
-    return (<const char **>(meta + _at_grad))[0]
+    return (<const char **>(meta + at_grad))[0]
 
 
 cdef extern from *:
@@ -374,7 +376,8 @@ cdef class FlatCheck:
     cdef Fields *pf             # per parameter, its gradient view, each value: Fields
     cdef Fields *gf
     cdef Fields *vf
-    cdef char *gword            # 1: which gradient the parameter holds is read as words
+    cdef char *gword            # 1: which gradient the parameter holds is read as words,
+    cdef Py_ssize_t at_meta, at_grad    # at the places learned when the check was built
     cdef list held              # the Fields' facts tuples
     cdef tuple bufs             # the buffers' tensors ...
     cdef void **bptr            # ... and their addresses
@@ -395,8 +398,8 @@ cdef class FlatCheck:
         cdef Py_ssize_t gi, i, j, k = 0, m = 0
         cdef tuple grp, rec, sts
         cdef set storages = {t.untyped_storage()._cdata for t, _ in buffers}
-        self.keep = groups
-        self.held = []
+        self.keep, self.held = groups, []
+        self.at_meta, self.at_grad = _at_meta, _at_grad
         self.direct = direct and _get_grad != NULL
         self.plists = tuple(grp[0] for grp in groups)
         self.ng = len(groups)
@@ -436,10 +439,10 @@ cdef class FlatCheck:
                              self.held)
                     _confirm(&self.gf[k], rec[0], rec[2], storages if self.direct else None,
                              self.held)
-                    self.gword[k] = (_at_meta >= 0 and self.pf[k].impl != NULL
-                                     and self.gf[k].impl != NULL
-                                     and _grad_impl_of(self.pf[k].impl) == self.gf[k].impl
-                                     and grp[1][i].grad is rec[0])
+                    self.gword[k] = (grp[1][i].grad is rec[0] and _at_meta >= 0
+                                     and self.pf[k].impl != NULL and self.gf[k].impl != NULL
+                                     and _grad_impl_of(self.pf[k].impl, _at_meta, _at_grad)
+                                     == self.gf[k].impl)
                     if rec[5] is not None:
                         self.dicts[k] = <PyObject *>rec[5]
                     sts = <tuple>rec[6]
@@ -453,7 +456,7 @@ cdef class FlatCheck:
                 k += 1
         self.st0[k] = m
         # (a parameter read as words: its autograd record's address too)
-        metas = [_word(self.pf[i].impl, _at_meta) if self.gword[i] else None
+        metas = [_word(self.pf[i].impl, self.at_meta) if self.gword[i] else None
                  for i in range(self.n)]
         self.ahead = Ahead([(p,) if rec is None else (p, rec[0], rec[5], *(v for v, _ in rec[6]),
                                                       meta)
@@ -519,7 +522,8 @@ cdef class FlatCheck:
                 # the gradient view's, whose facts are the layout's), else
                 # through torch's getter, which tells which does not
                 if not (self.gword[k] and _at_meta >= 0 and _same(&self.pf[k], <PyObject *>p)
-                        and _grad_impl_of(self.pf[k].impl) == self.gf[k].impl
+                        and _grad_impl_of(self.pf[k].impl, self.at_meta, self.at_grad)
+                        == self.gf[k].impl
                         and _same(&self.gf[k], self.gviews[k])):
                     g = _grad(p, d)
                     if self.gviews[k] == NULL:
