@@ -395,7 +395,8 @@ def test_16_bit_parameters_through_add_param_group(flat_steps):
 # flat steps after each edit: the step right after it, then three more
 EDITS = {"new grad": 3, "grad re-pointed": 3, "param moved": 0, "state replaced": 3,
          "state re-pointed": 3, "count re-pointed": 3, "state dict replaced": 3,
-         "amsgrad": 3, "lr": 4, "grad None": 2}
+         "amsgrad": 3, "lr": 4, "grad None": 2, "params list replaced": 0,
+         "params list without one": 0, "group replaced": 0}
 
 
 @pytest.mark.parametrize("edit", list(EDITS))
@@ -428,10 +429,30 @@ def test_edits_between_steps(edit, flat_steps):
             opt.param_groups[1]["lr"] = 0.5
         elif edit == "grad None":
             ps[2].grad = None
+        elif edit == "params list replaced":       # the same parameters, a new list
+            opt.param_groups[1]["params"] = list(opt.param_groups[1]["params"])
+        elif edit == "params list without one":    # ps[3] is no longer stepped
+            opt.param_groups[1]["params"] = opt.param_groups[1]["params"][1:]
+        elif edit == "group replaced":
+            opt.param_groups[2] = dict(opt.param_groups[2], params=ps[6:])
     pair.step(skip={2} if edit == "grad None" else ())
     pair.zero(False)
     train(pair, 3)
     assert flat_steps[0] == n + EDITS[edit]
+
+
+@pytest.mark.parametrize("value", [5, 2**64 - 1, 2**64, -2**63 - 1, 2**100])
+def test_an_int_of_the_callers_in_a_state_dict(value, flat_steps):
+    """A state dict may hold the caller's own entries; an int of any size
+    there neither stops the flat step nor changes it."""
+    pair = Pair("SGD")
+    train(pair, 2)
+    for ps, opt in ((pair.pa, pair.a), (pair.pb, pair.b)):
+        opt.state[ps[4]]["mine"] = value
+    n = flat_steps[0]
+    train(pair, 3)
+    assert flat_steps[0] > n
+    assert pair.a.state[pair.pa[4]]["mine"] == value
 
 
 def test_a_parameter_outside_the_layout_with_a_gradient(flat_steps):

@@ -415,6 +415,11 @@ class FlatLayout:
             return None
         fields, hs = [], []
         for gi, group in enumerate(pgs):
+            # a group given another params list (model surgery) holds what
+            # the layout does not know: the check walks the old list
+            if group.get("params") is not rec.groups[gi][0]:
+                self.changed()
+                return None
             h = opt._checked(f, group, gi)
             fl, names = opt._group_fields(h)     # (with a 16-bit model's rounding)
             if names != rec.names[gi]:

@@ -19,10 +19,14 @@ cdef Py_ssize_t _noted(const void **pf, Py_ssize_t q, object t) except -1:
     """Note in pf[q:] the memory a check reads of t: the object and, for a
     tensor, the first 256 bytes of its TensorImpl and its StorageImpl's first
     line (torch's ``_cdata`` of a tensor and of a storage: their addresses);
-    an int is an address, noted as it is. The new q (at most q + 6)."""
+    an int is an address, noted as it is where it fits one (an int a state
+    dict holds comes here too: prefetching it is harmless, and one beyond a
+    pointer's range is left out). The new q (at most q + 6)."""
     if type(t) is int:          # an address (an autograd record's)
-        pf[q] = PyLong_AsVoidPtr(t)
-        return q + 1
+        if -(1 << 63) <= t < (1 << 64):
+            pf[q] = PyLong_AsVoidPtr(t)
+            return q + 1
+        return q
     pf[q] = <PyObject *>t
     q += 1
     try:
