@@ -100,6 +100,57 @@ def test_a_state_dict_round_trips_with_its_codes():
         torch.testing.assert_close(p, q, rtol=0, atol=0)
 
 
+def _nested(sd, i=0):
+    return sd["state"][i]["__bnb_optimizer_quant_state__"]
+
+
+# a state dict (ours, or bitsandbytes' layout from to_bitsandbytes) made bad
+BAD_LOADS = {
+    "absmax short": (False, lambda sd: sd["state"][0].update(
+        exp_avg_absmax=sd["state"][0]["exp_avg_absmax"][:5]), ValueError, "exp_avg_absmax"),
+    "absmax of old 2048 blocks": (True, lambda sd: _nested(sd).update(
+        absmax1=torch.zeros(3)), ValueError, "exp_avg_absmax"),
+    "codes of another shape": (False, lambda sd: sd["state"][0].update(
+        exp_avg=sd["state"][0]["exp_avg"].reshape(-1)), ValueError, "exp_avg"),
+    "codes int8": (True, lambda sd: _nested(sd).update(
+        state1=_nested(sd)["state1"].to(torch.int8)), ValueError, "exp_avg"),
+    "absmax missing": (False, lambda sd: sd["state"][0].pop("exp_avg_sq_absmax"),
+                       TypeError, "exp_avg_sq_absmax"),
+    "count -1": (False, lambda sd: sd["state"][0].update(step=torch.tensor(-1.0)),
+                 ValueError, "whole number"),
+    "count 2**70": (True, lambda sd: sd["state"][0].update(step=2**70), ValueError,
+                    "whole number"),
+    "qmap an array": (True, lambda sd: _nested(sd).update(qmap1=_nested(sd)["qmap1"].numpy()),
+                      TypeError, "qmap1 must be a tensor"),
+    "qmap bfloat16": (True, lambda sd: _nested(sd).update(
+        qmap1=_nested(sd)["qmap1"].to(torch.bfloat16)), ValueError, "dynamic map"),
+    "nested a list": (True, lambda sd: sd["state"][0].update(
+        __bnb_optimizer_quant_state__=[1, 2]), TypeError, "must be a dict"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_LOADS))
+def test_a_bad_8bit_state_dict_is_refused_before_anything_is_replaced(case):
+    """The next step would refuse it: load_state_dict refuses it first,
+    naming the entry, and the optimizer keeps its state and steps on."""
+    bnb_layout, spoil, exc, match = BAD_LOADS[case]
+    opt, ps = _stepped()
+    sd = copy.deepcopy(ft.to_bitsandbytes(opt) if bnb_layout else opt.state_dict())
+    spoil(sd)
+    before = copy.deepcopy(opt.state_dict())
+    with pytest.raises(exc, match=match) as e:
+        opt.load_state_dict(sd)
+    assert "load_state_dict" in str(e.value)
+    after = opt.state_dict()
+    for i, st in before["state"].items():
+        for k, v in st.items():
+            torch.testing.assert_close(after["state"][i][k], v, rtol=0, atol=0)
+    assert after["param_groups"] == before["param_groups"]
+    for p, g in zip(ps, _grads(ps, 7)):
+        p.grad = g
+    opt.step()
+
+
 def test_bitsandbytes_state_dicts_load_both_ways():
     bnb = pytest.importorskip("bitsandbytes")
     opt, ps = _stepped()

@@ -214,10 +214,24 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         torch would cast them to the parameter's; bitsandbytes' state dicts
         (``state1``, ``absmax1``, ``qmap1``...) load as this one's keys."""
         state_dict = _q8.from_bitsandbytes(self, state_dict)
+        _q8.check_loaded(self, state_dict)
+        self._check_loaded_counts(state_dict)
         saved, codes = _mixed.saved_tensors(self, state_dict), _q8.saved_codes(self, state_dict)
         super().load_state_dict(state_dict)
         _mixed.restore(self, saved)
         _q8.restore_codes(self, codes)
+
+    def _check_loaded_counts(self, state_dict) -> None:
+        """Each count (``state['step']``) of a state dict about to be loaded
+        is one a step takes (:func:`_count`), or ValueError before anything
+        is replaced."""
+        st = state_dict.get("state") if isinstance(state_dict, dict) else None
+        if not (self._COUNTS and isinstance(st, dict)):
+            return
+        f = f"fastopt.torch.{type(self).__name__}.load_state_dict"
+        for i, s in st.items():
+            if isinstance(s, dict) and "step" in s:
+                _count(f, f"state {i!r}", s)
 
     def __getstate__(self):
         return {**super().__getstate__(), "n_threads": self.n_threads,

@@ -131,6 +131,9 @@ def from_bitsandbytes(opt, state_dict):
     names_at = _names(opt)
     out = {}
     for i, s in states.items():
+        if not isinstance(s, dict) or not isinstance(s.get(BNB_NESTED, {}), dict):
+            raise TypeError(f"{f}: state {i!r} must be a dict, and its {BNB_NESTED!r} one "
+                            f"too (bitsandbytes' layout)")
         s = dict(s)
         s.update(s.pop(BNB_NESTED, {}))
         new = {k: v for k, v in s.items() if not k.startswith(("state", "absmax", "qmap"))}
@@ -142,9 +145,12 @@ def from_bitsandbytes(opt, state_dict):
             if f"absmax{j}" in s:
                 new[name + ABSMAX] = s[f"absmax{j}"]
             q = s.get(f"qmap{j}")
-            if q is not None and not np.array_equal(
-                    np.asarray(q.detach().cpu(), np.float32).view(np.uint32),
-                    dynamic_map(not unsigned(opt._ROW, k)).view(np.uint32)):
+            if q is not None and not isinstance(q, torch.Tensor):
+                raise TypeError(f"{f}: state {i}'s qmap{j} must be a tensor (bitsandbytes' "
+                                f"map), got {type(q).__name__}")
+            if q is not None and (q.dtype != torch.float32 or not np.array_equal(
+                    q.detach().cpu().reshape(-1).numpy().view(np.uint32),
+                    dynamic_map(not unsigned(opt._ROW, k)).view(np.uint32))):
                 raise ValueError(f"{f}: state {i}'s qmap{j} is not bitsandbytes' dynamic "
                                  f"map, the only map fastopt's 8-bit states use")
         if isinstance(new.get("step"), (int, float)):      # bitsandbytes counts in an int
@@ -219,6 +225,40 @@ def to_bitsandbytes(opt) -> dict:
         out[i] = new
     return {**sd, "state": out, "param_groups": [_group_to_bnb(opt, g)
                                                   for g in sd["param_groups"]]}
+
+
+def check_loaded(opt, state_dict) -> None:
+    """The 8-bit states of a state dict (in this optimizer's keys) that
+    load_state_dict is about to take, checked as a step checks them
+    (:func:`view`: codes and absmax of the parameter's sizes), under the
+    groups' ``state_dtype`` the dict brings; TypeError/ValueError, and
+    nothing replaced, for one that the next step would refuse. A dict
+    torch's own load_state_dict refuses (groups that do not match) is left
+    to it."""
+    if not opt._mixed.q8 or not isinstance(state_dict, dict):
+        return
+    f = f"fastopt.torch.{type(opt).__name__}.load_state_dict"
+    st, groups = state_dict.get("state"), state_dict.get("param_groups")
+    if not isinstance(st, dict) or not isinstance(groups, list) or len(groups) != len(
+            opt.param_groups) or not all(isinstance(g, dict) for g in groups):
+        return
+    names_at = _names(opt)
+    pos = 0
+    for gi, (g, mine) in enumerate(zip(groups, opt.param_groups)):
+        ids = g.get("params", ())
+        if not isinstance(ids, (list, tuple)) or len(ids) != len(mine["params"]):
+            return
+        group8 = group_eight(f, gi, g, True)
+        for i, p in zip(ids, mine["params"]):
+            s, names = st.get(i), names_at[pos]
+            pos += 1
+            if not isinstance(s, dict) or not eight(opt._mixed, p, group8):
+                continue
+            fl = floats(s, names)
+            for k, name in enumerate(names):
+                if name not in fl and (name in s or name + ABSMAX in s):
+                    view(f, f"state {i!r} (param_groups[{gi}]['params'])", opt._ROW, k, p,
+                         name, s)
 
 
 def saved_codes(opt, state_dict) -> dict:
