@@ -222,9 +222,10 @@ def unpack(states, index, groups):
     return out, tuple(absmax)
 
 
-def split(f, xs, gs, states, index, groups, labels):
+def split(f, xs, gs, states, index, groups, labels, copies=None):
     """If some state of the call is a :class:`State8bit`: check the whole
-    call (raising TypeError/ValueError naming the argument; nothing is
+    call, the rounded copies (``copies``, None or per tensor an array or
+    None) too (raising TypeError/ValueError naming the argument; nothing is
     written) and return (gs, states, absmax): the gradients (a copy in C
     order where one is not, or where one is an array the step writes), the
     states with each State8bit's codes in its place, and per tensor the
@@ -270,9 +271,19 @@ def split(f, xs, gs, states, index, groups, labels):
                 items.append((lab, s, True))
                 continue
             _check_state(f, lab, xlab, s, x, q8 >> k & 1)
-            states[k][i], row[k] = s.codes, s.absmax
+            # (an ndarray subclass, a np.memmap say, as a plain view of its
+            # memory: the fast path takes exact arrays)
+            states[k][i], row[k] = s.codes.view(np.ndarray), s.absmax.view(np.ndarray)
             items += [(lab + ".codes", s.codes, True), (lab + ".absmax", s.absmax, True)]
         absmax.append(tuple(row))
+        w = None if copies is None else copies[i]
+        if w is not None:       # as a step with float states checks it, and C order
+            wlab = names["w"][i]
+            _v._check_role(f, wlab, xlab, w, x, "w", True)
+            if not w.flags.c_contiguous:
+                raise ValueError(f"{f}: {wlab} must be C-contiguous in a step with 8-bit "
+                                 f"states (it is written in place)")
+            items.append((wlab, w, True))
     for k in _v._overlaps(f, items):     # a gradient that is a written array: read a copy
         gs[grad_at[k]] = gs[grad_at[k]].copy()
     return gs, states, tuple(absmax)

@@ -77,7 +77,7 @@ cdef inline void _keys_into(Call *c, Py_ssize_t nt) noexcept:
 cdef int _absmax_of(Call *c, Py_ssize_t i, int64_t n, void **s,
                     fo_step_tensor *t) except -1:
     """t.absmax from c.absmax[i], a tuple of three (an array of float32,
-    C-contiguous, writeable, one value per block of the state, for each
+    C-contiguous, writeable, of shape (one value per block of the state,), for each
     state s[k] given; else anything), and their byte ranges after the op's
     roles' (from role c.absmax_at; with c.absmax, every tensor's, empty
     where it has none); 0 to decline, 8-bit states without their absmax."""
@@ -100,7 +100,7 @@ cdef int _absmax_of(Call *c, Py_ssize_t i, int64_t n, void **s,
         a = PyTuple_GET_ITEM(e, k)
         if not (fo_exact_array(a) and fo_accept(a, cnp.NPY_FLOAT32,
                                                 cnp.NPY_ARRAY_C_CONTIGUOUS | _W, NULL)
-                and fo_size(a) == nb):
+                and cnp.PyArray_NDIM(<cnp.ndarray>a) == 1 and fo_size(a) == nb):
             return 0
         t.absmax[k] = <float *>fo_data(a)
         _range(c, (c.absmax_at + k) * c.nt + i, t.absmax[k], nb * 4, 1)

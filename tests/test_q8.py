@@ -337,7 +337,32 @@ def _bad_calls():
         ("signed flag", lambda: fastopt.adamw(x, g, State8bit(m().codes, m().absmax, 1),
                                               v(), step=1),
          TypeError, r"exp_avgs\[0\]\.signed must be a bool"),
-    ], x
+        ("absmax of three rows", lambda: fastopt.adamw(
+            x, g, State8bit(np.zeros(600, np.uint8), np.zeros((3, 1), F32)), v(), step=1),
+         ValueError, r"exp_avgs\[0\]\.absmax has shape \(3, 1\); it must be \(3,\)"),
+    ] + [(f"param_copies: {what}", (lambda w=w: fastopt.adamw(
+        [x, x.copy()], [g, g], [m(), m()], [v(), v()], step=1, param_copies=w)), exc, msg)
+        for what, w, exc, msg in _bad_copies()], x
+
+
+def _bad_copies():
+    """(what, param_copies, error, message) of a step with 8-bit states: as
+    with float states, each names the copy and the reason."""
+    bf16 = BF16
+    ro = np.zeros(600, bf16)
+    ro.setflags(write=False)
+    same = np.zeros(600, bf16)
+    return [
+        ("read-only", [None, ro], ValueError, r"param_copies\[1\] is read-only"),
+        ("int16", [None, np.zeros(600, np.int16)], TypeError,
+         r"param_copies\[1\] has dtype int16; a rounded copy of params\[1\]"),
+        ("shape", [np.zeros(601, bf16), None], ValueError,
+         r"param_copies\[0\] has shape \(601,\) but params\[0\]"),
+        ("one array twice", [same, same], ValueError,
+         r"param_copies\[0\] and param_copies\[1\] share memory"),
+        ("strided", [None, np.zeros(1200, bf16)[::2]], ValueError,
+         r"param_copies\[1\] must be C-contiguous"),
+    ]
 
 
 def _readonly(s):
@@ -352,6 +377,19 @@ def test_bad_8bit_inputs_raise_and_write_nothing():
         with pytest.raises(exc, match=msg):
             call()
         np.testing.assert_array_equal(x, before, err_msg=what)
+
+
+def test_an_absmax_in_an_ndarray_subclass_is_written_through(tmp_path):
+    """A np.memmap absmax (C-contiguous, writeable float32) is taken as the
+    codes are: the step writes the file's memory."""
+    x, g = np.ones(600, F32), np.full(600, 0.5, F32)
+    m = State8bit.zeros(600)
+    m.absmax = np.memmap(tmp_path / "absmax", dtype=F32, mode="w+", shape=(3,))
+    ref = State8bit.zeros(600)
+    fastopt.adamw(x.copy(), g, ref, State8bit.zeros(600, False), step=1)
+    fastopt.adamw(x, g, m, State8bit.zeros(600, False), step=1)
+    np.testing.assert_array_equal(np.asarray(m.absmax), ref.absmax)
+    np.testing.assert_array_equal(m.codes, ref.codes)
 
 
 def test_the_rules_table_says_which_rules_have_8bit_states():
