@@ -35,8 +35,9 @@ import shutil
 import subprocess
 import sys
 
-OPS = ("momentum", "adagrad", "adam", "agc", "momentum_clip")
-LABELS = {"momentum_clip": "momentum(clipping=)"}
+OPS = ("momentum", "adagrad", "adam", "agc", "momentum_clip", "adamw_torch", "sgd_torch")
+LABELS = {"momentum_clip": "momentum(clipping=)", "adamw_torch": "adamw (torch form)",
+          "sgd_torch": "sgd (torch form, momentum)"}
 
 
 def _call(op):
@@ -59,6 +60,10 @@ def _call(op):
         "adam": lambda: adam(x, g, v, h, lr=0.01, t=1),
         "agc": lambda: fastopt.agc(x, g, clipping=0.01),
         "momentum_clip": lambda: mom(x, g, v, lr=0.01, t=1, clipping=0.01),
+        # the torch-form functions: lists of one tensor, as a caller looping
+        # over its parameters passes them
+        "adamw_torch": lambda: fastopt.adamw([x], [g], [v], [h], lr=0.01, step=1),
+        "sgd_torch": lambda: fastopt.sgd([x], [g], [v], lr=0.01, momentum=0.9, step=1),
     }[op]
 
 

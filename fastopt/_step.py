@@ -90,6 +90,9 @@ def check_options(f: str, *, grad_scale=None, max_grad_norm=None, norm_type=2.0,
                   clip_convention="torch", clip_value=None,
                   skip_if_nonfinite=False, max_name="max_grad_norm") -> Options:
     """Every step-wide option checked (raises TypeError/ValueError)."""
+    if (grad_scale is None and max_grad_norm is None and clip_value is None
+            and skip_if_nonfinite is False and type(norm_type) is float and norm_type == 2.0):
+        return NO_OPTIONS           # the defaults: nothing to check
     scale = 1.0 if grad_scale is None else _v.check_real(
         f, "grad_scale", grad_scale, low=0.0, low_open=True)
     nt = check_norm_type(f, norm_type)
@@ -114,6 +117,9 @@ def check_options(f: str, *, grad_scale=None, max_grad_norm=None, norm_type=2.0,
                         f"{type(skip_if_nonfinite).__name__}")
     return Options(scale, max_norm, cv, clip, nt, bool(skip_if_nonfinite))
 
+
+#: check_options' result for the defaults
+NO_OPTIONS = Options(1.0, 0.0, 0.0, 0, 0, False)
 
 #: how many values a group's ``extra`` holds (FO_STEP_EXTRA, src_c/fastopt.h)
 EXTRA = 5
@@ -242,7 +248,7 @@ def _run_q8(f, xs, gs, states, index, groups, scalars, labels, copies, seed, hal
                         half_params, eight[1])
         if out is not None:
             return StepInfo(*out)
-    gs, states, absmax = _q8.split(f, xs, gs, states, index, groups, labels)
+    gs, states, absmax = _q8.split(f, xs, gs, states, index, groups, labels, copies)
     n_threads = _v.check_n_threads(f, n_threads)
     out = _ext.step(tuple(xs), tuple(gs), *(tuple(s) for s in states), *scalars[:8],
                     n_threads, scalars[9], None if copies is None else tuple(copies), seed,
@@ -264,8 +270,12 @@ def _q8_refused(f):
 
 # ---- the front ends' lists, run as one step -----------------------------------------
 
+_ONE = (np.ndarray, _q8.State8bit)             # a single tensor
+_SEQ = (list, tuple)
+
+
 def as_list(x):
-    return [x] if isinstance(x, (np.ndarray, _q8.State8bit)) else list(x)
+    return [x] if isinstance(x, _ONE) else list(x)
 
 
 def lists(f, params, grads, *states):
@@ -273,25 +283,34 @@ def lists(f, params, grads, *states):
     if not isinstance(params, (np.ndarray, list, tuple)):
         raise TypeError(f"{f}: params must be a numpy.ndarray or a list/tuple of "
                         f"numpy.ndarray, got {_v._got(params)}")
-    out = [as_list(params)]
-    for name, a in (("grads", grads),) + states:
-        if a is None:
-            out.append([None] * len(out[0]))
-            continue
-        if not isinstance(a, (np.ndarray, list, tuple, _q8.State8bit)):
-            raise TypeError(f"{f}: {name} must be a numpy.ndarray or a list/tuple of "
-                            f"numpy.ndarray, got {_v._got(a)}")
-        if isinstance(a, (list, tuple)) and _v._numbers(a):
-            raise TypeError(f"{f}: {name} is a {type(a).__name__} of numbers, not of arrays; "
-                            f"convert it with np.asarray(..., dtype=...) to an array of its "
-                            f"parameter's dtype")
-        a = as_list(a)
-        if len(a) != len(out[0]):
-            raise ValueError(f"{f}: {name} has {len(a)} tensors but params has "
-                             f"{len(out[0])}; every list must have one entry per "
-                             f"parameter")
-        out.append(a)
+    xs = as_list(params)
+    n = len(xs)
+    out = [xs, _list_of(f, "grads", grads, n)]
+    for name, a in states:
+        out.append([None] * n if a is None else _list_of(f, name, a, n))
     return out
+
+
+def _list_of(f, name, a, n) -> list:
+    """lists' entry for argument `name`, which must hold n tensors."""
+    if isinstance(a, _ONE):
+        a = [a]
+    elif not isinstance(a, _SEQ):
+        raise TypeError(f"{f}: {name} must be a numpy.ndarray or a list/tuple of "
+                        f"numpy.ndarray, got {_v._got(a)}")
+    elif a and isinstance(a[0], np.ndarray):
+        a = list(a)
+    elif _v._numbers(a):
+        raise TypeError(f"{f}: {name} is a {type(a).__name__} of numbers, not of arrays; "
+                        f"convert it with np.asarray(..., dtype=...) to an array of its "
+                        f"parameter's dtype")
+    else:
+        a = list(a)
+    if len(a) != n:
+        raise ValueError(f"{f}: {name} has {len(a)} tensors but params has "
+                         f"{n}; every list must have one entry per "
+                         f"parameter")
+    return a
 
 
 def step_count(f, step):

@@ -171,16 +171,19 @@ def clip_grads(grads: ArrayOrList, *, max_norm: float | None = None, norm_type=2
 
 # ---- torch-form rules ----------------------------------------------------------------
 
+_BETA_NAMES = ("betas[0]", "betas[1]", "betas[2]")
+
+
 def _betas(f, betas, n=2):
     try:
-        bs = tuple(betas)
+        bs = betas if type(betas) is tuple else tuple(betas)
     except TypeError:
         bs = ()
     if len(bs) != n:
         names = ", ".join(f"beta{i + 1}" for i in range(n))
         raise TypeError(f"{f}: betas must be a {'pair' if n == 2 else 'triple'} ({names})")
-    return tuple(_v.check_real(f, f"betas[{i}]", b, low=0.0, high=1.0, high_open=True)
-                 for i, b in enumerate(bs))
+    return tuple([_v.check_real(f, _BETA_NAMES[i], bs[i], low=0.0, high=1.0, high_open=True)
+                  for i in range(n)])
 
 
 def _adam_form(f, rule, a):

@@ -138,10 +138,13 @@ def _one_element(fname: str, name: str, value, kinds: str, what: str, word: str)
 
 def check_lr(fname: str, lr, name: str = "lr") -> float:
     """A finite learning rate >= 0, from a real number or a one-element array."""
-    lr = _one_element(fname, name, lr, "fiu", "a real number", "real")
-    if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, numbers.Real):
-        raise TypeError(f"{fname}: {name} must be a real number, got {_type_name(lr)}")
-    value = _to_float(lr)
+    if type(lr) is float:           # the common case, without the checks of type
+        value = lr
+    else:
+        lr = _one_element(fname, name, lr, "fiu", "a real number", "real")
+        if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, numbers.Real):
+            raise TypeError(f"{fname}: {name} must be a real number, got {_type_name(lr)}")
+        value = _to_float(lr)
     if not (math.isfinite(value) and value >= 0.0):
         raise ValueError(f"{fname}: {name} must be a finite number >= 0, got {value!r}")
     return value
@@ -166,9 +169,12 @@ def check_t(fname: str, t, name: str = "t") -> int:
 def check_real(fname: str, name: str, value, *, low=None, low_open=False,
                high=None, high_open=False) -> float:
     """A finite real hyperparameter, optionally within [low, high] bounds."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+    if type(value) is float:        # the common case, without the checks of type
+        v = value
+    elif isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{fname}: {name} must be a real number, got {_type_name(value)}")
-    v = _to_float(value)
+    else:
+        v = _to_float(value)
     if not math.isfinite(v):
         raise ValueError(f"{fname}: {name} must be finite, got {v!r}")
     if low is not None and (v <= low if low_open else v < low):
