@@ -104,6 +104,11 @@ def test_bad_input_changes_nothing():
         np.testing.assert_array_equal(bits(a), bits(b))
     with pytest.raises(TypeError, match="fastopt updates float32 or float64"):
         fo.AdamW([np.zeros(3, BF16)])           # 16-bit parameters need master weights
+    with pytest.raises(TypeError, match=r"params\[1\] has dtype int16; with master_weights="
+                                        r"True fastopt updates float32 or float64 arrays and "
+                                        r"keeps float32 masters of bfloat16 or float16 ones"):
+        fo.AdamW([{"params": [np.zeros(3, BF16)]}, {"params": [np.zeros(2, np.int16)]}],
+                 master_weights=True)
 
 
 def test_the_prepared_step_writes_the_copies_and_a_frozen_one_is_refused(monkeypatch):

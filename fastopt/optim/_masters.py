@@ -21,6 +21,11 @@ def _master(f, label, p, copies):
                              f"rewritten from its float32 master every step")
         copies.append(p)
         return np.array(p, dtype=np.float32, order="F" if _f_only(p) else "C")
+    if isinstance(p, np.ndarray) and not (p.dtype.fields is None
+                                          and p.dtype.newbyteorder("=") in _dtypes.NUMPY):
+        raise TypeError(f"{f}: {label} has dtype {p.dtype}; with master_weights=True "
+                        f"fastopt updates {_dtypes.phrase(_dtypes.NUMPY)} arrays and keeps "
+                        f"float32 masters of {_dtypes.phrase(HALF)} ones")
     copies.append(None)
     return p
 
