@@ -13,8 +13,9 @@ paired rounds and the ceiling the best of all the probe runs (three back to
 back per round, with fastopt's thread count and with one), so runs slowed by
 other programs change neither (:func:`summarize`). A ratio saying fastopt
 beats the ceiling would be a broken measurement: the row says "too noisy
-to measure" instead. If the machine looked busy while measuring (load
-average, or a wide p50-p99 spread), one line says so. ``--plot out.png``
+to measure" instead. If the machine looked busy while measuring (other
+programs' CPU time during the rows, or a wide p50-p99 spread), one line
+says so. ``--plot out.png``
 also draws throughput against tensor size for every op and dtype (small
 multiples).
 
@@ -97,7 +98,8 @@ def summarize(fast, numpy=None, probe=None, load: float = 0.0, ncpu: int = 1,
     faster, and ``vs_ceiling`` cannot honestly exceed 1. When it exceeds
     ``1 + slack`` the measurement is broken (the probe ran only while the
     machine was busy): ``refused`` then holds a "too noisy to measure"
-    reason naming the load average, and both ratios are None.
+    reason naming ``load``, the cores other programs kept busy on average
+    (:class:`_Others`), and both ratios are None.
     """
     fast = np.asarray(fast, dtype=float)
     out = {"fastopt": float(np.median(fast)),
@@ -109,8 +111,8 @@ def summarize(fast, numpy=None, probe=None, load: float = 0.0, ncpu: int = 1,
         out["ceiling"] = float(np.min(probe))
         out["vs_ceiling"] = out["ceiling"] / out["fastopt"]
         if out["vs_ceiling"] > 1.0 + slack:
-            out["refused"] = (f"too noisy to measure: load average {load:.1f} on "
-                              f"{ncpu} cores (fastopt seemed {out['vs_ceiling']:.1f}x "
+            out["refused"] = (f"too noisy to measure: other programs kept {load:.1f} of "
+                              f"{ncpu} cores busy (fastopt seemed {out['vs_ceiling']:.1f}x "
                               "faster than the memory-bandwidth ceiling)")
             out["vs_numpy"] = out["vs_ceiling"] = None
     return out
@@ -150,12 +152,12 @@ def measure(op: str, dtype, shapes, budget: float = 1.0, numpy: bool = True) -> 
     memory-bandwidth probe, timed in turn (:func:`interleaved`)."""
     n = sum(math.prod(s) for s in shapes)
     max_rounds = max(MIN_ROUNDS, min(20000, int(2e9 / max(n, 1))))
-    load = _loadavg()
     fns = _calls(op, dtype, shapes, numpy)
+    others = _Others()
     with np.errstate(all="ignore"):
         t = interleaved(fns, budget, max_rounds,
                         repeat={k: PROBE_REPEAT for k in fns if k.startswith("probe")})
-    load = max(load, _loadavg())
+    load = others.cores()
     probe = t["probe"] + t.get("probe 1 thread", [])
     out = summarize(t["fastopt"], t.get("numpy"), probe, load=load,
                     ncpu=os.cpu_count() or 1)
@@ -219,12 +221,13 @@ def _plot(plt, path: str, ops, dtypes, sizes=PLOT_SIZES, budget: float = 0.6) ->
 
 
 def _busy_note(loads: list[float], spread: float, ncpu: int) -> str | None:
-    """One line when the machine looked busy while measuring: a load average
-    above ~70% of the cores, or a p99 more than 3x its p50 in some row."""
+    """One line when the machine looked busy while measuring: other programs
+    keeping more than a quarter of the cores busy during some row
+    (:class:`_Others`), or a p99 more than 3x its p50 in some row."""
     load = max(loads) if loads else 0.0
     why = []
-    if load > 0.7 * ncpu:
-        why.append(f"load average {load:.1f} on {ncpu} cores")
+    if load > 0.25 * ncpu:
+        why.append(f"other programs kept {load:.1f} of {ncpu} cores busy")
     if spread > 3.0:
         why.append(f"p99 up to {spread:.1f}x p50")
     if not why:
@@ -239,6 +242,43 @@ def _loadavg() -> float:
         return os.getloadavg()[0]
     except (AttributeError, OSError):
         return 0.0
+
+
+def _busy_seconds() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (the first
+    line of /proc/stat: user, nice, system, irq, softirq and steal), or None
+    where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as fh:
+            f = fh.readline().split()
+        v = [int(x) for x in f[1:9]]
+        tick = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if f[0] != "cpu" or len(v) < 8 or tick <= 0:
+        return None
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / tick
+
+
+class _Others:
+    """How many cores other programs kept busy, on average, from its making
+    to :meth:`cores`: the machine's busy CPU time less this process's own
+    (every thread of it), over the time passed. Unlike the load average,
+    which decays over a minute, it sees only the measured span: the load
+    of a build that just ended does not count. Without /proc/stat, the
+    1-minute load average less this process's threads stands in."""
+
+    def __init__(self):
+        self.t0, self.own0, self.busy0 = time.perf_counter(), time.process_time(), \
+            _busy_seconds()
+
+    def cores(self) -> float:
+        busy = _busy_seconds()
+        if busy is None or self.busy0 is None:
+            return max(0.0, _loadavg() - get_num_threads())
+        wall = time.perf_counter() - self.t0
+        own = time.process_time() - self.own0
+        return max(0.0, (busy - self.busy0 - own) / wall) if wall > 0 else 0.0
 
 
 def _fmt(t: float) -> str:
@@ -302,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     print(RATIOS)
     print(f"{'op':9s} {'dtype':8s} {'workload':9s} {'p50':>10s} {'p99':>10s} "
           f"{'ns/elem':>8s} {'GB/s':>6s} {'vs numpy':>9s} {'vs ceiling':>10s}")
-    loads, spread = [_loadavg()], 0.0
+    loads, spread = [], 0.0
     for op in ops:
         for dt in dtypes:
             for w in workloads:
