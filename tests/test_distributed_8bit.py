@@ -136,6 +136,15 @@ def test_mismatched_8bit_checkpoints_are_refused_and_nothing_changes(tmp_path):
         _rewrite(tmp_path / key, lambda meta, _v, k=key, v=value: meta["q8"].__setitem__(k, v))
         _refused(opt, tmp_path / key, "the checkpoint's 8-bit states have other")
     opt.load(tmp_path / "q8")                     # the right one still loads
+    plain8 = fo.AdamW(_model(), lr=1e-2, state_dtype=Q8)   # a plain 8-bit checkpoint
+    plain8.step(_grads(plain8.params, 0))
+    plain8.save(tmp_path / "q8.npz")
+    with np.load(tmp_path / "q8.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["state.exp_avg.0.absmax"] = -arrays["state.exp_avg.0.absmax"]
+    np.savez(tmp_path / "negative.npz", **arrays)
+    _refused(opt, tmp_path / "negative.npz", r"state\.exp_avg\.0\.absmax holds a negative")
+    opt.load(tmp_path / "q8.npz")
 
 
 def test_ranges_that_cut_a_block_are_refused(tmp_path):

@@ -156,7 +156,11 @@ def _bad_files():
     def float_tag(a, m):
         del m["state_dtype"]
 
-    return [(maps_unsorted, "is not increasing"), (maps_other, "differs from bitsandbytes"),
+    def absmax_negative(a, m):      # a magnitude no step writes
+        a["state.exp_avg_sq.0.absmax"] = -a["state.exp_avg_sq.0.absmax"]
+
+    return [(absmax_negative, r"state\.exp_avg_sq\.0\.absmax holds a negative value"),
+            (maps_unsorted, "is not increasing"), (maps_other, "differs from bitsandbytes"),
             (block, "8-bit block size is 128"), (absmax_short, r"absmax of shape \(21,\)"),
             (codes_wide, "codes of shape"), (no_absmax, "no 'state.exp_avg.2.absmax'"),
             (float_tag, "holds states of their parameters' dtype")]

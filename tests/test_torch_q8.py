@@ -116,6 +116,8 @@ BAD_LOADS = {
         state1=_nested(sd)["state1"].to(torch.int8)), ValueError, "exp_avg"),
     "absmax missing": (False, lambda sd: sd["state"][0].pop("exp_avg_sq_absmax"),
                        TypeError, "exp_avg_sq_absmax"),
+    "absmax negative": (False, lambda sd: sd["state"][0].update(
+        exp_avg_sq_absmax=-sd["state"][0]["exp_avg_sq_absmax"]), ValueError, "negative value"),
     "count -1": (False, lambda sd: sd["state"][0].update(step=torch.tensor(-1.0)),
                  ValueError, "whole number"),
     "count 2**70": (True, lambda sd: sd["state"][0].update(step=2**70), ValueError,

@@ -97,7 +97,7 @@ def read_plain(opt, f, path, check_steps, check_groups):
             r.header(key, spec)
         _ckpt._check_maps(f, {k: r.read(k, specs[k]) for k in specs if k.startswith("q8.")})
         packed = {s: _streams.pack(opt, _held(opt, lambda t, s=s: _read_state(
-            opt, r, specs, s, t.index))) for s in opt._state_names}
+            opt, f, r, specs, s, t.index))) for s in opt._state_names}
         if opt._master_streams:         # those of the 16-bit parameters, read
             packed["master"] = _streams.pack(opt, _held(opt, lambda t: r.read(
                 f"params.{t.index}", specs[f"params.{t.index}"]) if t.dtype in opt._half
@@ -138,11 +138,14 @@ def _state_specs(opt) -> dict:
     return specs
 
 
-def _read_state(opt, r, specs, s, i):
-    """State s of tensor i from the file: an array, or a State8bit."""
+def _read_state(opt, f, r, specs, s, i):
+    """State s of tensor i from the file: an array, or a State8bit (no step
+    writes a negative absmax)."""
     key = f"state.{s}.{i}"
     a = r.read(key, specs[key])
     if key + ".absmax" not in specs:
         return a
-    return _q8.State8bit(a, r.read(key + ".absmax", specs[key + ".absmax"]),
-                         not _states.unsigned(opt._cls, s))
+    m = r.read(key + ".absmax", specs[key + ".absmax"])
+    if (m < 0).any():
+        raise CheckpointError(f"{f}: the checkpoint's {key}.absmax holds a negative value")
+    return _q8.State8bit(a, m, not _states.unsigned(opt._cls, s))

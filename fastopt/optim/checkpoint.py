@@ -5,11 +5,9 @@ is restored, and the atomic ``.npz`` file written by ``save`` and read by
 ``load`` treats the file as hostile (fastopt._npz): the file size, the zip
 directory and every entry's .npy header are checked against this optimizer
 before any state data is read, no entry is decompressed beyond its expected
-size, and every number in the JSON header is bounded.
-
-Functions of the optimizer ``opt``; the optimizer's methods
-(:meth:`state_dict`, :meth:`load_state_dict`, :meth:`save`, :meth:`load`)
-call them.
+size, and every number in the JSON header is bounded. Functions of the
+optimizer ``opt``; its methods (:meth:`state_dict`, :meth:`load_state_dict`,
+:meth:`save`, :meth:`load`) call them.
 """
 from __future__ import annotations
 
@@ -538,7 +536,7 @@ def read_npz(opt, f, fh, params=None) -> tuple:
         for key, spec in {**specs, **pspecs}.items():     # every header, before any data
             r.header(key, spec)
         _check_maps(f, {k: r.read(k, specs[k]) for k in specs if k.startswith("q8.map.")})
-        state = {sname: [_read_state(opt, r, specs, sname, i) for i in range(n)]
+        state = {sname: [_read_state(opt, f, r, specs, sname, i) for i in range(n)]
                  for sname in opt._STATES}
         if words is not None:       # the raw words as the optimizer's states
             state = {k: [a.view(opt._state_dtype) for a in v] for k, v in state.items()}
@@ -548,15 +546,17 @@ def read_npz(opt, f, fh, params=None) -> tuple:
     return sd, saved
 
 
-def _read_state(opt, r, specs, sname, i):
-    """State sname of params[i] from the file: an array, or an 8-bit
-    state of its codes and absmax entries."""
+def _read_state(opt, f, r, specs, sname, i):
+    """State sname of params[i] from the file: an array, or an 8-bit state
+    of its codes and absmax entries (no step writes a negative absmax)."""
     key = f"state.{sname}.{i}"
     a = r.read(key, specs[key])
     if key + ".absmax" not in specs:
         return a
-    return _q8.State8bit(a, r.read(key + ".absmax", specs[key + ".absmax"]),
-                         not _unsigned(opt, sname))
+    m = r.read(key + ".absmax", specs[key + ".absmax"])
+    if (m < 0).any():
+        raise CheckpointError(f"{f}: the checkpoint's {key}.absmax holds a negative value")
+    return _q8.State8bit(a, m, not _unsigned(opt, sname))
 
 
 def _check_block(opt, f, block) -> None:

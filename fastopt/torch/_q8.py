@@ -257,8 +257,11 @@ def check_loaded(opt, state_dict) -> None:
             fl = floats(s, names)
             for k, name in enumerate(names):
                 if name not in fl and (name in s or name + ABSMAX in s):
-                    view(f, f"state {i!r} (param_groups[{gi}]['params'])", opt._ROW, k, p,
-                         name, s)
+                    where = f"state {i!r} (param_groups[{gi}]['params'])"
+                    view(f, where, opt._ROW, k, p, name, s)
+                    if (s[name + ABSMAX] < 0).any():     # no step writes one
+                        raise ValueError(f"{f}: state[{name + ABSMAX!r}] of {where} holds a "
+                                         f"negative value")
 
 
 def saved_codes(opt, state_dict) -> dict:
