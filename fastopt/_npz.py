@@ -27,6 +27,7 @@ JSON text go through :func:`loads_json`, which bounds them.
 from __future__ import annotations
 
 import ast
+import errno
 import json
 import math
 import os
@@ -409,3 +410,23 @@ def fsync_directory(directory) -> None:
         pass
     finally:
         os.close(dfd)
+
+
+def save_target(f, path) -> str:
+    """Where an atomic save of path renames its file to: path, or, where
+    path is a symbolic link, the file it points to (the link stays a link
+    to the new checkpoint). An existing target that is not a regular file
+    (a directory, a device such as /dev/full, a FIFO) raises
+    IsADirectoryError or ValueError naming f: the rename would replace it."""
+    path = os.fspath(path)
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, f"{f}: a directory is in the way", path)
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{f}: {path!r} exists and is not a regular file (a device, a "
+                         f"FIFO, a socket); a checkpoint replaces only a file")
+    return target

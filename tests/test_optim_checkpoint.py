@@ -223,3 +223,113 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     fresh, _ = _trained()
     fresh.load(path)
     assert fresh.steps == 4
+
+
+def _adam_two(tmp_path, **kw):
+    ps = [np.ones(4, np.float32), np.ones(3, np.float32)]
+    opt = optim.Adam(ps, lr=0.1, **kw)
+    g = [np.ones(4, np.float32), np.ones(3, np.float32)]
+    opt.step(g)
+    path = os.path.join(tmp_path, "ck.npz")
+    opt.save(path, params=True)
+    opt.step(g)
+    return opt, ps, path
+
+
+def test_a_read_only_destination_restores_nothing(tmp_path):
+    """A state array made read-only since the save: load refuses before
+    copying anything (parameters, states and the count stay)."""
+    opt, ps, path = _adam_two(tmp_path)
+    opt.state["exp_avg_sq"][1].flags.writeable = False
+    before = snapshot(opt, ps)
+    with pytest.raises(CheckpointError, match=r"Adam.load: state\['exp_avg_sq'\]\[1\] is "
+                                              r"read-only; nothing was restored"):
+        opt.load(path)
+    assert_same(snapshot(opt, ps), before)
+
+
+def test_master_weights_copies_read_only_restore_nothing(tmp_path):
+    import ml_dtypes
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    model = [np.ones(4, bf16), np.ones(3, bf16)]
+    opt = optim.AdamW(model, lr=0.1, master_weights=True)
+    opt.step([np.ones(4, bf16), np.ones(3, bf16)])
+    path = os.path.join(tmp_path, "ck.npz")
+    opt.save(path)
+    opt.step([np.ones(4, bf16), np.ones(3, bf16)])
+    model[1].flags.writeable = False
+    before = snapshot(opt, model)
+    with pytest.raises(CheckpointError, match=r"the 16-bit params\[1\] is read-only"):
+        opt.load(path)
+    assert_same(snapshot(opt, model), before)
+
+
+@pytest.mark.parametrize("key,value", [("maximize", 0), ("amsgrad", 1), ("lr", True),
+                                       ("weight_decay", False)])
+def test_a_value_equal_to_the_checked_one_but_of_another_type_is_checked(key, value,
+                                                                          tmp_path):
+    """0 == False: after a step with False, maximize=0 is checked (and
+    refused) as on a fresh optimizer, by the step and by save."""
+    opt, ps, path = _adam_two(tmp_path)
+    opt.param_groups[0][key] = value
+    before = snapshot(opt, ps)
+    with pytest.raises(TypeError, match=key):
+        opt.step([np.ones(4, np.float32), np.ones(3, np.float32)])
+    with pytest.raises(TypeError, match=key):
+        opt.save(path)
+    assert_same(snapshot(opt, ps), before)
+
+
+def test_numpy_scalar_hyperparameters_save_and_resume(tmp_path):
+    opt, ps, path = _adam_two(tmp_path)
+    opt.param_groups[0]["lr"] = np.float32(0.05)
+    opt.param_groups[0]["betas"] = [np.float32(0.9), np.float64(0.99)]
+    opt.step([np.ones(4, np.float32), np.ones(3, np.float32)])
+    opt.save(path, params=True)
+    other = optim.Adam([p.copy() for p in ps], lr=0.1)
+    other.load(path, params=True)
+    assert other.param_groups[0]["lr"] == float(np.float32(0.05))
+    qs = [a for a in other._param_tuples[0]]
+    for o in (opt, other):
+        o.step([np.full(4, 0.5, np.float32), np.full(3, 0.5, np.float32)])
+    for a, b in zip(ps, qs):
+        np.testing.assert_array_equal(a, b)
+    for k in opt.state:
+        for a, b in zip(opt.state[k], other.state[k]):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_a_group_appended_or_removed_is_refused(tmp_path):
+    opt, ps, path = _adam_two(tmp_path)
+    before = snapshot(opt, ps)
+    opt.param_groups.append(dict(opt.param_groups[0], params=(np.ones(5, np.float32),)))
+    with pytest.raises(ValueError, match=r"param_groups has 2 groups; this optimizer was "
+                                         r"built with 1"):
+        opt.step([np.ones(4, np.float32), np.ones(3, np.float32)])
+    opt.param_groups.pop()
+    opt.param_groups.pop()
+    with pytest.raises(ValueError, match="param_groups has 0 groups"):
+        opt.step([np.ones(4, np.float32), np.ones(3, np.float32)])
+    assert opt.param_groups == []
+    np.testing.assert_array_equal(ps[0], before[0][0])
+    np.testing.assert_array_equal(opt.state["exp_avg"][1], before[1]["exp_avg"][1])
+
+
+def test_save_writes_through_a_link_and_refuses_what_is_not_a_file(tmp_path):
+    import stat
+    opt, ps, path = _adam_two(tmp_path)
+    link = os.path.join(tmp_path, "latest.npz")
+    os.symlink(path, link)
+    opt.save(link)
+    assert os.path.islink(link)
+    other = optim.Adam([p.copy() for p in ps], lr=0.1)
+    other.load(path)
+    assert other.steps == opt.steps == 2
+    fifo = os.path.join(tmp_path, "fifo")
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match=r"Adam.save: .*fifo' exists and is not a regular "
+                                         r"file"):
+        opt.save(fifo)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    with pytest.raises(IsADirectoryError, match="Adam.save: a directory is in the way"):
+        opt.save(tmp_path)

@@ -207,7 +207,8 @@ class _Optimizer:
         (all groups are checked before the first kernel call writes anything).
         """
         key = tuple(map(group.get, self._KEYS))
-        if list in map(type, key):  # compare lists (clipping) by value, not identity
+        key += tuple(map(type, key))    # (0 == False: a value was checked with its type)
+        if list in key:             # compare lists (clipping) by value, not identity
             key = tuple(tuple(v) if type(v) is list else v for v in key)
         if any(isinstance(v, np.ndarray) for v in key):
             key = object()          # an array (an lr) may change in place: check it anew
@@ -319,6 +320,10 @@ class _Optimizer:
         f = self._step_name
         o = _fused.options(self, f, grad_scale, skip_if_nonfinite, max_grad_norm,
                            norm_type, clip_convention)
+        if len(self.param_groups) != len(self._param_tuples):
+            raise ValueError(f"{f}: param_groups has {len(self.param_groups)} groups; this "
+                             f"optimizer was built with {len(self._param_tuples)} and its "
+                             f"groups are fixed (build a new one to add or remove a group)")
         for gi, (group, ps) in enumerate(zip(self.param_groups, self._param_tuples)):
             if group["params"] is not ps:
                 raise ValueError(f"{f}: param_groups[{gi}]['params'] was replaced; the "
@@ -437,8 +442,10 @@ class _Optimizer:
 
         The parameters are not included: they are the caller's arrays
         (``save(path, params=True)`` writes them into the same file).
+        A hyperparameter edited into a group since the last step is checked
+        here (TypeError/ValueError, as the step would raise).
         """
-        return checkpoint.state_dict(self)
+        return checkpoint.state_dict(self, self._fname() + ".state_dict")
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore a :meth:`state_dict` snapshot (states, step count and the

@@ -45,8 +45,10 @@ def remembered_step(opt, grads, grad_scale, skip_if_nonfinite, max_grad_norm, no
     groups = [None] * ng
     for j in range(ng):
         group = (<list>pgs)[j]
-        if (type(group) is not dict or group["params"] is not (<list>pts)[j]
-                or tuple(map(group.get, keys)) != gkeys[j]):
+        if type(group) is not dict or group["params"] is not (<list>pts)[j]:
+            return None
+        v = tuple(map(group.get, keys))
+        if v + tuple(map(type, v)) != gkeys[j]:     # (as _group_kwargs keys them)
             return None
         head, tail = parts[j]
         groups[j] = head + (t,) + tail

@@ -169,3 +169,19 @@ def with_flags(opt, group):
     if group is None or not opt._round_flags:
         return group
     return (group[0], group[1] | opt._round_flags) + group[2:]
+
+
+
+def read_only(opt, params: bool) -> str | None:
+    """Before a checkpoint is restored: the first array it would write that
+    is read-only (the states, with ``params`` the parameters, the 16-bit
+    parameters master weights rewrite), named, or None; so that nothing
+    is half restored."""
+    arrays = [(f"params[{i}]", p) for i, p in enumerate(opt.params)] if params else []
+    for name, states in opt.state.items():
+        for i, a in enumerate(states):
+            parts = (a.codes, a.absmax) if isinstance(a, _q8.State8bit) else (a,)
+            arrays += [(f"state[{name!r}][{i}]", b) for b in parts]
+    arrays += [(f"the 16-bit params[{i}]", c) for i, c in enumerate(opt._copies or ())
+               if c is not None]
+    return next((label for label, a in arrays if not a.flags.writeable), None)

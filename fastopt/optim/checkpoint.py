@@ -61,36 +61,35 @@ class CheckpointError(ValueError):
     Raised for a file that is not a fastopt checkpoint (not an npz, truncated,
     corrupt, missing or unexpected entries) and for one that does not match
     the optimizer (another optimizer's file, other groups, other shapes or
-    dtypes). The optimizer is left unchanged.
-    """
+    dtypes). The optimizer is left unchanged."""
 
 
 # --------------------------------------------------------------- state dict
 
-def state_dict(opt) -> dict:
-    """See :meth:`fastopt.optim.OnnxMomentum.state_dict`."""
+def state_dict(opt, f) -> dict:
+    """See :meth:`fastopt.optim.OnnxMomentum.state_dict`; the groups' values
+    as their check gives them (the file holds what a load takes)."""
+    checked = [opt._check_group(f, g, f"param_groups[{gi}]")
+               for gi, g in enumerate(opt.param_groups)]
     return {
         "format": _FORMAT,
         "version": _VERSION,
         "optimizer": type(opt).__name__,
         "steps": opt._steps,
-        "param_groups": [dict({k: g[k] for k in opt._HYPER}, n_params=len(g["params"]))
-                         for g in opt.param_groups],
+        "param_groups": [dict({k: c[k] for k in opt._HYPER}, n_params=len(g["params"]))
+                         for g, c in zip(opt.param_groups, checked)],
         "state": {name: [_copy(a) for a in arrays] for name, arrays in opt.state.items()},
     }
 
 
-def _copy(a):
-    """A state's copy: an array's, or an 8-bit state's codes and absmax."""
-    if isinstance(a, _q8.State8bit):
-        return _q8.State8bit(a.codes.copy(), a.absmax.copy(), a.signed)
-    return np.array(a, copy=True)
+def _copy(a):    # an array's, or an 8-bit state's codes and absmax
+    return _q8.State8bit(a.codes.copy(), a.absmax.copy(), a.signed) if isinstance(
+        a, _q8.State8bit) else np.array(a, copy=True)
 
 
 def saved_by(cls, name) -> bool:
-    """Whether a checkpoint's ``optimizer`` entry names the optimizer class
-    ``cls``: its name, or a name it had before (``_OLD_NAMES``), whose files
-    it still reads."""
+    """Does a checkpoint's ``optimizer`` entry name class ``cls`` (its name,
+    or one it had before, ``_OLD_NAMES``, whose files it still reads)?"""
     return name == cls.__name__ or name in getattr(cls, "_OLD_NAMES", ())
 
 
@@ -244,7 +243,9 @@ def restore(opt, f, sd, params=None) -> None:
     ``params`` (checked arrays, one per parameter, or None) into the
     parameters."""
     groups, steps, state = checked_state_dict(opt, f, sd)
-    # everything checked: commit
+    if (bad := _states.read_only(opt, params is not None)) is not None:
+        raise CheckpointError(f"{f}: {bad} is read-only; nothing was restored")
+    # everything checked, where it goes too: commit
     if params is not None:
         for dst, src in zip(opt.params, params):
             np.copyto(dst, src)
@@ -304,7 +305,7 @@ def save(opt, path, params=False) -> None:
     ``params.<i>`` entries) to path as an uncompressed .npz, atomically;
     first remove what killed saves of the same path left behind."""
     params = as_bool(f"{opt._fname()}.save", "params", params)
-    sd = state_dict(opt)
+    sd = state_dict(opt, f"{opt._fname()}.save")
     meta = {k: sd[k] for k in ("format", "version", "optimizer", "steps", "param_groups")}
     if _apart(opt):                 # the tag of the raw words below
         meta["state_dtype"] = opt._state_dtype.name
@@ -325,7 +326,7 @@ def save(opt, path, params=False) -> None:
     if params:
         for i, p in enumerate(opt.params):
             arrays[f"{_PARAM_PREFIX}{i}"] = p
-    path = os.fspath(path)
+    path = _npz.save_target(f"{opt._fname()}.save", path)
     directory = os.path.dirname(os.path.abspath(path))
     _remove_stale(directory, os.path.basename(path))
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
@@ -363,9 +364,8 @@ def _write_npz(fd, arrays) -> None:
 
 
 def _interrupted(exc) -> bool:
-    """Was exc raised while a KeyboardInterrupt unwound? (np.savez's zip
-    writer, stopped by Ctrl-C at the end of an entry, raises ValueError from
-    its own cleanup, replacing the interrupt.)"""
+    """Was exc raised while a KeyboardInterrupt unwound? (np.savez's zip writer,
+    stopped by Ctrl-C at an entry's end, raises ValueError from its cleanup.)"""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, KeyboardInterrupt):
