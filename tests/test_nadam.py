@@ -170,6 +170,60 @@ def test_state_dict_from_torch_continues_as_torch():
     assert again.state[r]["mu_product"].dtype == torch.float64
 
 
+@pytest.mark.parametrize("half", ["bfloat16", "float16"])
+def test_a_16_bit_models_state_dict_from_torch_steps(half):
+    """torch's load_state_dict casts mu_product to a 16-bit model's dtype;
+    the drop-in takes that dict and steps on with the product in float32."""
+    torch = pytest.importorskip("torch")
+    import fastopt.torch as ft
+
+    dt = getattr(torch, half)
+    q = torch.nn.Parameter(torch.randn(9, generator=torch.Generator().manual_seed(0)).to(dt))
+    theirs = torch.optim.NAdam([q], lr=0.01)
+    for k in range(3):
+        q.grad = torch.randn(9, generator=torch.Generator().manual_seed(k)).to(dt)
+        theirs.step()
+    again = torch.optim.NAdam([q], lr=0.01)
+    again.load_state_dict(copy.deepcopy(theirs.state_dict()))
+    sd = copy.deepcopy(again.state_dict())
+    assert sd["state"][0]["mu_product"].dtype == dt          # torch's cast
+    p = torch.nn.Parameter(q.detach().clone())
+    mine = ft.NAdam([p], lr=0.01)
+    mine.load_state_dict(sd)
+    assert mine.state[p]["mu_product"].dtype == torch.float32
+    assert mine.state[p]["mu_product"].item() == sd["state"][0]["mu_product"].item()
+    p.grad = torch.ones(9, dtype=dt)
+    mine.step()
+    assert float(mine.state[p]["step"]) == 4
+
+
+@pytest.mark.parametrize("name,state", [("NAdam", "exp_avg"), ("RAdam", "exp_avg_sq"),
+                                        ("RMSprop", "square_avg"), ("Adamax", "exp_inf"),
+                                        ("Adadelta", "acc_delta"), ("Lion", "exp_avg"),
+                                        ("AdEMAMix", "exp_avg_slow")])
+def test_a_state_dict_missing_a_kept_state_is_refused_at_the_step(name, state):
+    """A truncated checkpoint: the step names the missing state and writes
+    nothing, as torch (a KeyError) and the drop-in's Adam refuse it, instead
+    of starting that state again from zeros."""
+    torch = pytest.importorskip("torch")
+    import fastopt.torch as ft
+
+    p = torch.nn.Parameter(torch.randn(4, generator=torch.Generator().manual_seed(0)))
+    opt = getattr(ft, name)([p], lr=0.01)
+    for k in range(2):
+        p.grad = torch.randn(4, generator=torch.Generator().manual_seed(k))
+        opt.step()
+    sd = copy.deepcopy(opt.state_dict())
+    del sd["state"][0][state]
+    other = getattr(ft, name)([p], lr=0.01)
+    other.load_state_dict(sd)
+    before = p.detach().clone()
+    with pytest.raises(ValueError, match=rf"state\['{state}'\] of param_groups\[0\]\['params'\]"
+                                         rf"\[0\] is missing"):
+        other.step()
+    assert torch.equal(p.detach(), before) and float(other.state[p]["step"]) == 2
+
+
 def test_signatures_are_torchs():
     torch = pytest.importorskip("torch")
     from torch_helpers import EXTRAS

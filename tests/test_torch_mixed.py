@@ -145,6 +145,76 @@ def test_checkpoint_keeps_masters_and_bf16_states(name):
     same(snapshot(opt, model), snapshot(opt2, model2))
 
 
+EDITS = {"clamp_": lambda p: p.clamp_(-0.01, 0.01),
+         "init": lambda p: torch.nn.init.zeros_(p),
+         "copy_ (load_state_dict)": lambda p: p.copy_(torch.full_like(p, 0.25)),
+         "data replaced": lambda p: setattr(p, "data", torch.full_like(p, -0.5))}
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+@pytest.mark.parametrize("half", HALVES)
+def test_a_parameter_edited_between_steps_is_where_the_next_step_starts(edit, half):
+    """Weight clipping, a re-initialised layer, weights loaded into the
+    model: as with torch.optim, the step goes on from the edited weights
+    (its master takes them), on the prepared route too."""
+    p = torch.nn.Parameter(torch.randn(64, generator=torch.Generator().manual_seed(0))
+                           .to(half))
+    opt = ft.SGD([p], lr=0.1, master_weights=True)
+    for k in range(3):
+        p.grad = torch.randn(64, generator=torch.Generator().manual_seed(k)).to(half)
+        opt.step()
+    with torch.no_grad():
+        EDITS[edit](p)
+    edited = p.detach().clone()
+    p.grad = torch.zeros(64, dtype=half)        # a step that moves nothing
+    opt.step()
+    assert torch.equal(p.detach(), edited)
+    assert torch.equal(opt.state[p]["master_param"], edited.float())
+
+
+def test_masters_keep_their_precision_when_nothing_edits_the_parameter():
+    """Updates below the 16-bit resolution accumulate in the master (it is
+    not taken from the parameter each step), also across a state dict."""
+    p = torch.nn.Parameter(torch.ones(8, dtype=torch.bfloat16))
+    opt = ft.SGD([p], lr=1e-4, master_weights=True)
+    want = torch.ones(8)
+    for _ in range(10):
+        p.grad = torch.ones(8, dtype=torch.bfloat16)
+        opt.step()
+        want = want - 1e-4 * 1.0        # in float32, as the step
+    assert torch.equal(p.detach(), torch.ones(8, dtype=torch.bfloat16))  # below an ulp
+    assert torch.equal(opt.state[p]["master_param"], want)
+    sd = opt.state_dict()
+    other = ft.SGD([p], lr=1e-4, master_weights=True)
+    other.load_state_dict(sd)
+    p.grad = torch.ones(8, dtype=torch.bfloat16)
+    other.step()
+    assert torch.equal(other.state[p]["master_param"], want - 1e-4)
+
+
+def test_a_master_older_than_its_parameter_gives_way():
+    """A master_param carried through an optimizer that did not keep it
+    (fastopt without master weights, torch.optim) no longer rounds to the
+    parameter: the weights win, not the stale master."""
+    p = torch.nn.Parameter(torch.randn(100, generator=torch.Generator().manual_seed(0))
+                           .to(torch.bfloat16))
+    a = ft.SGD([p], lr=0.1, master_weights=True)
+    for k in range(3):
+        p.grad = torch.randn(100, generator=torch.Generator().manual_seed(k)).to(p.dtype)
+        a.step()
+    b = ft.SGD([p], lr=0.1)
+    b.load_state_dict(a.state_dict())
+    for k in range(3):
+        p.grad = torch.randn(100, generator=torch.Generator().manual_seed(9 + k)).to(p.dtype)
+        b.step()
+    trained = p.detach().clone()
+    c = ft.SGD([p], lr=0.1, master_weights=True)
+    c.load_state_dict(b.state_dict())
+    p.grad = torch.zeros(100, dtype=p.dtype)
+    c.step()
+    assert torch.equal(p.detach(), trained)
+
+
 def test_prepared_step_declines_a_replaced_master():
     """The prepared step checks the master as it checks a state: one
     replaced (here by a float64 tensor) sends the step to the full route,

@@ -148,6 +148,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         # id(tensor) -> (tensor, data_ptr, shape, strides, NumPy view), of the
         # last step (_views) and, while a step plans, of the one before (_old)
         self._views = self._old = {}
+        self._master_seen = {}  # _mixed.sync_masters
         self._prep = None       # the prepared step (_prep.Prepared)
         self._flat = None       # the flat layout (_flat.FlatLayout), with flat=True
         defaults = {**defaults, **self._more_defaults}
@@ -218,6 +219,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         self._check_loaded_counts(state_dict)
         saved, codes = _mixed.saved_tensors(self, state_dict), _q8.saved_codes(self, state_dict)
         super().load_state_dict(state_dict)
+        self._master_seen = {}          # each master compared with its parameter again
         _mixed.restore(self, saved)
         _q8.restore_codes(self, codes)
 
@@ -241,6 +243,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         super().__setstate__(state)
         self.__dict__.setdefault("n_threads", None)
         self.__dict__.setdefault("_mixed", _mixed.NONE)
+        self._master_seen = {}
         self.last_step = None
         self._views = self._old = {}
         self._prep = None
@@ -487,6 +490,7 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         """The update of step(), run whole (a KeyboardInterrupt meanwhile
         is raised after it: fastopt._interrupt)."""
         prepare = self._PREPARE and not self._mixed.q8     # (8-bit: the checked route)
+        _mixed.sync_masters(self)
         if self._flat is not None and prepare and self._FLAT_CALL:
             info = self._flat.run(self, f, opts)
             if info is not None:

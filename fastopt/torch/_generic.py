@@ -20,7 +20,11 @@ class _RuleDropin(_FastoptOptimizer):
         return self._RULE.fields(h), self._RULE.slots(h)
 
     def _new_states(self, p, st, names, h):
-        fresh = {n: _zeros(p) for n in names if n not in st}
+        # a parameter with state gets only the states an option asks for
+        # (needs: RMSprop's buffer and average); one that every step keeps
+        # is missing (a truncated checkpoint): the state check says so
+        fresh = {n: _zeros(p) for n in names if n not in st
+                 and (not st or n in self._RULE.needs)}
         if st:
             return fresh
         carry = self._RULE.carry
@@ -28,6 +32,17 @@ class _RuleDropin(_FastoptOptimizer):
         if carry is not None:
             first[carry.name] = _step_tensor(carry.start)
         return {**first, **fresh}
+
+    def load_state_dict(self, state_dict) -> None:
+        """torch's load_state_dict; a carried scalar (NAdam's mu_product) that
+        torch's own load cast to a 16-bit model's dtype is taken in float32,
+        the step's type for it."""
+        super().load_state_dict(state_dict)
+        carry = self._RULE.carry
+        for st in self.state.values() if carry is not None else ():
+            v = st.get(carry.name)
+            if isinstance(v, torch.Tensor) and v.dtype in (torch.bfloat16, torch.float16):
+                st[carry.name] = v.to(torch.float32)
 
     def _carried(self, f, where, full):
         carry = self._RULE.carry

@@ -233,3 +233,33 @@ def amp_scale(f, attrs, grad_scale):
                              f"shape {tuple(scale.shape)}")
         scale = float(scale)
     return scale if grad_scale is None else scale * grad_scale
+
+
+def sync_masters(opt) -> None:
+    """Before a step with master weights: a 16-bit parameter written by
+    anything but this optimizer since its last step (in place: clamp_, an
+    init, ``model.load_state_dict``; or ``p.data`` replaced) gives its
+    float32 master its value, so that the step goes on from the edited
+    weights as torch.optim's would; so does one whose master does not round
+    to it when first seen (a ``master_param`` from a state dict older than
+    the weights). Per parameter, ``opt._master_seen`` keeps the version and
+    address torch gave it at the last check: the step writes the
+    parameter's memory without a torch op, so it moves neither."""
+    if not opt._mixed.master_weights:
+        return
+    seen = opt._master_seen
+    for group in opt.param_groups:
+        for p in group["params"]:
+            if p.dtype not in HALF:
+                continue
+            mark = (p._version, p.data_ptr())
+            rec = seen.get(id(p))
+            if rec is not None and rec[0] is p and rec[1] == mark:
+                continue
+            st = opt.state.get(p)
+            x = st.get(MASTER) if st else None
+            if type(x) is not torch.Tensor or x.dtype != torch.float32 or x.shape != p.shape:
+                continue                # (none yet, or one the step's checks refuse)
+            if rec is not None and rec[0] is p or not torch.equal(x.to(p.dtype), p):
+                x.copy_(p)
+            seen[id(p)] = (p, mark)
