@@ -333,3 +333,29 @@ def test_save_writes_through_a_link_and_refuses_what_is_not_a_file(tmp_path):
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     with pytest.raises(IsADirectoryError, match="Adam.save: a directory is in the way"):
         opt.save(tmp_path)
+
+
+@pytest.mark.parametrize("kw", [{}, {"state_dtype": "bfloat16"}, {"state_dtype": "int8-blockwise"}])
+def test_copies_and_pickles_after_steps_go_on_alike(kw):
+    """The prepared plans (C structures over the arrays) are not copied:
+    a deep copy or a pickle of a stepped optimizer steps on as it does,
+    and knows where its own arrays are."""
+    import copy
+    import pickle
+
+    from fastopt.optim import _grads
+    ps = [np.ones(5000, np.float32), np.ones(3, np.float32)]
+    opt = optim.AdamW(ps, lr=0.1, **kw)
+    g = [np.full(5000, 0.5, np.float32), np.full(3, -0.5, np.float32)]
+    for _ in range(3):
+        opt.step(g)
+    others = [copy.deepcopy(opt), pickle.loads(pickle.dumps(opt))]
+    for o in [opt] + others:
+        for _ in range(2):
+            o.step(g)
+    for o in others:
+        assert o.params[0] is not opt.params[0]
+        for a, b in zip(o.params, opt.params):
+            np.testing.assert_array_equal(a, b)
+        for want, got in zip(_grads.written_extents(o), o._extents):
+            np.testing.assert_array_equal(want, got)

@@ -83,6 +83,19 @@ class _Optimizer:
         self.last_grad_norm: float = float("nan")
         self.last_step_info = None
 
+    def __getstate__(self):
+        """For copy and pickle: the prepared plans (C structures over this
+        optimizer's arrays) are left out and made again by the next step."""
+        out = dict(self.__dict__)
+        out.update(_flat=None, _plan_all=None, _opts_cache=None, _fast=None,
+                   _prepared_ran=False)
+        return out
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._extents = _grads.written_extents(self)    # the copied arrays' memory
+        self._owners = _grads.memory_owners(self)
+
     # ------------------------------------------------------------- setup
 
     @classmethod
