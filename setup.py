@@ -118,7 +118,7 @@ C_SOURCES = ["src_c/fastopt.c", "src_c/pool.c", "src_c/machine_load.c", "src_c/a
              "src_c/capi.c"]
 C_DEPENDS = ["src_c/fastopt.h", "src_c/tables.h", "src_c/half.h", "src_c/rules.h",
              "src_c/pool.h",
-             "src_c/agc.inc", "src_c/types.inc", "src_c/instance.inc",
+             "src_c/agc.inc", "src_c/types.inc", "src_c/types_own16.inc", "src_c/instance.inc",
              "src_c/step_rules.inc", "src_c/step_rules_adam.inc", "src_c/step_rules_trust.inc",
              "src_c/step_coefs.inc", "src_c/step_apart.inc", "src_c/step_trust.inc",
              "src_c/step.inc", "src_c/step.h", "src_c/step_norm.inc",

@@ -86,12 +86,16 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=4.0, help="per workload")
     ap.add_argument("--workloads", default="1000x4096,1x5e7")
+    ap.add_argument("--gap-ms", type=float, default=0.0,
+                    help="sleep before each call (untimed), so that no call finds the "
+                         "last one's OpenMP threads still spinning on a core")
     args = ap.parse_args(argv)
     import torch
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average "
           f"{os.getloadavg()[0]:.2f}")
     for w in args.workloads.split(","):
-        report(f"{w} AdamW bfloat16 model", rotating(calls(WORKLOADS[w]), args.seconds, 7))
+        report(f"{w} AdamW bfloat16 model",
+               rotating(calls(WORKLOADS[w]), args.seconds, 7, args.gap_ms / 1e3))
     print(f"load average {os.getloadavg()[0]:.2f}")
 
 

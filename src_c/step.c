@@ -98,6 +98,9 @@ static int step_states_needed(const fo_step_group *g)
 #include "types.inc"
 #undef FO_TEMPLATE
 
+#define FO_TEMPLATE "step.inc"
+#include "types_own16.inc"
+#undef FO_TEMPLATE
 #include "step_apart.inc"
 
 /* ---- checks and coefficients ---------------------------------------------- */
@@ -330,11 +333,32 @@ static void step_fuse(const step_plan *p, const step_gcoef *gc, int f32,
 
 /* ---- the step ---------------------------------------------------------------- */
 
+/* Does t, bfloat16 parameters updated in their own type, take the pairs
+ * that widen and round in registers (types_own16.inc)? On a CPU with
+ * x86-64-v4, when every state rounds to nearest (a stochastic store needs
+ * its element's index, which those loops do not carry) and no pass over x
+ * follows the rule's (Adam's decay after the update would round x twice). */
+#ifdef FO_OWN16_FUSED
+static int step_own16_fused(const step_plan *p, const fo_step_tensor *t)
+{
+    const step_gcoef *gc = &p->gc[t->group];
+    int adam = gc->rule == FO_RULE_ADAM_TORCH || gc->rule == FO_RULE_ADAMW_TORCH;
+    return step_v4 && t->dtype == FO_BF16 && t->gdtype == FO_BF16 && t->sdtype == FO_BF16
+           && gc->srmask == 0 && t->w == NULL && !(adam && gc->d[STEP_AD_DPOST] != 1.0);
+}
+#endif
+
 static void step_piece_cb(const fo_tensor *t, int64_t lo, int64_t hi,
                           const void *ctx)
 {
     const step_plan *p = (const step_plan *)ctx;
     const fo_step_tensor *st = &p->ts[t - p->base];
+#ifdef FO_OWN16_FUSED
+    if (st->dtype == FO_BF16 && step_own16_fused(p, st)) {
+        step_piece_BF16_OWNF(p, st, lo, hi);
+        return;
+    }
+#endif
     switch (fo_spair(st->dtype, st->gdtype, st->sdtype)) {
 #define FO_X_PAIR(name, xt, gt) \
     case FO_PAIR_##name: step_piece_##name(p, st, lo, hi); break;
