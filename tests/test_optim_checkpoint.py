@@ -359,3 +359,20 @@ def test_copies_and_pickles_after_steps_go_on_alike(kw):
             np.testing.assert_array_equal(a, b)
         for want, got in zip(_grads.written_extents(o), o._extents):
             np.testing.assert_array_equal(want, got)
+
+
+def test_an_array_edited_into_a_group_after_remembered_steps():
+    """betas edited to an array once steps are remembered: the step checks
+    and takes it (the remembered route compares types before values)."""
+    ps = [np.ones(4, np.float32)]
+    opt = optim.Adam(ps, lr=0.1)
+    ref = optim.Adam([np.ones(4, np.float32)], lr=0.1)
+    g = [np.full(4, 0.5, np.float32)]
+    for o in (opt, ref):
+        for _ in range(3):
+            o.step(g)
+    opt.param_groups[0]["betas"] = np.array([0.8, 0.99])
+    ref.param_groups[0]["betas"] = (0.8, 0.99)
+    for o in (opt, ref):
+        o.step(g)
+    np.testing.assert_array_equal(opt.params[0], ref.params[0])

@@ -219,11 +219,14 @@ class _Optimizer:
         are checked again whenever they differ from the last checked values
         (all groups are checked before the first kernel call writes anything).
         """
-        key = tuple(map(group.get, self._KEYS))
-        key += tuple(map(type, key))    # (0 == False: a value was checked with its type)
-        if list in key:             # compare lists (clipping) by value, not identity
+        values = tuple(map(group.get, self._KEYS))
+        types = tuple(map(type, values))
+        # the types too (0 == False: a value was checked with its type), and
+        # first: a comparison meets an array's type before the array
+        key = types + values
+        if list in types:           # compare lists (clipping) by value, not identity
             key = tuple(tuple(v) if type(v) is list else v for v in key)
-        if any(isinstance(v, np.ndarray) for v in key):
+        if any(isinstance(v, np.ndarray) for v in values):
             key = object()          # an array (an lr) may change in place: check it anew
         cached = self._cache.get(gi)
         if cached is None or cached[0] != key:

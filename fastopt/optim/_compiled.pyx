@@ -48,7 +48,7 @@ def remembered_step(opt, grads, grad_scale, skip_if_nonfinite, max_grad_norm, no
         if type(group) is not dict or group["params"] is not (<list>pts)[j]:
             return None
         v = tuple(map(group.get, keys))
-        if v + tuple(map(type, v)) != gkeys[j]:     # (as _group_kwargs keys them)
+        if tuple(map(type, v)) + v != gkeys[j]:     # (as _group_kwargs keys them)
             return None
         head, tail = parts[j]
         groups[j] = head + (t,) + tail
