@@ -285,8 +285,8 @@ def lists(f, params, grads, *states):
                         f"numpy.ndarray, got {_v._got(params)}")
     xs = as_list(params)
     n = len(xs)
-    out = [xs, _list_of(f, "grads", grads, n)]
-    for name, a in states:
+    out = [xs]
+    for name, a in (("grads", grads),) + states:    # None: per tensor (the checks say)
         out.append([None] * n if a is None else _list_of(f, name, a, n))
     return out
 

@@ -143,7 +143,7 @@ def test_mismatched_8bit_checkpoints_are_refused_and_nothing_changes(tmp_path):
         arrays = {k: z[k] for k in z.files}
     arrays["state.exp_avg.0.absmax"] = -arrays["state.exp_avg.0.absmax"]
     np.savez(tmp_path / "negative.npz", **arrays)
-    _refused(opt, tmp_path / "negative.npz", r"state\.exp_avg\.0\.absmax holds a negative")
+    _refused(opt, tmp_path / "negative.npz", r"state\.exp_avg\.0 holds a negative absmax")
     opt.load(tmp_path / "q8.npz")
 
 

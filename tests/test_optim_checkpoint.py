@@ -335,7 +335,9 @@ def test_save_writes_through_a_link_and_refuses_what_is_not_a_file(tmp_path):
         opt.save(tmp_path)
 
 
-@pytest.mark.parametrize("kw", [{}, {"state_dtype": "bfloat16"}, {"state_dtype": "int8-blockwise"}])
+@pytest.mark.parametrize("kw", [{}, {"state_dtype": "bfloat16"}, {"state_dtype": "int8-blockwise"},
+                                {"contiguous_state": True},
+                                {"contiguous_state": True, "state_dtype": "int8-blockwise"}])
 def test_copies_and_pickles_after_steps_go_on_alike(kw):
     """The prepared plans (C structures over the arrays) are not copied:
     a deep copy or a pickle of a stepped optimizer steps on as it does,
@@ -359,6 +361,9 @@ def test_copies_and_pickles_after_steps_go_on_alike(kw):
             np.testing.assert_array_equal(a, b)
         for want, got in zip(_grads.written_extents(o), o._extents):
             np.testing.assert_array_equal(want, got)
+        for arena in o.arenas.values():     # the states are views of the copy's arenas
+            assert all(np.shares_memory(s, arena) for s in o.state["exp_avg"]
+                       if isinstance(s, np.ndarray) and s.dtype == arena.dtype)
 
 
 def test_an_array_edited_into_a_group_after_remembered_steps():

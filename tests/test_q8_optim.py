@@ -159,7 +159,7 @@ def _bad_files():
     def absmax_negative(a, m):      # a magnitude no step writes
         a["state.exp_avg_sq.0.absmax"] = -a["state.exp_avg_sq.0.absmax"]
 
-    return [(absmax_negative, r"state\.exp_avg_sq\.0\.absmax holds a negative value"),
+    return [(absmax_negative, r"state 'exp_avg_sq' of params\[0\] holds a negative absmax"),
             (maps_unsorted, "is not increasing"), (maps_other, "differs from bitsandbytes"),
             (block, "8-bit block size is 128"), (absmax_short, r"absmax of shape \(21,\)"),
             (codes_wide, "codes of shape"), (no_absmax, "no 'state.exp_avg.2.absmax'"),
@@ -322,3 +322,17 @@ def test_an_unknown_group_key_names_state_dtype_among_those_taken():
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['state_dtypes'\]; AdamW takes "
                                          r"\[.*'schedule', 'state_dtype'\]"):
         fastopt.optim.AdamW([{"params": _params(), "state_dtypes": "float32"}], state_dtype=Q8)
+
+
+def test_a_state_dict_with_a_negative_absmax_is_refused():
+    """load_state_dict checks what a file's reader checks: no step writes a
+    negative absmax."""
+    opt, _ = _trained()
+    sd = opt.state_dict()
+    sd["state"]["exp_avg"][0].absmax[0] = -1.0
+    before = opt.state_dict()
+    with pytest.raises(CheckpointError, match="holds a negative absmax"):
+        opt.load_state_dict(sd)
+    after = opt.state_dict()
+    np.testing.assert_array_equal(after["state"]["exp_avg"][0].absmax,
+                                  before["state"]["exp_avg"][0].absmax)

@@ -315,3 +315,15 @@ def test_clip_grads_bad_gradients_write_nothing(what):
         fastopt.clip_grads(grads, max_norm=0.1, grad_scale=2.0)
     for a, b in zip([g for g in grads if isinstance(g, np.ndarray)], before):
         assert a.tobytes() == b.tobytes()
+
+
+def test_grads_none_is_named_per_tensor():
+    """grads=None is a list of missing gradients, as a list of Nones is:
+    the rule's check names the first."""
+    x = np.ones(3, np.float32)
+    for grads in (None, [None]):
+        with pytest.raises(ValueError, match=r"fastopt.adamw: grads\[0\] is missing; the rule "
+                                             r"needs it"):
+            fastopt.adamw([x], grads, [np.zeros(3, np.float32)], [np.zeros(3, np.float32)],
+                          step=1)
+    np.testing.assert_array_equal(x, np.ones(3, np.float32))

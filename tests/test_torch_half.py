@@ -328,3 +328,30 @@ def test_the_core_takes_16_bit_parameters_only_as_asked():
                         False, 1, half_params=half)
         assert (out is not None) == ok
         assert (x != 1).all() == ok and (m != 0).all() == ok and (v != 0).all() == ok
+
+
+@pytest.mark.parametrize("options", [dict(max_grad_norm=0.5, clip_convention="optax"),
+                                     dict(grad_scale=3.0),
+                                     dict(grad_scale=3.0, max_grad_norm=0.5)])
+@pytest.mark.parametrize("name", ["AdamW", "SGD", "RMSprop", "NAdam"])
+def test_bfloat16_steps_with_step_options_are_the_float32_step_rounded(name, options):
+    """The step options a bfloat16 model's loops take through a tile of
+    transformed gradients (an optax clip, a scale that is not a power of
+    two): still the float32 step on the widened values, rounded."""
+    half = torch.bfloat16
+    model = [torch.nn.Parameter(v.to(half)) for v in values()]
+    ref = [torch.nn.Parameter(p.detach().float()) for p in model]
+    opt = getattr(ft, name)(model, **RULES[name])
+    opt_ref = getattr(ft, name)(ref, **RULES[name])
+    for k in range(4):
+        for p, r, g in zip(model, ref, grads(k)):
+            p.grad = (g * 3).to(half)
+            r.grad = p.grad.float()
+        opt.step(**options)
+        opt_ref.step(**options)
+        _round(opt_ref, ref, half)
+        for p, r in zip(model, ref):
+            assert torch.equal(p.detach().float(), r.detach())
+            for key, v in opt.state[p].items():
+                if key != "step" and v.shape == p.shape:
+                    assert torch.equal(v.float(), opt_ref.state[r][key]), key

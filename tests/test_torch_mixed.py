@@ -172,6 +172,44 @@ def test_a_parameter_edited_between_steps_is_where_the_next_step_starts(edit, ha
     assert torch.equal(opt.state[p]["master_param"], edited.float())
 
 
+def test_a_step_that_raises_leaves_an_edited_parameters_master():
+    """The masters are taken from edited parameters before the step's
+    checks; a step that then raises puts them back (nothing changed), and
+    the next one takes the edit."""
+    p = torch.nn.Parameter(torch.randn(64, generator=torch.Generator().manual_seed(0))
+                           .to(torch.bfloat16))
+    opt = ft.SGD([p], lr=0.1, master_weights=True)
+    p.grad = torch.ones(64, dtype=torch.bfloat16)
+    opt.step()
+    with torch.no_grad():
+        p.clamp_(-0.01, 0.01)
+    before = opt.state[p]["master_param"].clone()
+    opt.param_groups[0]["lr"] = -1.0                       # refused
+    with pytest.raises(ValueError, match="lr"):
+        opt.step()
+    assert torch.equal(opt.state[p]["master_param"], before)
+    opt.param_groups[0]["lr"] = 0.1
+    p.grad = torch.zeros(64, dtype=torch.bfloat16)
+    edited = p.detach().clone()
+    opt.step()
+    assert torch.equal(p.detach(), edited)
+
+
+def test_a_parameter_moved_with_its_values_keeps_its_master():
+    """share_memory_() moves a parameter's memory, not its values: the
+    master keeps its precision."""
+    p = torch.nn.Parameter(torch.ones(8, dtype=torch.bfloat16))
+    opt = ft.SGD([p], lr=1e-4, master_weights=True)
+    for _ in range(3):
+        p.grad = torch.ones(8, dtype=torch.bfloat16)
+        opt.step()
+    want = opt.state[p]["master_param"].clone()
+    p.share_memory_()
+    p.grad = torch.zeros(8, dtype=torch.bfloat16)
+    opt.step()
+    assert torch.equal(opt.state[p]["master_param"], want)
+
+
 def test_masters_keep_their_precision_when_nothing_edits_the_parameter():
     """Updates below the 16-bit resolution accumulate in the master (it is
     not taken from the parameter each step), also across a state dict."""

@@ -140,12 +140,12 @@ def _state_specs(opt) -> dict:
 
 def _read_state(opt, f, r, specs, s, i):
     """State s of tensor i from the file: an array, or a State8bit (no step
-    writes a negative absmax)."""
+    writes a negative absmax; these states skip checked_state_dict)."""
     key = f"state.{s}.{i}"
     a = r.read(key, specs[key])
     if key + ".absmax" not in specs:
         return a
     m = r.read(key + ".absmax", specs[key + ".absmax"])
     if (m < 0).any():
-        raise CheckpointError(f"{f}: the checkpoint's {key}.absmax holds a negative value")
+        raise CheckpointError(f"{f}: the checkpoint's {key} holds a negative absmax")
     return _q8.State8bit(a, m, not _states.unsigned(opt._cls, s))

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .. import _interrupt, _step
+from .. import _interrupt, _q8, _step
 from .. import _validation as _v
 from . import _compiled, _fused, _grads, _masters, _states, checkpoint
 from ._checks import as_bool
@@ -93,6 +93,14 @@ class _Optimizer:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        if self.arenas:     # contiguous_state: the copied values into new arenas' views
+            old, (self._state, self.arenas) = self._state, allocate(self)
+            for dst, src in zip(self._state, old):
+                for name, arrays in dst.items():
+                    for a, b in zip(arrays, src[name]):
+                        for x, y in ((a.codes, b.codes), (a.absmax, b.absmax)) if isinstance(
+                                a, _q8.State8bit) else ((a, b),):
+                            np.copyto(x, y)
         self._extents = _grads.written_extents(self)    # the copied arrays' memory
         self._owners = _grads.memory_owners(self)
 

@@ -48,7 +48,9 @@ def remembered_step(opt, grads, grad_scale, skip_if_nonfinite, max_grad_norm, no
         if type(group) is not dict or group["params"] is not (<list>pts)[j]:
             return None
         v = tuple(map(group.get, keys))
-        if tuple(map(type, v)) + v != gkeys[j]:     # (as _group_kwargs keys them)
+        # as _group_kwargs keys them, types first (a list, which it keys as a
+        # tuple, never matches: such a group takes the full route)
+        if tuple(map(type, v)) + v != gkeys[j]:
             return None
         head, tail = parts[j]
         groups[j] = head + (t,) + tail

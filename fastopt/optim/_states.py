@@ -171,7 +171,6 @@ def with_flags(opt, group):
     return (group[0], group[1] | opt._round_flags) + group[2:]
 
 
-
 def read_only(opt, params: bool) -> str | None:
     """Before a checkpoint is restored: the first array it would write that
     is read-only (the states, with ``params`` the parameters, the 16-bit

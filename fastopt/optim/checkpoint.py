@@ -208,6 +208,8 @@ def _check_eight(opt, f, sname, i, p, a) -> None:
             raise CheckpointError(f"{f}: the checkpoint's {what} holds a "
                                   f"{type(arr).__name__}, not arrays")
         spec(arr)
+    if (a.absmax < 0).any():        # a magnitude: no step writes a negative one
+        raise CheckpointError(f"{f}: the checkpoint's {what} holds a negative absmax")
 
 
 def _codes_spec(f, what, p):
@@ -536,7 +538,7 @@ def read_npz(opt, f, fh, params=None) -> tuple:
         for key, spec in {**specs, **pspecs}.items():     # every header, before any data
             r.header(key, spec)
         _check_maps(f, {k: r.read(k, specs[k]) for k in specs if k.startswith("q8.map.")})
-        state = {sname: [_read_state(opt, f, r, specs, sname, i) for i in range(n)]
+        state = {sname: [_read_state(opt, r, specs, sname, i) for i in range(n)]
                  for sname in opt._STATES}
         if words is not None:       # the raw words as the optimizer's states
             state = {k: [a.view(opt._state_dtype) for a in v] for k, v in state.items()}
@@ -546,17 +548,15 @@ def read_npz(opt, f, fh, params=None) -> tuple:
     return sd, saved
 
 
-def _read_state(opt, f, r, specs, sname, i):
+def _read_state(opt, r, specs, sname, i):
     """State sname of params[i] from the file: an array, or an 8-bit state
-    of its codes and absmax entries (no step writes a negative absmax)."""
+    of its codes and absmax entries."""
     key = f"state.{sname}.{i}"
     a = r.read(key, specs[key])
     if key + ".absmax" not in specs:
         return a
-    m = r.read(key + ".absmax", specs[key + ".absmax"])
-    if (m < 0).any():
-        raise CheckpointError(f"{f}: the checkpoint's {key}.absmax holds a negative value")
-    return _q8.State8bit(a, m, not _unsigned(opt, sname))
+    return _q8.State8bit(a, r.read(key + ".absmax", specs[key + ".absmax"]),
+                         not _unsigned(opt, sname))
 
 
 def _check_block(opt, f, block) -> None:

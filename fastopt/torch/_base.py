@@ -488,9 +488,18 @@ class _FastoptOptimizer(torch.optim.Optimizer):
 
     def _update(self, f, opts) -> None:
         """The update of step(), run whole (a KeyboardInterrupt meanwhile
-        is raised after it: fastopt._interrupt)."""
+        is raised after it: fastopt._interrupt); masters first taken from
+        their edited parameters (_mixed.sync_masters), as they were if it
+        raises."""
+        undo = _mixed.sync_masters(self)
+        try:
+            self._routes(f, opts)
+        except BaseException:
+            _mixed.unsync_masters(self, undo)
+            raise
+
+    def _routes(self, f, opts) -> None:
         prepare = self._PREPARE and not self._mixed.q8     # (8-bit: the checked route)
-        _mixed.sync_masters(self)
         if self._flat is not None and prepare and self._FLAT_CALL:
             info = self._flat.run(self, f, opts)
             if info is not None:

@@ -73,21 +73,25 @@ cdef inline const char *_grad_impl_of(const char *impl, Py_ssize_t at_meta,
 
 cdef extern from *:
     """
-    #ifndef _GNU_SOURCE
-    #define _GNU_SOURCE     /* pipe2 */
-    #endif
     #include <fcntl.h>
     #include <unistd.h>
     /* n bytes at `at` into out, or -1 (nothing read) if they are not all
      * readable: through a pipe, whose write fails with EFAULT instead of
      * faulting (n <= a pipe's buffer, so it does not block); closed on
      * exec, so that a process another thread starts meanwhile inherits
-     * neither end */
+     * neither end (atomically where pipe2 exists: Linux) */
     static int fo_read_safely(const void *at, void *out, size_t n)
     {
         int fd[2];
+    #ifdef __linux__
         if (pipe2(fd, O_CLOEXEC) != 0)
             return -1;
+    #else
+        if (pipe(fd) != 0)
+            return -1;
+        fcntl(fd[0], F_SETFD, FD_CLOEXEC);
+        fcntl(fd[1], F_SETFD, FD_CLOEXEC);
+    #endif
         int ok = write(fd[1], at, n) == (ssize_t)n && read(fd[0], out, n) == (ssize_t)n;
         close(fd[0]);
         close(fd[1]);

@@ -235,18 +235,22 @@ def amp_scale(f, attrs, grad_scale):
     return scale if grad_scale is None else scale * grad_scale
 
 
-def sync_masters(opt) -> None:
-    """Before a step with master weights: a 16-bit parameter written by
-    anything but this optimizer since its last step (in place: clamp_, an
-    init, ``model.load_state_dict``; or ``p.data`` replaced) gives its
-    float32 master its value, so that the step goes on from the edited
-    weights as torch.optim's would; so does one whose master does not round
-    to it when first seen (a ``master_param`` from a state dict older than
-    the weights). Per parameter, ``opt._master_seen`` keeps the version and
-    address torch gave it at the last check: the step writes the
-    parameter's memory without a torch op, so it moves neither."""
+def sync_masters(opt) -> list:
+    """Before a step with master weights: a 16-bit parameter a torch
+    operation wrote since this optimizer's last step (in place: clamp_, an
+    init, ``model.load_state_dict``), or whose ``p.data`` was replaced by
+    other values, gives its float32 master its value, so that the step goes
+    on from the edited weights as torch.optim's would; so does one whose
+    master does not round to it when first seen (a ``master_param`` from a
+    state dict older than the weights). Per parameter, ``opt._master_seen``
+    keeps the version and address torch gave it at the last check (the step
+    writes the parameter's memory without a torch op, so it moves neither;
+    a write through another view of that memory goes unseen). Returns
+    (master, its old value) for :func:`unsync_masters`, should the step
+    raise."""
+    undo = []
     if not opt._mixed.master_weights:
-        return
+        return undo
     seen = opt._master_seen
     for group in opt.param_groups:
         for p in group["params"]:
@@ -260,6 +264,18 @@ def sync_masters(opt) -> None:
             x = st.get(MASTER) if st else None
             if type(x) is not torch.Tensor or x.dtype != torch.float32 or x.shape != p.shape:
                 continue                # (none yet, or one the step's checks refuse)
-            if rec is not None and rec[0] is p or not torch.equal(x.to(p.dtype), p):
+            written = rec is not None and rec[0] is p and rec[1][0] != mark[0]
+            if written or not torch.equal(x.to(p.dtype), p):
+                undo.append((x, x.clone()))
                 x.copy_(p)
             seen[id(p)] = (p, mark)
+    return undo
+
+
+def unsync_masters(opt, undo) -> None:
+    """A step that raised leaves the masters as they were (and checks them
+    again at the next one)."""
+    for x, old in undo:
+        x.copy_(old)
+    if undo:
+        opt._master_seen.clear()
