@@ -92,3 +92,5 @@ def test_show_config(capsys):
     assert "-ffast-math" not in out and "-march=native" not in out
     cfg = fastopt.config()
     assert ("OpenMP:        on" in out) == cfg["openmp"]
+    if "runtime dispatch" in cfg["isa_paths"] and "AVX2+FMA" in cfg["isa_paths"]:
+        assert "bfloat16 parameters in their own type: x86-64-v4" in out   # (GCC 12+)
