@@ -65,27 +65,39 @@ def test_a_step_is_the_float32_step_rounded(name, half, monkeypatch):
     states, with the results rounded to nearest: parameters and every
     state, bit for bit. The steps after the first take the prepared step."""
     ran = count_calls(monkeypatch, tp.Prepared, "run")      # applied, not declined
+    pair = _pair(name, half)
+    for k in range(5):
+        _step_rounded(pair, half, k)
+    assert ran[0] == 8          # both optimizers' steps after their first: prepared
+
+
+def _pair(name, half):
+    """(model of half, its float32 twin, their drop-ins `name`)."""
     model = [torch.nn.Parameter(v.to(half)) for v in values()]
     ref = [torch.nn.Parameter(p.detach().float()) for p in model]
-    opt = getattr(ft, name)(model, **RULES[name])
-    opt_ref = getattr(ft, name)(ref, **RULES[name])
-    for k in range(5):
-        for p, r, g in zip(model, ref, grads(k)):
-            p.grad = g.to(half)
-            r.grad = p.grad.float()
-        opt.step()
-        opt_ref.step()
-        _round(opt_ref, ref, half)
-        for p, r in zip(model, ref):
-            assert p.dtype == half
-            assert torch.equal(p.detach().float(), r.detach())
-            for key, v in opt.state[p].items():
-                w = opt_ref.state[r][key]
-                if key == "step" or v.shape != p.shape:
-                    assert torch.equal(v, w)
-                else:
-                    assert v.dtype == half and torch.equal(v.float(), w), key
-    assert ran[0] == 8          # both optimizers' steps after their first: prepared
+    return model, ref, getattr(ft, name)(model, **RULES[name]), \
+        getattr(ft, name)(ref, **RULES[name])
+
+
+def _step_rounded(pair, half, k, scale=1, **options):
+    """One step of both with gradients k (times scale), the twin's results
+    rounded to half; then parameters and states equal bit for bit."""
+    model, ref, opt, opt_ref = pair
+    for p, r, g in zip(model, ref, grads(k)):
+        p.grad = (g * scale).to(half)
+        r.grad = p.grad.float()
+    opt.step(**options)
+    opt_ref.step(**options)
+    _round(opt_ref, ref, half)
+    for p, r in zip(model, ref):
+        assert p.dtype == half
+        assert torch.equal(p.detach().float(), r.detach())
+        for key, v in opt.state[p].items():
+            w = opt_ref.state[r][key]
+            if key == "step" or v.shape != p.shape:
+                assert torch.equal(v, w)
+            else:
+                assert v.dtype == half and torch.equal(v.float(), w), key
 
 
 def _trajectory(make, half, steps=40, n=3000):
@@ -338,20 +350,6 @@ def test_bfloat16_steps_with_step_options_are_the_float32_step_rounded(name, opt
     """The step options a bfloat16 model's loops take through a tile of
     transformed gradients (an optax clip, a scale that is not a power of
     two): still the float32 step on the widened values, rounded."""
-    half = torch.bfloat16
-    model = [torch.nn.Parameter(v.to(half)) for v in values()]
-    ref = [torch.nn.Parameter(p.detach().float()) for p in model]
-    opt = getattr(ft, name)(model, **RULES[name])
-    opt_ref = getattr(ft, name)(ref, **RULES[name])
+    pair = _pair(name, torch.bfloat16)
     for k in range(4):
-        for p, r, g in zip(model, ref, grads(k)):
-            p.grad = (g * 3).to(half)
-            r.grad = p.grad.float()
-        opt.step(**options)
-        opt_ref.step(**options)
-        _round(opt_ref, ref, half)
-        for p, r in zip(model, ref):
-            assert torch.equal(p.detach().float(), r.detach())
-            for key, v in opt.state[p].items():
-                if key != "step" and v.shape == p.shape:
-                    assert torch.equal(v.float(), opt_ref.state[r][key]), key
+        _step_rounded(pair, torch.bfloat16, k, scale=3, **options)
