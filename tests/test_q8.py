@@ -79,10 +79,12 @@ def test_a_block_is_stored_as_the_reference_stores_it():
 
 def test_the_avx512_and_the_portable_loops_give_the_same_bits(tmp_path):
     """src_c/q8.c searches and widens with AVX-512F intrinsics where the CPU
-    has them and with plain C loops elsewhere (or built with FO_NO_CLONES):
+    has them (widening 64 codes at a time by byte permutes where it also has
+    VBMI) and with plain C loops elsewhere (or built with FO_NO_CLONES):
     both give the same codes, absmax and widened values, on blocks with
     ties, values a float either side of every midpoint, NaN, infinities,
-    zeros of both signs, subnormals, and short blocks."""
+    zeros of both signs, subnormals, and short blocks; every code widened
+    at every position of a block, in and out of order."""
     if "AVX-512" not in fastopt.config()["isa_active"]:
         pytest.skip("this CPU has no AVX-512F: the portable loops are the only ones")
     import _step_ctypes as cs
@@ -108,12 +110,14 @@ def test_the_avx512_and_the_portable_loops_give_the_same_bits(tmp_path):
             np.testing.assert_array_equal(a.view(np.uint32), pa.view(np.uint32))
             np.testing.assert_array_equal(c, _ext.q8_store(vv, kind)[0])
     every = np.arange(256, dtype=np.uint8)
+    orders = [every, every[::-1], rng.permutation(every), np.roll(every, 77)]
     for kind in (0, 1):
-        for n in (256, 100, 16, 7):
-            for absmax in (F32(1.5), F32(3e-39), F32(np.inf), F32(np.nan)):
-                np.testing.assert_array_equal(
-                    cs.q8_widen(simd, kind, every[-n:], absmax).view(np.uint32),
-                    cs.q8_widen(plain, kind, every[-n:], absmax).view(np.uint32))
+        for codes in orders:
+            for n in (256, 193, 128, 100, 64, 63, 16, 7):
+                for absmax in (F32(1.5), F32(3e-39), F32(np.inf), F32(np.nan)):
+                    np.testing.assert_array_equal(
+                        cs.q8_widen(simd, kind, codes[-n:], absmax).view(np.uint32),
+                        cs.q8_widen(plain, kind, codes[-n:], absmax).view(np.uint32))
 
 
 def test_quantize_and_dequantize_are_the_formats():
