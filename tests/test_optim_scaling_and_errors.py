@@ -69,6 +69,26 @@ def test_skip_if_nonfinite_changes_nothing(name, bad):
     assert opt.steps == 2
 
 
+@pytest.mark.parametrize("bad,err,msg", [
+    (lambda g: g.astype(np.float64) * np.nan, TypeError,
+     r"grads\[1\] has dtype float64; the gradient of params\[1\] \(float32\)"),
+    (lambda g: np.full((1,), np.nan, g.dtype), ValueError,
+     r"grads\[1\] has shape \(1,\) but params\[1\] has shape \(3,\)")])
+def test_a_bad_nonfinite_gradient_is_refused_not_skipped(bad, err, msg):
+    """With a schedule and skip_if_nonfinite the step measures the
+    gradients before it consults the schedule; a gradient the step would
+    refuse (wrong dtype, wrong shape) is refused then too, not skipped as
+    non-finite, and nothing changes."""
+    ps = [np.ones(4, np.float32), np.ones(3, np.float32)]
+    opt = optim.AdamW(ps, lr=None, schedule=lambda s: 0.01)
+    opt.step([np.ones(4, np.float32), np.ones(3, np.float32)])
+    before = snapshot(opt, ps)
+    with pytest.raises(err, match=msg):
+        opt.step([np.ones(4, np.float32), bad(np.ones(3, np.float32))], skip_if_nonfinite=True)
+    assert_same(before, snapshot(opt, ps))
+    assert opt.steps == 1
+
+
 def test_skip_if_nonfinite_is_exact_when_a_float32_sum_overflows():
     x = np.zeros(4, np.float32)
     opt = optim.OnnxMomentum([x], lr=1e-40)

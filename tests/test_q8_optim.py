@@ -144,6 +144,9 @@ def _bad_files():
     def block(a, m):
         m["q8_block"] = 128
 
+    def block_float(a, m):          # equal to 256, but not the int a writer stores
+        m["q8_block"] = 256.0
+
     def absmax_short(a, m):
         a["state.exp_avg.0.absmax"] = a["state.exp_avg.0.absmax"][:-1].copy()
 
@@ -161,7 +164,8 @@ def _bad_files():
 
     return [(absmax_negative, r"state 'exp_avg_sq' of params\[0\] holds a negative absmax"),
             (maps_unsorted, "is not increasing"), (maps_other, "differs from bitsandbytes"),
-            (block, "8-bit block size is 128"), (absmax_short, r"absmax of shape \(21,\)"),
+            (block, "8-bit block size is 128"), (block_float, "8-bit block size is 256.0"),
+            (absmax_short, r"absmax of shape \(21,\)"),
             (codes_wide, "codes of shape"), (no_absmax, "no 'state.exp_avg.2.absmax'"),
             (float_tag, "holds states of their parameters' dtype")]
 

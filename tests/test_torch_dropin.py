@@ -206,6 +206,23 @@ def test_adagrad_share_memory():
     _close(a, b, torch.float64)
 
 
+@pytest.mark.parametrize("flat", [False, True])
+def test_a_parameter_listed_twice_is_refused_when_given(flat):
+    """torch warns of a tensor listed twice in a group and steps it twice;
+    fastopt could never step it, so the constructor and add_param_group
+    refuse it, adding no group."""
+    a, b = params(), params()
+    with pytest.raises(ValueError, match=r"fastopt.torch.SGD: param group 0 lists one "
+                       r"tensor twice, as params\[0\] and params\[2\]"):
+        ft.SGD([a[0], a[1], a[0]], lr=0.1, flat=flat)
+    opt = ft.SGD(a, lr=0.1, flat=flat)
+    with pytest.raises(ValueError, match=r"param group 1 lists one tensor twice"):
+        opt.add_param_group({"params": iter([b[1], b[1]])})
+    assert len(opt.param_groups) == 1
+    opt.add_param_group({"params": iter(b)})
+    assert all(x is y for x, y in zip(opt.param_groups[1]["params"], b, strict=True))
+
+
 def test_amsgrad_turned_on_later_starts_from_zeros():
     ps = params()
     opt = ft.Adam(ps, lr=0.01)

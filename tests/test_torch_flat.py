@@ -642,6 +642,31 @@ def test_a_parameter_type_that_overrides_what_the_check_reads(flat_steps):
     assert _CountingParameter.reads >= len(ps)
 
 
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copy_of_a_flat_optimizer_is_flat_over_its_own_buffers(flat_steps, how):
+    """A deepcopy or an unpickled copy keeps flat=True: its copied
+    parameters move into buffers of their own (the original's stay where
+    they are), and it steps them by the flat route to the original's bits."""
+    import pickle
+    pair = Pair("AdamW")
+    train(pair, 2)
+    c = copy.deepcopy(pair.a) if how == "deepcopy" else pickle.loads(pickle.dumps(pair.a))
+    assert c.flat
+    qs = [p for g in c.param_groups for p in g["params"]]
+    assert all(q.data_ptr() != p.data_ptr() for q, p in zip(qs, pair.pa) if p.numel())
+    before = flat_steps[0]
+    for k in range(2, 5):
+        gs = grads(k, qs)
+        for ps in (qs, pair.pa):
+            give(ps, gs)
+        c.step()
+        pair.a.step()
+        for o in (c, pair.a):
+            o.zero_grad()
+        same(snapshot(c, qs), snapshot(pair.a, pair.pa))
+    assert flat_steps[0] - before >= 5     # the original's three and the copy's from its second
+
+
 def test_share_memory_moves_the_states_off_the_flat_route(flat_steps):
     pair = Pair("Adagrad")
     train(pair, 3)

@@ -361,7 +361,8 @@ class _Optimizer:
             pre = _fused.precheck(self, per, o)   # skip before the schedule is consulted
             if pre is not None:
                 if not pre[1]:
-                    _grads.check_shapes(self, f, per)   # refused even when skipped
+                    _grads.check_grads(self, f, per)    # refused even when skipped
+                    _grads.check_shapes(self, f, per)
                     self.last_grad_norm = pre[0]
                     self.last_step_info = _step.StepInfo(False, pre[0], False)
                     return False

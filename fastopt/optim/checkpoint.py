@@ -560,9 +560,9 @@ def _read_state(opt, r, specs, sname, i):
 
 
 def _check_block(opt, f, block) -> None:
-    """The header's block size of 8-bit states: 256, and given exactly when
-    the optimizer keeps them."""
-    if block != (_q8.BLOCK if opt._q8 else None):
+    """The header's block size of 8-bit states: the int 256, given exactly when they are kept."""
+    want = _q8.BLOCK if opt._q8 else None
+    if block is not want and (type(block) is not int or block != want):
         raise CheckpointError(f"{f}: the checkpoint's 8-bit block size is {block!r:.40}; "
                               f"fastopt's 8-bit states use blocks of {_q8.BLOCK}")
 

@@ -20,7 +20,7 @@ import torch
 from .. import _interrupt, _step
 from .. import _validation as _v
 from . import _flat, _hooks, _mixed, _prep, _q8
-from ._checks import _DTYPES, _check_grad, _check_param, _check_state
+from ._checks import _DTYPES, _check_flat, _check_grad, _check_once, _check_param, _check_state
 
 _UNSUPPORTED = ("foreach", "fused", "capturable", "differentiable")
 _NO_OPTIONS = _step.Options()
@@ -168,20 +168,23 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         return self._flat is not None
 
     def add_param_group(self, param_group: dict) -> None:
-        """torch's add_param_group; on a flat optimizer the group's
+        """torch's add_param_group; a parameter listed twice in the group
+        raises ValueError (torch warns). On a flat optimizer the group's
         parameters that require grad move into new buffers of their own."""
-        lay = getattr(self, "_flat", None)
-        if lay is None:
-            return super().add_param_group(param_group)
+        f, lay = f"fastopt.torch.{type(self).__name__}", getattr(self, "_flat", None)
         ps = param_group.get("params") if isinstance(param_group, dict) else None
         if ps is not None and not isinstance(ps, set):     # (torch refuses a set)
             if isinstance(ps, torch.Tensor):
                 ps = [ps]
             else:
                 param_group["params"] = ps = list(ps)     # as torch would; read once
-            _check_flat(f"fastopt.torch.{type(self).__name__}.add_param_group", [ps],
-                        self._mixed, [g["params"] for g in self.param_groups])
+            _check_once(f, len(self.param_groups), ps)
+            if lay is not None:
+                _check_flat(f + ".add_param_group", [ps], self._mixed,
+                            [g["params"] for g in self.param_groups])
         super().add_param_group(param_group)
+        if lay is None:
+            return None
         lay.add_group(len(self.param_groups) - 1, self.param_groups[-1]["params"])
         return None
 
@@ -236,8 +239,10 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                 _count(f, f"state {i!r}", s)
 
     def __getstate__(self):
+        """torch's state and fastopt's options; a copy (pickle, deepcopy) of
+        a flat optimizer lays its own parameters out in buffers of its own."""
         return {**super().__getstate__(), "n_threads": self.n_threads,
-                "_mixed": self._mixed}
+                "_mixed": self._mixed, "_flat_copy": self._flat is not None}
 
     def __setstate__(self, state):
         super().__setstate__(state)
@@ -247,11 +252,15 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         self.last_step = None
         self._views = self._old = {}
         self._prep = None
-        if self.__dict__.setdefault("_flat", None) is not None:
-            self._flat.changed()        # load_state_dict: new groups and states
         for group in self.param_groups:
             for k, v in self.defaults.items():
                 group.setdefault(k, v)
+        if self.__dict__.setdefault("_flat", None) is not None:
+            self._flat.changed()        # load_state_dict: new groups and states
+        elif self.__dict__.pop("_flat_copy", False):
+            self._flat = _flat.FlatLayout()
+            for gi, group in enumerate(self.param_groups):
+                self._flat.add_group(gi, group["params"])
 
     def _checked(self, f, group, gi) -> dict:
         """The group's hyperparameters, checked (they may have been edited)."""
@@ -549,42 +558,6 @@ class _FastoptOptimizer(torch.optim.Optimizer):
                     st["step"] += 1
         if self._prep is None and prepare:
             self._prep = _prep.build(self, args, names_of, counted, extra)
-
-
-def _check_flat(f, plists, mixed, others=()):
-    """The parameters (lists plists) that flat=True lays out, checked
-    before any moves: what the step accepts (mixed: the optimizer's
-    mixed-precision options), and none sharing memory with another
-    parameter (each that moves gets its own place in the buffers, so the
-    sharing would end). others: the lists already laid out."""
-    spans = []
-    for k, plist in enumerate(plists):
-        for i, p in enumerate(plist):
-            if not isinstance(p, torch.Tensor):
-                continue                # torch says what is wrong with it
-            w = f"param_groups[{len(others) + k}]['params'][{i}]"
-            if p.requires_grad:
-                _check_param(f, w, p, mixed, flat=True)
-            spans.append(_span(p, w, p.requires_grad))
-    spans += [_span(p, "a parameter of another group", False)
-              for plist in others for p in plist if isinstance(p, torch.Tensor)]
-    spans = sorted(s for s in spans if s[1] > s[0])
-    for j, (_, hi, w, moves) in enumerate(spans):
-        for lo2, _, w2, moves2 in spans[j + 1:]:
-            if lo2 >= hi:
-                break
-            if moves or moves2:
-                raise ValueError(f"{f}: with flat=True, {w2 if moves2 else w} shares memory "
-                                 f"with {w if moves2 else w2}; the flat buffers would give "
-                                 f"each its own copy")
-
-
-def _span(p, where, moves):
-    """The bytes tensor p covers (its strides may leave gaps), and its labels."""
-    n = p.numel() and 1 + sum((d - 1) * abs(s) for d, s in zip(p.shape, p.stride()))
-    lo = p.data_ptr() - p.element_size() * sum(
-        (d - 1) * -s for d, s in zip(p.shape, p.stride()) if s < 0)
-    return (lo, lo + n * p.element_size(), where, moves)
 
 
 def _zeros(p):

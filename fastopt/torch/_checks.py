@@ -1,6 +1,7 @@
 """The checks of a fastopt.torch step's tensors: a parameter, its gradient
 and a state tensor, each raising TypeError/ValueError that names it (the
-step calls them before anything is written)."""
+step calls them before anything is written), and of the parameter lists an
+optimizer is given (each tensor once; what flat=True lays out)."""
 from __future__ import annotations
 
 import torch
@@ -61,3 +62,50 @@ def _check_state(f, where, p, name, s, dtype=None):
     if s.shape != p.shape:
         raise ValueError(f"{f}: {lab} has shape {tuple(s.shape)} but the parameter has "
                          f"{tuple(p.shape)} (a state_dict of another model?)")
+
+
+def _check_once(f, gi, ps):
+    """No tensor twice in the params list ps of param group gi (raises
+    ValueError: a step could not update it; torch warns and steps it twice)."""
+    first = {}
+    for j, p in enumerate(ps):
+        k = first.setdefault(id(p), j)
+        if k != j:
+            raise ValueError(f"{f}: param group {gi} lists one tensor twice, as params[{k}] "
+                             f"and params[{j}]; a parameter may appear only once")
+
+
+def _check_flat(f, plists, mixed, others=()):
+    """The parameters (lists plists) that flat=True lays out, checked
+    before any moves: what the step accepts (mixed: the optimizer's
+    mixed-precision options), and none sharing memory with another
+    parameter (each that moves gets its own place in the buffers, so the
+    sharing would end). others: the lists already laid out."""
+    spans = []
+    for k, plist in enumerate(plists):
+        for i, p in enumerate(plist):
+            if not isinstance(p, torch.Tensor):
+                continue                # torch says what is wrong with it
+            w = f"param_groups[{len(others) + k}]['params'][{i}]"
+            if p.requires_grad:
+                _check_param(f, w, p, mixed, flat=True)
+            spans.append(_span(p, w, p.requires_grad))
+    spans += [_span(p, "a parameter of another group", False)
+              for plist in others for p in plist if isinstance(p, torch.Tensor)]
+    spans = sorted(s for s in spans if s[1] > s[0])
+    for j, (_, hi, w, moves) in enumerate(spans):
+        for lo2, _, w2, moves2 in spans[j + 1:]:
+            if lo2 >= hi:
+                break
+            if moves or moves2:
+                raise ValueError(f"{f}: with flat=True, {w2 if moves2 else w} shares memory "
+                                 f"with {w if moves2 else w2}; the flat buffers would give "
+                                 f"each its own copy")
+
+
+def _span(p, where, moves):
+    """The bytes tensor p covers (its strides may leave gaps), and its labels."""
+    n = p.numel() and 1 + sum((d - 1) * abs(s) for d, s in zip(p.shape, p.stride()))
+    lo = p.data_ptr() - p.element_size() * sum(
+        (d - 1) * -s for d, s in zip(p.shape, p.stride()) if s < 0)
+    return (lo, lo + n * p.element_size(), where, moves)
