@@ -134,7 +134,10 @@ static void q8_build(int kind)
  * midpoint's float below may be the previous midpoint), so the count of
  * pivots below x is still found by halving. In rows of 16 floats,
  * one register each: level 0 in row 0, levels 1 to 4 in rows 1 to 4, level
- * 5 in rows 5-6, level 6 in rows 7-10, level 7 in rows 11-18. */
+ * 5 in rows 5-6, level 6 in rows 7-10, level 7 in rows 11-18. Levels 5 to 7
+ * are read at once, by the 5 bits found by level 4 (q8_codes_vec): their
+ * pivots in tables of 32, one for each value of the bits past level 4
+ * (level 6: rows 7-8 where level 5 went left, 9-10 where it went right). */
 static const int q8_lv_row[8] = {0, 1, 2, 3, 4, 5, 7, 11};
 static float q8_lv[2][19][16] __attribute__((aligned(64)));
 #endif
@@ -150,8 +153,9 @@ __attribute__((constructor)) static void q8_build_both(void)
             for (int p = 0; p < 1 << l; p++) {
                 int j = (2 * p + 1) * (1 << (7 - l)) - 1;
                 float m = q8_mids[kind][j];
-                q8_lv[kind][q8_lv_row[l] + p / 16][p % 16] =
-                    j & 1 ? nextafterf(m, -INFINITY) : m;
+                int low = l < 5 ? 0 : p & ((1 << (l - 5)) - 1);   /* bits past level 4 */
+                int at = q8_lv_row[l] * 16 + low * 32 + (p >> (l < 5 ? 0 : l - 5));
+                q8_lv[kind][at / 16][at % 16] = j & 1 ? nextafterf(m, -INFINITY) : m;
             }
     __builtin_cpu_init();
     q8_simd = __builtin_cpu_supports("avx512f");
@@ -350,26 +354,32 @@ Q8_TARGET static inline __attribute__((always_inline)) void q8_codes_vec(
     Q8_LEVEL(_mm512_permutexvar_ps(p[u], r[2]));
     Q8_LEVEL(_mm512_permutexvar_ps(p[u], r[3]));
     Q8_LEVEL(_mm512_permutexvar_ps(p[u], r[4]));
-    Q8_LEVEL(Q8_PX2(r, p[u], 5));
-    Q8_LEVEL(_mm512_mask_blend_ps(Q8_BIT(p[u], 32), Q8_PX2(r, p[u], 7), Q8_PX2(r, p[u], 9)));
-    Q8_LEVEL(_mm512_mask_blend_ps(Q8_BIT(p[u], 64),
-                 _mm512_mask_blend_ps(Q8_BIT(p[u], 32), Q8_PX2(r, p[u], 11),
-                                      Q8_PX2(r, p[u], 13)),
-                 _mm512_mask_blend_ps(Q8_BIT(p[u], 32), Q8_PX2(r, p[u], 15),
-                                      Q8_PX2(r, p[u], 17))));
+    /* levels 5 to 7: their seven pivots for these 5 bits read at once (the
+     * reads need not wait for levels 5 and 6), then picked as x falls */
+    for (int u = 0; u < U; u++) {
+        __m512 m5 = Q8_PX2(r, p[u], 5), m6a = Q8_PX2(r, p[u], 7), m6b = Q8_PX2(r, p[u], 9);
+        __m512 m7a = Q8_PX2(r, p[u], 11), m7b = Q8_PX2(r, p[u], 13);
+        __m512 m7c = Q8_PX2(r, p[u], 15), m7d = Q8_PX2(r, p[u], 17);
+        __mmask16 lt5 = _mm512_cmp_ps_mask(m5, x[u], _CMP_LT_OQ);
+        __mmask16 lt6 = _mm512_cmp_ps_mask(_mm512_mask_blend_ps(lt5, m6a, m6b), x[u],
+                                           _CMP_LT_OQ);
+        __m512 m7 = _mm512_mask_blend_ps(lt5, _mm512_mask_blend_ps(lt6, m7a, m7b),
+                                         _mm512_mask_blend_ps(lt6, m7c, m7d));
+        __mmask16 lt7 = _mm512_cmp_ps_mask(m7, x[u], _CMP_LT_OQ);
+        p[u] = _mm512_slli_epi32(p[u], 3);
+        p[u] = _mm512_mask_add_epi32(p[u], lt5, p[u], _mm512_set1_epi32(4));
+        p[u] = _mm512_mask_add_epi32(p[u], lt6, p[u], _mm512_set1_epi32(2));
+        p[u] = _mm512_mask_add_epi32(p[u], lt7, p[u], one);
+    }
     for (int u = 0; u < U; u++) {
         __m512i k = p[u];
-        if (kind == 0) {        /* the sign fix, as q8_codes */
-            __m512i b = _mm512_castps_si512(vi[u]);
-            __mmask16 neg = _mm512_cmplt_epi32_mask(b, zero);
-            __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7FFFFFFF));
-            __mmask16 pos = _mm512_mask_cmple_epi32_mask(
-                _mm512_mask_cmpneq_epi32_mask(_knot_mask16(neg), mag, zero),
-                mag, _mm512_set1_epi32(0x7F800000));
+        if (kind == 0) {        /* the sign fix, as q8_codes: v > 0 is pos */
+            __mmask16 neg = _mm512_cmplt_epi32_mask(_mm512_castps_si512(vi[u]), zero);
+            __mmask16 pos = _mm512_cmp_ps_mask(vi[u], _mm512_setzero_ps(), _CMP_GT_OQ);
             __mmask16 other = _kxor_mask16(
                 _mm512_cmplt_epi32_mask(k, _mm512_set1_epi32(127)), neg);
-            k = _mm512_mask_add_epi32(k, _kand_mask16(other, pos), k, one);
-            k = _mm512_mask_sub_epi32(k, _kandn_mask16(pos, other), k, one);
+            k = _mm512_mask_add_epi32(k, other, k,
+                                      _mm512_mask_blend_epi32(pos, _mm512_set1_epi32(-1), one));
         }
         /* narrowed in a register and stored whole: the narrowing store is
          * slow on some CPUs (AMD Zen 5) */
