@@ -73,6 +73,23 @@ def test_schedule_and_lr_conflicts_are_errors():
         optim.OnnxAdam(params, schedule=0.1)
 
 
+@pytest.mark.parametrize("edit", [{"lr": 0.5}, {"schedule": lambda s: 0.5}])
+def test_a_group_edited_to_both_lr_and_schedule_is_refused_at_the_step(edit):
+    """The constructor refuses a group with both; so does a step after an
+    edit gives one both (the schedule would silently win), changing nothing."""
+    params = make_params()
+    opt = optim.OnnxMomentum([{"params": params[:2], "schedule": lambda s: 0.1},
+                              {"params": params[2:]}], lr=0.1)
+    opt.step(make_grads(params, 0))
+    opt.param_groups[0 if "lr" in edit else 1].update(edit)
+    before = snapshot(opt, params)
+    with pytest.raises(ValueError, match=r"param_groups\[[01]\] has an lr \(0\.[15]\) and a "
+                       r"schedule, which supplies its learning rate"):
+        opt.step(make_grads(params, 1))
+    assert_same(before, snapshot(opt, params))
+    assert opt.steps == 1
+
+
 @pytest.mark.parametrize("bad", [float("nan"), -0.1, "0.1", None])
 def test_bad_schedule_value_raises_and_changes_nothing(bad):
     params = make_params()

@@ -118,6 +118,9 @@ class _Optimizer:
         out["schedule"] = _schedule(f, f"{where}['schedule']", group["schedule"])
         if out["lr"] is None and out["schedule"] is None:
             raise ValueError(f"{f}: {where} has neither lr nor a schedule")
+        if out["lr"] is not None and out["schedule"] is not None:
+            raise ValueError(f"{f}: {where} has an lr ({out['lr']!r}) and a schedule, which "
+                             f"supplies its learning rate; set one of them to None")
         self._check_extra(f, out, where)
         return out
 
