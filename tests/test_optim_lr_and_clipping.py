@@ -143,3 +143,19 @@ def test_clipping_list_must_match_the_group():
         optim.OnnxMomentum([{"params": params, "clipping": [0.1, None]}], lr=0.1)
     with pytest.raises(ValueError, match=r"clipping must be > 0"):
         optim.OnnxMomentum(params, lr=0.1, clipping=0.0)
+
+
+def test_n_threads_edited_after_build_reaches_the_agc_kernel(monkeypatch):
+    """AGC groups step by a kernel call per group; like the fused step, it
+    takes the optimizer's n_threads as it is at the step, not as built."""
+    seen = []
+    kernel = optim.OnnxMomentum._KERNEL
+    monkeypatch.setattr(optim.OnnxMomentum, "_KERNEL",
+                        staticmethod(lambda *a, **kw: seen.append(kw["n_threads"])
+                                     or kernel(*a, **kw)))
+    params = make_params()
+    opt = optim.OnnxMomentum(params, lr=0.1, clipping=0.05, n_threads=1)
+    opt.step(make_grads(params, 0))
+    opt.n_threads = 2
+    opt.step(make_grads(params, 1))
+    assert seen == [1, 2]

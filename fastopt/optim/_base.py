@@ -251,6 +251,8 @@ class _Optimizer:
         else:
             kw["lr"] = self._lr(f, checked, gi)
         kw["t"] = self._steps + self._T0
+        if "n_threads" in kw:       # (a kernel call per group: read as the step is)
+            kw["n_threads"] = self.n_threads
         if kw["t"] >= 2**63:        # only after a checkpoint loaded near the limit
             raise ValueError(f"{f}: the update count would be 2**63, beyond int64; "
                              f"this optimizer has taken its last step")
