@@ -12,8 +12,8 @@
 /* The AVX-512F search and widening (q8_codes_simd, q8_widen_simd) where the
  * CPU has it, and the widening by byte permutes (q8_widen_vbmi) where it also
  * has AVX-512BW and VBMI, in the builds that clone FO_KERNEL for AVX-512F
- * (step.h; the ISA report, fo_isa_active and fo_isa_paths, names the same
- * paths); FO_NO_CLONES keeps the portable loops alone. */
+ * (step.h; fo_isa_paths lists these paths); FO_NO_CLONES keeps the
+ * portable loops alone. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
     && defined(__linux__) && !defined(FO_NO_CLONES)
 #define Q8_SIMD 1

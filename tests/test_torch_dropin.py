@@ -221,6 +221,8 @@ def test_a_parameter_listed_twice_is_refused_when_given(flat):
     assert len(opt.param_groups) == 1
     opt.add_param_group({"params": iter(b)})
     assert all(x is y for x, y in zip(opt.param_groups[1]["params"], b, strict=True))
+    with pytest.raises(TypeError, match="optimizer can only optimize Tensors"):
+        ft.SGD([1, 1], lr=0.1, flat=flat)       # torch's own check, not the twice one
 
 
 def test_amsgrad_turned_on_later_starts_from_zeros():

@@ -667,6 +667,20 @@ def test_a_copy_of_a_flat_optimizer_is_flat_over_its_own_buffers(flat_steps, how
     assert flat_steps[0] - before >= 5     # the original's three and the copy's from its second
 
 
+def test_a_shallow_copy_of_a_flat_optimizer_leaves_the_original_flat(flat_steps):
+    """copy.copy shares the original's parameters: the copy is not flat, and
+    the original keeps its buffers and its flat route."""
+    pair = Pair("AdamW")
+    train(pair, 2)
+    ptrs = [p.data_ptr() for p in pair.pa]
+    c = copy.copy(pair.a)
+    assert not c.flat and pair.a.flat
+    assert [p.data_ptr() for p in pair.pa] == ptrs
+    before = flat_steps[0]
+    train(pair, 2)
+    assert flat_steps[0] - before == 2
+
+
 def test_share_memory_moves_the_states_off_the_flat_route(flat_steps):
     pair = Pair("Adagrad")
     train(pair, 3)

@@ -244,6 +244,13 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         return {**super().__getstate__(), "n_threads": self.n_threads,
                 "_mixed": self._mixed, "_flat_copy": self._flat is not None}
 
+    def __copy__(self):
+        """A shallow copy shares the original's parameters, so it is not
+        flat: laying them out again would take them from the original."""
+        out = type(self).__new__(type(self))
+        out.__setstate__({**self.__getstate__(), "_flat_copy": False})
+        return out
+
     def __setstate__(self, state):
         super().__setstate__(state)
         self.__dict__.setdefault("n_threads", None)

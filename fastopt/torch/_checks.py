@@ -69,6 +69,8 @@ def _check_once(f, gi, ps):
     ValueError: a step could not update it; torch warns and steps it twice)."""
     first = {}
     for j, p in enumerate(ps):
+        if not isinstance(p, torch.Tensor):
+            continue                    # torch says what is wrong with it
         k = first.setdefault(id(p), j)
         if k != j:
             raise ValueError(f"{f}: param group {gi} lists one tensor twice, as params[{k}] "
