@@ -348,6 +348,34 @@ static int step_own16_fused(const step_plan *p, const fo_step_tensor *t)
 }
 #endif
 
+#ifdef FO_OWN16_FUSED
+/* Elements lo .. hi of t, float32 parameters with bfloat16 states, by the
+ * pairs that widen and round the states in registers (types_own16.inc), if
+ * it takes them: on a CPU with x86-64-v4, Adam's or AdamW's torch form
+ * rounding its states as STEP_S16_MASK says, the piece's indices sharing
+ * their high 32 bits (one stream constant a slot). Returns whether it did. */
+static int step_s16_piece(const step_plan *p, const fo_step_tensor *t, int64_t lo,
+                          int64_t hi)
+{
+    const step_gcoef *gc = &p->gc[t->group];
+    if (!step_v4 || t->sdtype != FO_BF16 || (t->gdtype != FO_BF16 && t->gdtype != FO_F32)
+        || (gc->rule != FO_RULE_ADAM_TORCH && gc->rule != FO_RULE_ADAMW_TORCH)
+        || gc->srmask != STEP_S16_MASK || (lo >> 32) != ((hi - 1) >> 32))
+        return 0;
+    void *const s[3] = {t->s1, t->s2, t->s3};
+    for (int k = 0; k < 3; k++) {
+        uint64_t h = fo_sr_stream(t->key, gc->t, k);
+        step_s16_at[k] = (const uint16_t *)s[k];
+        step_s16_c[k] = (uint32_t)h ^ fo_mix32((uint32_t)(lo >> 32) ^ (uint32_t)(h >> 32));
+    }
+    if (t->gdtype == FO_BF16)
+        step_piece_F32_S16F(p, t, lo, hi);
+    else
+        step_piece_F32_S16T(p, t, lo, hi);
+    return 1;
+}
+#endif
+
 static void step_piece_cb(const fo_tensor *t, int64_t lo, int64_t hi,
                           const void *ctx)
 {
@@ -358,6 +386,8 @@ static void step_piece_cb(const fo_tensor *t, int64_t lo, int64_t hi,
         step_piece_BF16_OWNF(p, st, lo, hi);
         return;
     }
+    if (st->dtype == FO_F32 && st->sdtype == FO_BF16 && step_s16_piece(p, st, lo, hi))
+        return;
 #endif
     switch (fo_spair(st->dtype, st->gdtype, st->sdtype)) {
 #define FO_X_PAIR(name, xt, gt) \

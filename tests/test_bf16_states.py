@@ -101,6 +101,28 @@ def test_every_rule_with_bf16_states_is_the_float32_rule_then_the_rounding(
                         np.testing.assert_array_equal(bits(a), bits(b))
 
 
+def test_a_bfloat16_copy_beside_bfloat16_states_is_the_new_parameters_rounded():
+    """The copy of the new parameters (param_copies) is written tile by tile
+    beside the update; the states' stochastic bits follow their elements'
+    indices all the same."""
+    rng = np.random.default_rng(12)
+    name, fn, states, kw = next(c for c in CALLS if c[0] == "adam-amsgrad")
+    x0 = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+    g = [rng.standard_normal(s).astype(BF16) for s in SHAPES]
+    pos, named = _state_kw(states, SHAPES, BF16, rng)
+    _, xe, se = _expected(name, fn, x0, g, pos, named, kw, 3)
+    for nth in (1, 3):
+        xs = [a.copy() for a in x0]
+        w = [np.zeros(s, BF16) for s in SHAPES]
+        _, slots = _step(fn, xs, g, pos, named, kw, seed=3, n_threads=nth, param_copies=w)
+        for a, b, c in zip(xs, xe, w):
+            np.testing.assert_array_equal(bits(a), bits(b))
+            np.testing.assert_array_equal(bits(c), bits(b.astype(BF16)))
+        for st, ref in zip(slots, se):
+            for a, b in zip(st, ref):
+                np.testing.assert_array_equal(bits(a), bits(b))
+
+
 @pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
 def test_state_rounding_forces_one_way_for_every_slot(rounding):
     rng = np.random.default_rng(5)
