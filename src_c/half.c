@@ -100,7 +100,7 @@ static HALF_AVX512 void half_sr_simd(uint32_t n, const float *v, uint16_t *s, ui
         idx = _mm512_add_epi32(idx, sixteen);
     }
     for (; k < n; k++)
-        s[k] = fo_f32_to_bf16_sr(v[k], fo_mix32((lo + k) ^ c) >> 16);
+        s[k] = fo_f32_to_bf16_sr(v[k], fo_sr_draw(c, lo + k));
 }
 
 /* Sixteen 16-bit gradients widened in registers (exact: a bfloat16 is the
@@ -252,7 +252,7 @@ FO_KERNEL static void step_sr_piece(uint32_t n, const float *restrict v,
     }
 #endif
     for (uint32_t k = 0; k < n; k++)
-        s[k] = fo_f32_to_bf16_sr(v[k], fo_mix32((lo + k) ^ c) >> 16);
+        s[k] = fo_f32_to_bf16_sr(v[k], fo_sr_draw(c, lo + k));
 }
 
 void step_states_stochastic(int64_t n, const float *v, uint16_t *s, uint64_t h,
@@ -262,7 +262,7 @@ void step_states_stochastic(int64_t n, const float *v, uint16_t *s, uint64_t h,
         uint64_t room = ((i0 >> 32) + 1) * 0x100000000ull - i0;   /* to the next 2**32 */
         int64_t m = (uint64_t)n < room ? n : (int64_t)room;
         m = m < (1ll << 31) ? m : (1ll << 31);
-        uint32_t c = (uint32_t)h ^ fo_mix32((uint32_t)(i0 >> 32) ^ (uint32_t)(h >> 32));
+        uint32_t c = fo_sr_const(h, (uint32_t)(i0 >> 32));
         step_sr_piece((uint32_t)m, v, s, (uint32_t)i0, c);
         v += m;
         s += m;

@@ -94,10 +94,23 @@ static inline uint64_t fo_sr_stream(uint64_t key, int64_t t, int slot)
     return fo_mix64(key + fo_mix64(((uint64_t)t << 2) + (uint64_t)slot));
 }
 
+/* The stream's constant for the indices whose high half is hi, and the
+ * bits of the index whose low half is lo under it: the loops over a run of
+ * indices that share their high half (half.c, types_own16.inc) take the
+ * constant once and draw in 32-bit arithmetic, which vectorizes. */
+static inline uint32_t fo_sr_const(uint64_t h, uint32_t hi)
+{
+    return (uint32_t)h ^ fo_mix32(hi ^ (uint32_t)(h >> 32));
+}
+
+static inline uint32_t fo_sr_draw(uint32_t c, uint32_t lo)
+{
+    return fo_mix32(lo ^ c) >> 16;
+}
+
 static inline uint32_t fo_sr_bits(uint64_t h, uint64_t i)
 {
-    uint32_t c = (uint32_t)h ^ fo_mix32((uint32_t)(i >> 32) ^ (uint32_t)(h >> 32));
-    return fo_mix32((uint32_t)i ^ c) >> 16;
+    return fo_sr_draw(fo_sr_const(h, (uint32_t)(i >> 32)), (uint32_t)i);
 }
 
 /* binary16 -> float, exactly. A normal value moves its exponent from bias

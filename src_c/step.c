@@ -366,7 +366,7 @@ static int step_s16_piece(const step_plan *p, const fo_step_tensor *t, int64_t l
     for (int k = 0; k < 3; k++) {
         uint64_t h = fo_sr_stream(t->key, gc->t, k);
         step_s16_at[k] = (const uint16_t *)s[k];
-        step_s16_c[k] = (uint32_t)h ^ fo_mix32((uint32_t)(lo >> 32) ^ (uint32_t)(h >> 32));
+        step_s16_c[k] = fo_sr_const(h, (uint32_t)(lo >> 32));
     }
     if (t->gdtype == FO_BF16)
         step_piece_F32_S16F(p, t, lo, hi);
