@@ -494,3 +494,20 @@ def test_a_skipped_step_rounds_and_writes_nothing():
         assert not info.applied and not info.finite
         for a, b in zip((x, m, v), before):
             np.testing.assert_array_equal(bits(a), b)
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+@pytest.mark.parametrize("states", [None, "float32", "int8-blockwise"])
+def test_state_rounding_without_16_bit_states_is_refused(rounding, states):
+    """state_rounding rounds 16-bit states: with none to round it would do
+    nothing, so it is refused rather than ignored ("auto", the default,
+    and state_dtype="bfloat16" take it)."""
+    from fastopt import optim
+    x = np.ones(5000, np.float32)
+    with pytest.raises(ValueError, match=r"fastopt\.optim\.AdamW: state_rounding="
+                                         rf"'{rounding}' rounds 16-bit states, and this "
+                                         r"optimizer keeps none"):
+        optim.AdamW([x], lr=0.1, state_dtype=states, state_rounding=rounding)
+    opt = optim.AdamW([x], lr=0.1, state_dtype="bfloat16", state_rounding=rounding)
+    assert opt.state_rounding == rounding
+    optim.AdamW([x], lr=0.1, state_dtype=states)

@@ -300,6 +300,39 @@ def test_plain_checkpoint_with_parameters_is_refused_with_a_reason(tmp_path):
     assert opt.steps == 1
 
 
+@pytest.mark.parametrize("sharded", [False, True])
+def test_the_last_count_a_step_leaves_loads_back(tmp_path, sharded):
+    """A ShardedOptimizer loads every count fastopt.optim does (plain and
+    sharded checkpoints): after the last step it may take, its checkpoint
+    loads, and its next step is refused with nothing written."""
+    from mpi4py import MPI
+
+    import fastopt.optim as fo
+    from fastopt.distributed import ShardedOptimizer
+    rng = np.random.default_rng(4)
+    params = [rng.standard_normal(300).astype(np.float32)]
+    plain = fo.OnnxAdam([p.copy() for p in params], lr=0.1)
+    plain.step(_grads_like(rng, params))
+    sd = plain.state_dict()
+    sd["steps"] = 2**63 - 3                 # Adam: the update count is steps + 1
+    plain.load_state_dict(sd)
+    plain.save(tmp_path / "c.npz")
+    opt = ShardedOptimizer(fo.OnnxAdam, params, lr=0.1, comm=MPI.COMM_SELF)
+    opt.load(tmp_path / "c.npz")
+    opt.step(_grads_like(rng, params))
+    assert opt.steps == 2**63 - 2
+    path = tmp_path / ("d" if sharded else "d.npz")
+    if sharded:
+        opt.save(path)                      # a directory of shards
+    else:
+        opt.consolidate(path)               # one plain file
+    opt.load(path)
+    before = [p.copy() for p in opt.params]
+    with pytest.raises(ValueError, match=r"the update count would reach 2\*\*63 - 1"):
+        opt.step(_grads_like(rng, params))
+    assert opt.steps == 2**63 - 2 and all((a == b).all() for a, b in zip(opt.params, before))
+
+
 def test_trusted_tensors_are_cut_at_norm_blocks_and_their_flag_is_fixed():
     """LAMB's trusted tensors are cut only at multiples of 4096 elements
     (the C core's norm block): here one rank holds three pieces of one

@@ -86,21 +86,33 @@ def test_float64_grad_scale_below_the_normal_range_divides(scale, clip):
     assert info == np.sqrt(np.sum((TINY_F64 / scale) ** 2))
 
 
-def test_adam_at_the_last_update_count_refuses_the_next_step_untouched():
+@pytest.mark.parametrize("cls", ["OnnxAdam", "OnnxMomentum"])
+@pytest.mark.parametrize("prepared", [False, True])
+def test_the_last_step_leaves_a_count_that_loads_back_and_refuses_the_next(
+        cls, prepared, tmp_path):
+    """Every count a step leaves is one a checkpoint holds: the step whose
+    count after it would make the next update count 2**63 (beyond int64,
+    which load refuses) is refused, with nothing written."""
     x = np.ones(3)
-    opt = fastopt.optim.OnnxAdam([x], lr=0.1)
+    opt = getattr(fastopt.optim, cls)([x], lr=0.1)
     opt.step([np.ones(3)])
+    if prepared:                     # (the step after a full one takes the prepared plan)
+        opt.step([np.ones(3)])
+    last = 2**63 - 1 - opt._T0       # the largest count a checkpoint takes
     sd = opt.state_dict()
-    sd["steps"] = 2**63 - 2          # the next update count is 2**63 - 1, the last
+    sd["steps"] = last - 1
     opt.load_state_dict(sd)
     opt.step([np.ones(3)])
-    assert opt.steps == 2**63 - 1
+    assert opt.steps == last
+    opt.load_state_dict(opt.state_dict())
+    opt.save(tmp_path / "last.npz")
+    opt.load(tmp_path / "last.npz")
     before = (x.copy(), opt.state_dict())
-    with pytest.raises(ValueError, match=r"fastopt\.optim\.OnnxAdam\.step: the update count "
-                                         r"would be 2\*\*63"):
+    with pytest.raises(ValueError, match=rf"fastopt\.optim\.{cls}\.step: the update count "
+                                         r"would reach 2\*\*63 - 1"):
         opt.step([np.ones(3)])
     np.testing.assert_array_equal(x, before[0])
-    assert opt.steps == 2**63 - 1
+    assert opt.steps == last
     np.testing.assert_equal(opt.state_dict()["state"], before[1]["state"])
 
 

@@ -408,3 +408,23 @@ def test_grad_scaler_with_float16_masters_clips_in_the_step():
         scaler.update()
         opt_ref.step(max_grad_norm=0.5)
         assert torch.equal(opt.state[w]["master_param"], ref.detach())
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+@pytest.mark.parametrize("dtype, options", [
+    (torch.float32, {}), (torch.float64, {}), (torch.float32, {"state_dtype": "float32"}),
+    (torch.float32, {"state_dtype": "int8-blockwise"}),
+    (torch.bfloat16, {"master_weights": True}), (torch.float16, {"master_weights": True})])
+def test_state_rounding_without_16_bit_states_is_refused(rounding, dtype, options):
+    """state_rounding rounds 16-bit states: an optimizer with none would
+    ignore it, so it is refused; bfloat16 states or a bfloat16 model in its
+    own type take it."""
+    p = torch.nn.Parameter(torch.ones(5000, dtype=dtype))
+    with pytest.raises(ValueError, match=rf"fastopt\.torch\.Adam: state_rounding='{rounding}' "
+                                         r"rounds 16-bit states, and this optimizer keeps none"):
+        ft.Adam([p], lr=0.1, state_rounding=rounding, **options)
+    ft.Adam([p], lr=0.1, **options)
+    if dtype in (torch.float32, torch.bfloat16) and "state_dtype" not in options:
+        ft.Adam([p], lr=0.1, state_rounding=rounding, state_dtype="bfloat16", **options)
+    ft.Adam([torch.nn.Parameter(torch.ones(3, dtype=torch.bfloat16))], lr=0.1,
+            state_rounding=rounding)

@@ -433,3 +433,30 @@ def test_a_state_retyped_in_place_is_refused_as_by_a_fresh_optimizer(route, dtyp
         p.grad = torch.ones_like(p)
     with pytest.raises(TypeError, match=msg):
         fresh.step()
+
+
+# ---- the last count -------------------------------------------------------------
+
+@pytest.mark.parametrize("flat", [False, True])
+@pytest.mark.parametrize("count", ["tensor", "int"])
+def test_the_last_step_leaves_a_count_that_loads_back_and_refuses_the_next(flat, count):
+    """A state dict holds counts below 2**53 (whole numbers a float64
+    holds): the step that would leave 2**53 is refused with nothing
+    written, by the full, the prepared and the flat route alike."""
+    ps = [torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2, 2))]
+    opt = ft.Adam(ps, lr=0.1, flat=flat)
+    for _ in range(2):                  # (the second step takes the prepared plan)
+        for p in ps:
+            p.grad = torch.ones_like(p)
+        opt.step()
+    for p in ps:
+        opt.state[p]["step"] = (torch.tensor(2.0**53 - 2, dtype=torch.float64)
+                                if count == "tensor" else 2**53 - 2)
+    opt.step()
+    assert all(float(opt.state[p]["step"]) == 2**53 - 1 for p in ps)
+    before = snapshot(opt, ps)
+    with pytest.raises(ValueError, match=r"fastopt\.torch\.Adam\.step: state\['step'\] of .* "
+                                         r"is 9007199254740991; one more step"):
+        opt.step()                      # (after a full step: the prepared route's check)
+    same(snapshot(opt, ps), before)
+    opt.load_state_dict(opt.state_dict())

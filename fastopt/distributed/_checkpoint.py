@@ -334,10 +334,10 @@ def _check_groups(opt, f, saved):
     return [{k: v for k, v in pg.items() if k != "params"} for pg in probe.param_groups]
 
 
-def _check_steps(f, steps):
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps < 1 << 62:
-        raise CheckpointError(f"{f}: the checkpoint's step count must be an integer >= 0, "
-                              f"got {steps!r}")
+def _check_steps(opt, f, steps):    # fastopt.optim's bound: steps + T0 is an int64
+    if type(steps) is not int or not 0 <= steps < 2**63 - opt._cls._T0:
+        raise CheckpointError(f"{f}: the step count must be an integer >= 0 and < "
+                              f"{2**63 - opt._cls._T0}, got {steps!r}")
     return steps
 
 
@@ -381,7 +381,7 @@ def _read_sharded(opt, f, path):
     dts = list(opt.layout.dtypes)
     if meta["dtypes"] != [dt.str for dt in dts] or meta["crc_block"] != BLOCK:
         raise CheckpointError(f"{f}: the checkpoint's dtype list or block size is wrong")
-    steps = _check_steps(f, meta["steps"])
+    steps = _check_steps(opt, f, meta["steps"])
     groups = _check_groups(opt, f, meta["param_groups"])
     _check_kinds(f, meta, opt)
     files = _check_ranks(f, meta, opt, vdir)

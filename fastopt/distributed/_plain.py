@@ -74,7 +74,7 @@ def read_plain(opt, f, path, check_steps, check_groups):
     the same file."""
     with _npz.NpzReader(path, max_bytes=_max_bytes(opt)) as r:
         text, meta = _read_meta(opt, f, r)
-        steps = check_steps(f, meta.get("steps"))
+        steps = check_steps(opt, f, meta.get("steps"))
         groups = check_groups(opt, f, meta.get("param_groups"))
         _ckpt._words(opt, f, meta.get("state_dtype"))       # 8-bit, or the params' dtype
         _ckpt._check_block(opt, f, meta.get("q8_block"))

@@ -363,6 +363,10 @@ class ShardedOptimizer:
         collective: (error or None, gradients, lrs, scale, max_grad_norm)."""
         err, flat, lrs, scale, mgn = None, None, None, None, None
         try:
+            if self._steps + self._cls._T0 >= 2**63 - 1:    # as fastopt.optim's step
+                raise ValueError(f"{f}: the update count would reach 2**63 - 1, and the "
+                                 f"next one 2**63, beyond int64; this optimizer has taken "
+                                 f"its last step")
             flat = self._check_grads(f, grads)
             scale = _positive(f, "grad_scale", grad_scale)
             if not isinstance(skip_if_nonfinite, (bool, np.bool_)):

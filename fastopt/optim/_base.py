@@ -67,6 +67,7 @@ class _Optimizer:
         self._check_distinct(f)
         _states.check_apart(self, f)
         self._state, self.arenas = allocate(self)
+        _states.check_rounded(self, f, state_rounding)
         self._param_tuples = [g["params"] for g in self.param_groups]
         self._extents = _grads.written_extents(self)
         self._owners = _grads.memory_owners(self)
@@ -253,9 +254,12 @@ class _Optimizer:
         kw["t"] = self._steps + self._T0
         if "n_threads" in kw:       # (a kernel call per group: read as the step is)
             kw["n_threads"] = self.n_threads
-        if kw["t"] >= 2**63:        # only after a checkpoint loaded near the limit
-            raise ValueError(f"{f}: the update count would be 2**63, beyond int64; "
-                             f"this optimizer has taken its last step")
+        if kw["t"] >= 2**63 - 1:    # only after a checkpoint loaded near the limit
+            # (the count after this step, steps + 1 + T0, must still be an int64,
+            # as a checkpoint holds it)
+            raise ValueError(f"{f}: the update count would reach 2**63 - 1, and the "
+                             f"next one 2**63, beyond int64; this optimizer has taken "
+                             f"its last step")
         return kw
 
     def _calls(self, f, per):

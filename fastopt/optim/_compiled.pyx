@@ -6,6 +6,9 @@ optimizer front end's own small extension: the core (fastopt._ext) knows
 arrays and pointers, not optimizers; it runs the plan
 (``fastopt._ext.StepPlan.run``) and nothing here reaches below that."""
 
+#: An update count past the last one (fastopt/optim/_base.py, _group_kwargs).
+_LAST_T = 2**63 - 1
+
 
 cpdef tuple options_key(grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
                         clip_convention):
@@ -42,6 +45,8 @@ def remembered_step(opt, grads, grad_scale, skip_if_nonfinite, max_grad_norm, no
         return None
     keys = opt._KEYS
     t = opt._steps + opt._T0
+    if t >= _LAST_T:
+        return None                     # the full step refuses it, saying why
     groups = [None] * ng
     for j in range(ng):
         group = (<list>pgs)[j]

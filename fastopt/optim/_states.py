@@ -41,6 +41,21 @@ def check_dtype(f, state_dtype):
                      f"'{Q8}', got {state_dtype!r}")
 
 
+def check_rounded(opt, f, state_rounding) -> None:
+    """state_rounding other than 'auto' needs 16-bit states to round
+    (state_dtype='bfloat16', or 16-bit parameters' own states): raises
+    ValueError rather than ignore the option."""
+    if state_rounding == "auto" or opt._state_dtype == _NAMES["bfloat16"]:
+        return
+    if any(isinstance(a, np.ndarray) and a.dtype.itemsize == 2
+           for gs in opt._state for arrays in gs.values() for a in arrays):
+        return
+    raise ValueError(f"{f}: state_rounding={state_rounding!r} rounds 16-bit states, and "
+                     f"this optimizer keeps none (its states are float32 or float64, or "
+                     f"8-bit): pass state_dtype='bfloat16', or leave state_rounding at "
+                     f"'auto'")
+
+
 def is_q8(state_dtype) -> bool:
     """Does state_dtype ask for 8-bit blockwise states?"""
     return isinstance(state_dtype, str) and state_dtype == Q8

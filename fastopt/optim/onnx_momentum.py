@@ -80,6 +80,7 @@ class OnnxMomentum(_Optimizer):
         How bfloat16 states are rounded back (as :func:`fastopt.adamw`'s
         argument): "auto" rounds stochastically the states nearest rounding
         would stall (Adam's second moment at beta2 = 0.999, Adagrad's sums).
+        Another value with no 16-bit states to round raises ValueError.
     seed : int, default 0
         The stochastic rounding's seed (0 <= seed < 2**64); with the step
         count, the parameter's index and the element's index it fixes every

@@ -155,6 +155,8 @@ class _FastoptOptimizer(torch.optim.Optimizer):
         self._checked(name, defaults, None)
         super().__init__(params, defaults)
         _q8.check_groups(name, self)
+        if mixed is not None:
+            _mixed.check_rounded(name, self._mixed, mixed[2], self.param_groups)
         if flat:
             _check_flat(name, [g["params"] for g in self.param_groups], self._mixed)
             self._flat = _flat.FlatLayout()
@@ -313,8 +315,15 @@ class _FastoptOptimizer(torch.optim.Optimizer):
 
     def _t(self, f, where, full, new):
         """The driver's t for a parameter whose state is full (new: the
-        states this update creates)."""
-        return self._read_count(f, where, full) + self._T_ADD
+        states this update creates). The count after the step must still be
+        one a state dict holds (_whole), so that what this step leaves loads
+        back."""
+        c = self._read_count(f, where, full)
+        if c >= 2**53 - 1:
+            raise ValueError(f"{f}: state['step'] of {where} is {c}; one more step would "
+                             f"count 2**53, past the whole numbers a float64 holds: this "
+                             f"optimizer has taken its last step")
+        return c + self._T_ADD
 
     def _carried(self, f, where, full):
         """A rule's carried scalar in the state full: (its tensor, its value

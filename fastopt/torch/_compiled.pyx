@@ -25,8 +25,10 @@ cdef double _MAX_COUNT = 9007199254740992.0     # 2**53
 
 
 cdef inline bint _count_ok(double v) noexcept:
-    """fastopt.torch._base._whole, compiled: a whole number in [0, 2**53)."""
-    return 0.0 <= v < _MAX_COUNT and v == floor(v)
+    """A count a step may advance: fastopt.torch._base._whole, compiled, less
+    its last value (the count after the step must be one _whole takes; the
+    full step says why it refuses 2**53 - 1)."""
+    return 0.0 <= v < _MAX_COUNT - 1 and v == floor(v)
 
 
 cdef double _count_read(cnp.ndarray v) noexcept:
@@ -171,7 +173,7 @@ cdef int64_t _torch_t(dict st, object cnt, bint counted, Py_ssize_t add,
     if cnt is None:                         # a Python int
         if type(c) is not int:
             return -2
-        if not 0 <= c < _MAX_COUNT:
+        if not 0 <= c < _MAX_COUNT - 1:
             return -1
         counts.append(st)
         return <int64_t>c + add
@@ -234,7 +236,7 @@ def flat_counts(tuple counts):
     """Each segment's counts (a 1-D float32/float64 array, or None when the
     rule counts nothing: 0): the count when all agree, else the runs of
     equal counts as ((first, stop, count), ...) over the segment's
-    parameters; None when a count is not a whole number in [0, 2**53)."""
+    parameters; None when a count is not a whole number in [0, 2**53 - 1)."""
     cdef list out = [], runs
     cdef cnp.ndarray a
     cdef Py_ssize_t i, i0, n

@@ -111,6 +111,20 @@ def check(f, cls, master_weights, state_dtype, state_rounding, seed, flat) -> Mi
     return out
 
 
+def check_rounded(f, mixed, state_rounding, groups) -> None:
+    """state_rounding other than 'auto' needs 16-bit states to round: some
+    parameter with state_dtype='bfloat16', or a 16-bit one stepping in its
+    own type (raises ValueError rather than ignore the option)."""
+    if state_rounding == "auto" or mixed.state_dtype is _BF16:
+        return
+    if any(p.dtype in HALF and not mixed.master_weights for g in groups for p in g["params"]):
+        return
+    raise ValueError(f"{f}: state_rounding={state_rounding!r} rounds 16-bit states, and "
+                     f"this optimizer keeps none (its states are float32 or float64, or "
+                     f"8-bit): pass state_dtype='bfloat16', or leave state_rounding at "
+                     f"'auto'")
+
+
 def check_param(f, where, p, mixed, flat=False) -> None:
     """A 16-bit parameter steps through a master, or in its own type where
     the rule takes that (contiguous, with states of its dtype rounded as

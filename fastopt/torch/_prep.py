@@ -34,7 +34,8 @@ between steps, with the fewest torch calls that decide it:
   and contiguity checked here, so its own storage covers what is written;
 - every step count: the same 0-d tensor at the same address, of the same
   dtype (read and advanced through its NumPy view), or a Python int; a
-  whole number in [0, 2**53); the counts of one C group (its own t) equal;
+  whole number in [0, 2**53 - 1), so that the count after the step is one a
+  state dict holds; the counts of one C group (its own t) equal;
 - every carried scalar (NAdam's ``mu_product``): the same 0-d float tensor at
   the same address, of the same dtype, its value in [0, 1] and the same
   across its C group (read, and written after an applied step, through its
