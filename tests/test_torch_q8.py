@@ -100,6 +100,51 @@ def test_a_state_dict_round_trips_with_its_codes():
         torch.testing.assert_close(p, q, rtol=0, atol=0)
 
 
+def test_a_loaded_state_is_the_optimizers_own():
+    """Loading copies each 8-bit state whole, codes and absmax: a step of
+    the loading optimizer leaves the 8-bit states of the dict it loaded (and
+    of the optimizer that gave it) as they were (float states and counts are
+    shared, as torch.optim shares them)."""
+    opt, ps = _stepped()
+    given = opt.state_dict()
+    before = copy.deepcopy(given)
+    qs = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    other = ft.AdamW8bit(qs, lr=1e-2)
+    other.load_state_dict(given)
+    for q, g in zip(qs, _grads(qs, 9)):
+        q.grad = g * 10
+    other.step()
+    for i, st in before["state"].items():
+        for k, v in st.items():
+            if v.dtype == torch.uint8 or k.endswith("_absmax"):
+                torch.testing.assert_close(opt.state_dict()["state"][i][k], v, rtol=0, atol=0)
+    assert sum(v.dtype == torch.uint8 for st in before["state"].values()
+               for v in st.values()) == 4
+
+
+def test_an_optimizer_with_bad_hyperparameters_loads_a_good_state_dict():
+    opt, ps = _stepped()
+    good = copy.deepcopy(opt.state_dict())
+    opt.param_groups[0]["betas"] = (0.9,)
+    opt.load_state_dict(good)
+    assert opt.param_groups[0]["betas"] == good["param_groups"][0]["betas"]
+    for p, g in zip(ps, _grads(ps, 7)):
+        p.grad = g
+    opt.step()
+
+
+def test_a_non_contiguous_parameter_with_8bit_states_is_refused_by_name():
+    p = torch.nn.Parameter(torch.randn(80, 70).t())
+    opt = ft.AdamW8bit([p], lr=1e-2)
+    p.grad = torch.ones_like(p)
+    before = p.detach().clone()
+    with pytest.raises(ValueError, match=r"param_groups\[0\]\['params'\]\[0\] is not "
+                                         r"contiguous \(channels_last"):
+        opt.step()
+    torch.testing.assert_close(p.detach(), before, rtol=0, atol=0)
+    ft.AdamW8bit([{"params": [p], "state_dtype": "float32"}], lr=1e-2).step()
+
+
 def _nested(sd, i=0):
     return sd["state"][i]["__bnb_optimizer_quant_state__"]
 
@@ -128,6 +173,11 @@ BAD_LOADS = {
         qmap1=_nested(sd)["qmap1"].to(torch.bfloat16)), ValueError, "dynamic map"),
     "nested a list": (True, lambda sd: sd["state"][0].update(
         __bnb_optimizer_quant_state__=[1, 2]), TypeError, "must be a dict"),
+    "codes for float states": (False, lambda sd: sd["state"][1].update(
+        exp_avg=torch.zeros(10, dtype=torch.uint8), exp_avg_absmax=torch.ones(1)),
+        ValueError, r"state 1 .* holds 8-bit states \('exp_avg'\).* min_8bit_size=4096"),
+    "betas of one": (False, lambda sd: sd["param_groups"][0].update(betas=(0.9,)),
+                     TypeError, r"load_state_dict: betas must be a pair"),
 }
 
 

@@ -95,6 +95,10 @@ def view(f, where, row, k, p, name, st: dict) -> State8bit:
     """The step's State8bit over p's 8-bit state ``name`` (slot k): its codes
     and absmax tensors' memory, checked (TypeError/ValueError naming the
     entry; nothing is written)."""
+    if not p.is_contiguous():
+        raise ValueError(f"{f}: {where} is not contiguous (channels_last, or a transposed "
+                         f"view?); 8-bit states are kept for contiguous parameters: make "
+                         f"it contiguous, or give its group state_dtype='float32'")
     codes, absmax = st.get(name), st.get(name + ABSMAX)
     for key, t, dtype, shape in ((name, codes, torch.uint8, tuple(p.shape)),
                                  (name + ABSMAX, absmax, torch.float32, (blocks(p.numel()),))):
@@ -128,7 +132,7 @@ def from_bitsandbytes(opt, state_dict):
                for s in states.values()):
         return state_dict
     f = f"fastopt.torch.{type(opt).__name__}.load_state_dict"
-    names_at = _names(opt)
+    names_at = _names(opt, f, groups if isinstance(groups, list) else None)
     out = {}
     for i, s in states.items():
         if not isinstance(s, dict) or not isinstance(s.get(BNB_NESTED, {}), dict):
@@ -199,7 +203,7 @@ def to_bitsandbytes(opt) -> dict:
                          f"(it clips the update by max_unorm), so its state would be "
                          f"misread there")
     sd = opt.state_dict()
-    names_at = _names(opt)
+    names_at = _names(opt, "fastopt.torch.to_bitsandbytes")
     out = {}
     for i, s in sd["state"].items():
         names = names_at[i]
@@ -242,7 +246,7 @@ def check_loaded(opt, state_dict) -> None:
     if not isinstance(st, dict) or not isinstance(groups, list) or len(groups) != len(
             opt.param_groups) or not all(isinstance(g, dict) for g in groups):
         return
-    names_at = _names(opt)
+    names_at = _names(opt, f, groups)
     pos = 0
     for gi, (g, mine) in enumerate(zip(groups, opt.param_groups)):
         ids = g.get("params", ())
@@ -252,12 +256,24 @@ def check_loaded(opt, state_dict) -> None:
         for i, p in zip(ids, mine["params"]):
             s, names = st.get(i), names_at[pos]
             pos += 1
-            if not isinstance(s, dict) or not eight(opt._mixed, p, group8):
+            if not isinstance(s, dict):
+                continue
+            where = f"state {i!r} (param_groups[{gi}]['params'])"
+            if not eight(opt._mixed, p, group8):
+                coded = [n for n in names if n + ABSMAX in s or (
+                    isinstance(s.get(n), torch.Tensor) and s[n].dtype == torch.uint8)]
+                if coded:       # (a step would refuse them: codes for float states)
+                    raise ValueError(
+                        f"{f}: {where} holds 8-bit states ({coded[0]!r}), and this "
+                        f"optimizer keeps that parameter's states in float32 (its "
+                        f"{p.numel()} elements are under min_8bit_size="
+                        f"{opt._mixed.min_8bit_size}, or its group's state_dtype is "
+                        f"'float32'): build it with the min_8bit_size the states were "
+                        f"saved with")
                 continue
             fl = floats(s, names)
             for k, name in enumerate(names):
                 if name not in fl and (name in s or name + ABSMAX in s):
-                    where = f"state {i!r} (param_groups[{gi}]['params'])"
                     view(f, where, opt._ROW, k, p, name, s)
                     if (s[name + ABSMAX] < 0).any():     # no step writes one
                         raise ValueError(f"{f}: state[{name + ABSMAX!r}] of {where} holds a "
@@ -278,18 +294,29 @@ def saved_codes(opt, state_dict) -> dict:
 
 
 def restore_codes(opt, saved: dict) -> None:
-    """After torch's load_state_dict: the saved codes again as uint8."""
+    """After torch's load_state_dict: the saved codes again as uint8, copies
+    (torch's cast made new tensors of them), and their absmax copied too
+    (torch kept the loaded float32 tensor), so that a step never writes
+    one half of a state another optimizer or dict still holds."""
     params = [p for g in opt.param_groups for p in g["params"]]
     for (pos, k), v in saved.items():
-        opt.state[params[pos]][k] = v.detach().to(device=params[pos].device, copy=True)
+        st = opt.state[params[pos]]
+        st[k] = v.detach().to(device=params[pos].device, copy=True)
+        if isinstance(st.get(k + ABSMAX), torch.Tensor):
+            st[k + ABSMAX] = st[k + ABSMAX].detach().clone()
 
 
-def _names(opt) -> list:
+def _names(opt, f, groups=None) -> list:
     """Per parameter (in state-dict order), its group's rule state names,
-    in slot order."""
+    in slot order, under the hyperparameters of ``groups`` (a state dict's,
+    about to replace the optimizer's) where given, else the optimizer's
+    own; TypeError/ValueError (from f) for hyperparameters a step refuses."""
     out = []
     for gi, group in enumerate(opt.param_groups):
-        names = opt._group_fields(opt._checked("", group, gi))[1]
+        if groups is not None and gi < len(groups) and isinstance(groups[gi], dict):
+            # (as load_state_dict leaves it: the defaults under the saved keys)
+            group = {**opt.defaults, **groups[gi], "params": group["params"]}
+        names = opt._group_fields(opt._checked(f, group, gi))[1]
         out += [names] * len(group["params"])
     return out
 
