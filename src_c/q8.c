@@ -132,8 +132,8 @@ static void q8_build(int kind)
  * tie goes up to the even code j + 1 (and down to j where j is even) with
  * no test of its own. They rise as the midpoints do (or stay level: a
  * midpoint's float below may be the previous midpoint), so the count of
- * pivots below x is still found by halving. In rows of 16 floats,
- * one register each: level 0 in row 0, levels 1 to 4 in rows 1 to 4, level
+ * pivots below x is still found by halving. In rows of 16 floats (a
+ * register's width): level 0 in row 0, levels 1 to 4 in rows 1 to 4, level
  * 5 in rows 5-6, level 6 in rows 7-10, level 7 in rows 11-18. Levels 5 to 7
  * are read at once, by the 5 bits found by level 4 (q8_codes_vec): their
  * pivots in tables of 32, one for each value of the bits past level 4
@@ -218,8 +218,9 @@ FO_KERNEL static void q8_codes(int64_t n, const float *restrict v, float a, int 
  * permute reads 16 or 32 entries for 16 elements.
  */
 #define Q8_TARGET __attribute__((target("avx512f")))
-#define Q8_UNROLL 8     /* searches interleaved: 8 measured fastest of 2, 4, 8 and 16
-                           (bench/RESULTS.md, "Settings chosen by measurement") */
+#define Q8_UNROLL 8     /* searches interleaved: 8 measured fastest of 2 to 16 (a block's
+                           16 vectors in two rounds; bench/RESULTS.md, "Settings
+                           chosen by measurement") */
 #define Q8_PX2(r, p, k) _mm512_permutex2var_ps(r[k], p, r[(k) + 1])
 #define Q8_BIT(p, b) _mm512_test_epi32_mask(p, _mm512_set1_epi32(b))
 
@@ -333,9 +334,15 @@ Q8_VBMI_TARGET static void q8_widen_vbmi(int64_t n, const uint8_t *c, float a, i
     } while (0)
 
 /* The codes of U (1..Q8_UNROLL) vectors of 16 values from v, the last one
- * cut to the `left` values that remain. */
+ * cut to the `left` values that remain; lv: the map's pivot rows (q8_lv).
+ * Each permute reads its table from memory (a load the core issues beside
+ * the arithmetic): with the 19 rows held in registers the compiler spilled
+ * the searches' own vectors instead, 6 % slower (bench/RESULTS.md, "Settings
+ * chosen by measurement"). */
+#define Q8_ROW(k) _mm512_load_ps(lv[k])
+#define Q8_PXL(p, k) _mm512_permutex2var_ps(Q8_ROW(k), p, Q8_ROW((k) + 1))
 Q8_TARGET static inline __attribute__((always_inline)) void q8_codes_vec(
-        const __m512 *r, float l0, __m512 va, int kind, const float *v, uint8_t *c,
+        const float (*lv)[16], __m512 va, int kind, const float *v, uint8_t *c,
         int64_t left, const int U)
 {
     const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
@@ -349,17 +356,17 @@ Q8_TARGET static inline __attribute__((always_inline)) void q8_codes_vec(
         x[u] = _mm512_div_ps(vi[u], va);
         p[u] = zero;
     }
-    Q8_LEVEL(_mm512_set1_ps(l0));
-    Q8_LEVEL(_mm512_permutexvar_ps(p[u], r[1]));
-    Q8_LEVEL(_mm512_permutexvar_ps(p[u], r[2]));
-    Q8_LEVEL(_mm512_permutexvar_ps(p[u], r[3]));
-    Q8_LEVEL(_mm512_permutexvar_ps(p[u], r[4]));
+    Q8_LEVEL(_mm512_set1_ps(lv[0][0]));
+    Q8_LEVEL(_mm512_permutexvar_ps(p[u], Q8_ROW(1)));
+    Q8_LEVEL(_mm512_permutexvar_ps(p[u], Q8_ROW(2)));
+    Q8_LEVEL(_mm512_permutexvar_ps(p[u], Q8_ROW(3)));
+    Q8_LEVEL(_mm512_permutexvar_ps(p[u], Q8_ROW(4)));
     /* levels 5 to 7: their seven pivots for these 5 bits read at once (the
      * reads need not wait for levels 5 and 6), then picked as x falls */
     for (int u = 0; u < U; u++) {
-        __m512 m5 = Q8_PX2(r, p[u], 5), m6a = Q8_PX2(r, p[u], 7), m6b = Q8_PX2(r, p[u], 9);
-        __m512 m7a = Q8_PX2(r, p[u], 11), m7b = Q8_PX2(r, p[u], 13);
-        __m512 m7c = Q8_PX2(r, p[u], 15), m7d = Q8_PX2(r, p[u], 17);
+        __m512 m5 = Q8_PXL(p[u], 5), m6a = Q8_PXL(p[u], 7), m6b = Q8_PXL(p[u], 9);
+        __m512 m7a = Q8_PXL(p[u], 11), m7b = Q8_PXL(p[u], 13);
+        __m512 m7c = Q8_PXL(p[u], 15), m7d = Q8_PXL(p[u], 17);
         __mmask16 lt5 = _mm512_cmp_ps_mask(m5, x[u], _CMP_LT_OQ);
         __mmask16 lt6 = _mm512_cmp_ps_mask(_mm512_mask_blend_ps(lt5, m6a, m6b), x[u],
                                            _CMP_LT_OQ);
@@ -394,17 +401,16 @@ Q8_TARGET static inline __attribute__((always_inline)) void q8_codes_vec(
 Q8_TARGET static void q8_codes_simd(int64_t n, const float *v, float a, int kind, uint8_t *c)
 {
     const float (*lv)[16] = q8_lv[kind];
-    __m512 r[19];
-    for (int k = 0; k < 19; k++)
-        r[k] = _mm512_load_ps(lv[k]);
     const __m512 va = _mm512_set1_ps(a);
     int64_t i = 0;
     for (; i + 16 * Q8_UNROLL <= n; i += 16 * Q8_UNROLL)
-        q8_codes_vec(r, lv[0][0], va, kind, v + i, c + i, 16 * Q8_UNROLL, Q8_UNROLL);
+        q8_codes_vec(lv, va, kind, v + i, c + i, 16 * Q8_UNROLL, Q8_UNROLL);
     for (; i < n; i += 16)
-        q8_codes_vec(r, lv[0][0], va, kind, v + i, c + i, n - i, 1);
+        q8_codes_vec(lv, va, kind, v + i, c + i, n - i, 1);
 }
 #undef Q8_LEVEL
+#undef Q8_ROW
+#undef Q8_PXL
 #undef Q8_PX2
 #undef Q8_BIT
 #undef Q8_TARGET
