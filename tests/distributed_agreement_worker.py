@@ -11,6 +11,7 @@ import json
 import os
 import sys
 
+import numpy as np
 from distributed_worker import COMM, RANK, SIZE, averaged, expect, grads_of, model, same
 
 import fastopt.optim as fo
@@ -66,6 +67,22 @@ def case_hyper(d):
     sched = ShardedOptimizer(fo.OnnxAdam, model(), schedule=lambda s: 1e-3 * (1 + RANK),
                              bucket_bytes=64)
     agreed(ValueError, lambda: sched.step(g), "learning rate", sched, "schedule")
+
+
+def case_options(d):
+    """An optimizer option that differs between the ranks (the states'
+    dtype, master weights) is refused at construction on every rank, naming
+    it: each rank's states and cuts would follow its own."""
+    def params():
+        return [np.ones(5000, np.float32), np.ones(300, np.float32)]
+    for key, mine in (("state_dtype", "int8-blockwise"), ("master_weights", True),
+                      ("seed", 7)):
+        kw = {key: mine} if RANK == SIZE - 1 else {}
+        msg = expect(ValueError, lambda kw=kw: ShardedOptimizer(fo.AdamW, params(), lr=1e-3,
+                                                                **kw), f"{key} is ")
+        msgs = COMM.allgather(msg)
+        assert all(m == msgs[0] for m in msgs), f"{key}: the ranks raised {msgs}"
+    ShardedOptimizer(fo.AdamW, params(), lr=1e-3, n_threads=1 + RANK)   # may differ
 
 
 def case_versions(d):

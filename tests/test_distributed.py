@@ -333,6 +333,27 @@ def test_the_last_count_a_step_leaves_loads_back(tmp_path, sharded):
     assert opt.steps == 2**63 - 2 and all((a == b).all() for a, b in zip(opt.params, before))
 
 
+def test_a_gradient_given_in_another_parameters_buffer_is_read_before_it_is_written():
+    """grad_buffers[j] passed as parameter i's gradient: the step reads it
+    before the copies into the staging buffers write there, and equals the
+    single-process optimizer on the same gradients."""
+    from mpi4py import MPI
+
+    import fastopt.optim as fo
+    from fastopt.distributed import ShardedOptimizer
+    params = [np.full(8, 0.5, np.float32), np.full(8, 0.25, np.float32)]
+    opt = ShardedOptimizer(fo.SGD, [p.copy() for p in params], lr=1.0, comm=MPI.COMM_SELF)
+    single = fo.SGD([p.copy() for p in params], lr=1.0)
+    gb = opt.grad_buffers
+    gb[0][:], gb[1][:] = 1.0, 2.0
+    grads = [gb[1], gb[0]]
+    want = [g.copy() for g in grads]
+    opt.step(grads)
+    single.step(want)
+    for a, b in zip(opt.params, single.params):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_trusted_tensors_are_cut_at_norm_blocks_and_their_flag_is_fixed():
     """LAMB's trusted tensors are cut only at multiples of 4096 elements
     (the C core's norm block): here one rank holds three pieces of one

@@ -47,6 +47,10 @@ def test_hyperparameters_or_schedules_that_differ_between_ranks_raise_everywhere
     mpirun(2, "hyper", tmp_path)
 
 
+def test_optimizer_options_that_differ_between_ranks_raise_everywhere(tmp_path):
+    mpirun(2, "options", tmp_path)
+
+
 def test_ranks_given_different_checkpoints_fail_together(tmp_path):
     mpirun(2, "versions", tmp_path)
 

@@ -145,8 +145,7 @@ def save(self, path) -> None:
 
     Every rank writes its shard; rank 0 writes ``meta.json`` and switches
     ``path/LATEST`` to the new version. The directory must be visible to
-    every rank (a shared file system, or one machine).
-    """
+    every rank (a shared file system, or one machine)."""
     comm = self.comm
     path = os.path.abspath(os.fspath(path))
     name = comm.bcast(f"ckpt-{self._steps:08d}-{secrets.token_hex(4)}"
@@ -412,10 +411,11 @@ def _check_kinds(f, meta, opt):
                 raise CheckpointError(f"{f}: the checkpoint's 8-bit states have other "
                                       f"{what} than this optimizer's ({theirs[k]!s:.60} "
                                       f"for {mine[k]!s:.60})")
-    masters = [st.dtype.str for st in opt._master_streams] or None
+    masters, names = ([getattr(st.dtype, a) for st in opt._master_streams] or None
+                      for a in ("str", "name"))     # (the file's words, and ours named)
     if meta.get("masters") != masters:
         theirs, mine = (("none" if m is None else f"those of {m!s:.60}")
-                        for m in (meta.get("masters"), masters))
+                        for m in (meta.get("masters"), names))
         raise CheckpointError(f"{f}: the checkpoint holds float32 masters of 16-bit "
                               f"parameters: {theirs}; this optimizer keeps {mine} "
                               f"(master_weights)")

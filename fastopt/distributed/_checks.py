@@ -99,6 +99,10 @@ def _first_difference(a: str, b: str, r: int) -> str:
                 if x[k] != y.get(k):
                     return (f"param_groups[{gi}]['{k}'] is {x[k]} on rank 0 but {y.get(k)} "
                             f"on rank {r}")
+    for k in sorted(set(da["options"]) | set(db["options"])):
+        if da["options"].get(k) != db["options"].get(k):
+            a, b = (d["options"].get(k, "not given") for d in (da, db))
+            return f"{k} is {a} on rank 0 but {b} on rank {r}"
     return f"bucket_bytes is {da['bucket_bytes']} on rank 0 but {db['bucket_bytes']} on rank {r}"
 
 

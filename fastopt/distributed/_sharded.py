@@ -145,6 +145,10 @@ class ShardedOptimizer:
             "tensors": [[s[0].str, list(s[1])] for s in specs],
             "hyper": [{k: (None if callable(v) else repr(v)) for k, v in g.items()
                        if k != "params"} for g in self.param_groups],
+            # the optimizer's own options (state_dtype, master_weights, seed...): every
+            # rank's states and cuts follow them; n_threads alone may differ
+            "options": {k: None if callable(v) else repr(v) for k, v in
+                        sorted(dict(self._kwargs, args=self._args).items()) if k != "n_threads"},
             "bucket_bytes": bb})
 
     def _probe(self, hypers, dtypes, **over):
@@ -335,6 +339,12 @@ class ShardedOptimizer:
         the bookkeeping."""
         flat, scale, mgn, lrs, has = self._agree(f, local, skip_if_nonfinite, norm_type)
         t1 = time.perf_counter()
+        # a gradient in the staging buffers but not its own view (another
+        # parameter's grad_buffers entry) is read before the copies below
+        # write there
+        stage = self._gstage.values()
+        flat = [g.copy() if g is not None and g is not self._grad_views[i] and any(
+            np.may_share_memory(g, b) for b in stage) else g for i, g in enumerate(flat)]
         for i, g in enumerate(flat):
             if g is None:
                 if has[i]:
