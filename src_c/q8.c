@@ -337,8 +337,8 @@ Q8_VBMI_TARGET static void q8_widen_vbmi(int64_t n, const uint8_t *c, float a, i
  * cut to the `left` values that remain; lv: the map's pivot rows (q8_lv).
  * Each permute reads its table from memory (a load the core issues beside
  * the arithmetic): with the 19 rows held in registers the compiler spilled
- * the searches' own vectors instead, 6 % slower (bench/RESULTS.md, "Settings
- * chosen by measurement"). */
+ * the searches' own vectors instead, which measured slower (bench/RESULTS.md,
+ * "Settings chosen by measurement"). */
 #define Q8_ROW(k) _mm512_load_ps(lv[k])
 #define Q8_PXL(p, k) _mm512_permutex2var_ps(Q8_ROW(k), p, Q8_ROW((k) + 1))
 Q8_TARGET static inline __attribute__((always_inline)) void q8_codes_vec(

@@ -143,3 +143,11 @@ def test_master_weights_over_float32_parameters_only_round_trip(tmp_path):
     single.step(g)
     for a, b in zip(back.params, single.params):
         assert a.tobytes() == b.tobytes()
+
+
+def test_the_masters_message_names_the_16_bit_dtypes_of_the_file():
+    from fastopt.distributed._checks import named_words
+    bf16 = pytest.importorskip("ml_dtypes").bfloat16
+    assert named_words([np.dtype(bf16).str, "<f2", "<f4", 3]) == ["bfloat16", "float16",
+                                                                   "<f4", 3]
+    assert named_words("<V2") == "<V2"

@@ -122,6 +122,27 @@ def test_a_loaded_state_is_the_optimizers_own():
                for v in st.values()) == 4
 
 
+@pytest.mark.parametrize("layout", ["ours", "bitsandbytes'"])
+def test_an_optimizer_with_float_states_refuses_8bit_ones(layout):
+    """torch would cast the codes to float moments of 0..255: refused,
+    nothing replaced."""
+    opt8, ps = _stepped()
+    sd = ft.to_bitsandbytes(opt8) if layout != "ours" else opt8.state_dict()
+    qs = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    plain = ft.AdamW(qs, lr=1e-2)
+    for q, g in zip(qs, _grads(qs, 1)):
+        q.grad = g
+    plain.step()
+    before = copy.deepcopy(plain.state_dict())
+    with pytest.raises(ValueError, match=r"AdamW\.load_state_dict: state 0 holds 8-bit "
+                                         r"states \('exp_avg'\); this optimizer keeps float"):
+        plain.load_state_dict(sd)
+    after = plain.state_dict()
+    for i, st in before["state"].items():
+        for k, v in st.items():
+            torch.testing.assert_close(after["state"][i][k], v, rtol=0, atol=0)
+
+
 def test_an_optimizer_with_bad_hyperparameters_loads_a_good_state_dict():
     opt, ps = _stepped()
     good = copy.deepcopy(opt.state_dict())

@@ -47,7 +47,7 @@ from fastopt.optim import CheckpointError, _masters
 from fastopt.optim import checkpoint as _ckpt
 
 from . import _streams
-from ._checks import CUT_KEYS
+from ._checks import CUT_KEYS, named_words
 from ._comm import mpi, mpi_type, raise_agreed
 from ._layout import Q8_BLOCK
 from ._plain import read_plain
@@ -145,7 +145,8 @@ def save(self, path) -> None:
 
     Every rank writes its shard; rank 0 writes ``meta.json`` and switches
     ``path/LATEST`` to the new version. The directory must be visible to
-    every rank (a shared file system, or one machine)."""
+    every rank (a shared file system, or one machine).
+    """
     comm = self.comm
     path = os.path.abspath(os.fspath(path))
     name = comm.bcast(f"ckpt-{self._steps:08d}-{secrets.token_hex(4)}"
@@ -411,11 +412,10 @@ def _check_kinds(f, meta, opt):
                 raise CheckpointError(f"{f}: the checkpoint's 8-bit states have other "
                                       f"{what} than this optimizer's ({theirs[k]!s:.60} "
                                       f"for {mine[k]!s:.60})")
-    masters, names = ([getattr(st.dtype, a) for st in opt._master_streams] or None
-                      for a in ("str", "name"))     # (the file's words, and ours named)
+    masters = [st.dtype.str for st in opt._master_streams] or None
     if meta.get("masters") != masters:
-        theirs, mine = (("none" if m is None else f"those of {m!s:.60}")
-                        for m in (meta.get("masters"), names))
+        theirs, mine = (("none" if m is None else f"those of {named_words(m)!s:.60}")
+                        for m in (meta.get("masters"), masters))
         raise CheckpointError(f"{f}: the checkpoint holds float32 masters of 16-bit "
                               f"parameters: {theirs}; this optimizer keeps {mine} "
                               f"(master_weights)")

@@ -106,6 +106,14 @@ def _first_difference(a: str, b: str, r: int) -> str:
     return f"bucket_bytes is {da['bucket_bytes']} on rank 0 but {db['bucket_bytes']} on rank {r}"
 
 
+def named_words(words):
+    """A checkpoint's list of dtype words (``dtype.str``), the 16-bit float
+    ones named, for a message; anything else as it is."""
+    names = {dt.str: dt.name for dt in HALF}
+    return [names.get(w, w) if isinstance(w, str) else w for w in words] if isinstance(
+        words, list) else words
+
+
 def check_inner_options(f, state_dtype) -> None:
     """The inner optimizer's state_dtype: float32 or 8-bit (the shards'
     states otherwise keep their parameters' dtype, or float32 with master

@@ -145,10 +145,10 @@ class ShardedOptimizer:
             "tensors": [[s[0].str, list(s[1])] for s in specs],
             "hyper": [{k: (None if callable(v) else repr(v)) for k, v in g.items()
                        if k != "params"} for g in self.param_groups],
-            # the optimizer's own options (state_dtype, master_weights, seed...): every
-            # rank's states and cuts follow them; n_threads alone may differ
-            "options": {k: None if callable(v) else repr(v) for k, v in
-                        sorted(dict(self._kwargs, args=self._args).items()) if k != "n_threads"},
+            # the optimizer's own options as the probe resolved them: every rank's
+            # states and cuts follow them (n_threads alone may differ)
+            "options": {k: repr(getattr(probe, k)) for k in (
+                "state_dtype", "master_weights", "seed", "state_rounding", "broadcast_grads")},
             "bucket_bytes": bb})
 
     def _probe(self, hypers, dtypes, **over):

@@ -121,8 +121,8 @@ masters. With ``state_dtype="bfloat16"`` (every drop-in of a torch-form rule)
 the rule's states are kept in bfloat16, for float32 parameters or masters:
 first moments round to nearest, and the slots that nearest rounding would
 stall round stochastically (``state_rounding``; parameter k's rounding is
-keyed by ``seed`` and k, docs/semantics.md, "bfloat16 states"; an optimizer
-with no 16-bit states refuses a ``state_rounding`` other than "auto"). Their steps
+keyed by ``seed`` and k, docs/semantics.md, "bfloat16 states"; without them
+or a 16-bit model in its own type, any but "auto" is refused). Their steps
 take the prepared step as others do (a master is checked per step as a state
 is; ``flat=True`` is refused), ``state_dict()`` holds the masters and the
 states in their own dtypes, and ``load_state_dict`` keeps them so (torch's

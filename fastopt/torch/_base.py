@@ -87,8 +87,9 @@ def _betas_types(f, betas):
 
 
 def _whole(v) -> bool:
-    """A step count's value: a whole number in [0, 2**53) (also
-    _count_ok in fastopt/torch/_compiled.pyx, for the prepared step)."""
+    """A step count's value: a whole number in [0, 2**53) (a step takes
+    all but the last: _t, and _count_ok in fastopt/torch/_compiled.pyx for
+    the prepared step)."""
     return math.isfinite(v) and v == int(v) and 0 <= v < 2**53
 
 

@@ -238,11 +238,20 @@ def check_loaded(opt, state_dict) -> None:
     groups' ``state_dtype`` the dict brings; TypeError/ValueError, and
     nothing replaced, for one that the next step would refuse. A dict
     torch's own load_state_dict refuses (groups that do not match) is left
-    to it."""
-    if not opt._mixed.q8 or not isinstance(state_dict, dict):
+    to it. An optimizer without 8-bit states refuses any (torch would cast
+    the codes to float moments)."""
+    if not isinstance(state_dict, dict):
         return
     f = f"fastopt.torch.{type(opt).__name__}.load_state_dict"
     st, groups = state_dict.get("state"), state_dict.get("param_groups")
+    if not opt._mixed.q8:
+        for i, s in (st.items() if isinstance(st, dict) else ()):
+            coded = _coded(s, s) if isinstance(s, dict) else []
+            if coded:
+                raise ValueError(f"{f}: state {i!r} holds 8-bit states ({coded[0]!r}); this "
+                                 f"optimizer keeps float states: build it with "
+                                 f"state_dtype='{Q8}' (or as {type(opt).__name__}8bit)")
+        return
     if not isinstance(st, dict) or not isinstance(groups, list) or len(groups) != len(
             opt.param_groups) or not all(isinstance(g, dict) for g in groups):
         return
@@ -260,16 +269,15 @@ def check_loaded(opt, state_dict) -> None:
                 continue
             where = f"state {i!r} (param_groups[{gi}]['params'])"
             if not eight(opt._mixed, p, group8):
-                coded = [n for n in names if n + ABSMAX in s or (
-                    isinstance(s.get(n), torch.Tensor) and s[n].dtype == torch.uint8)]
+                coded = _coded(s, names)
                 if coded:       # (a step would refuse them: codes for float states)
-                    raise ValueError(
-                        f"{f}: {where} holds 8-bit states ({coded[0]!r}), and this "
-                        f"optimizer keeps that parameter's states in float32 (its "
-                        f"{p.numel()} elements are under min_8bit_size="
-                        f"{opt._mixed.min_8bit_size}, or its group's state_dtype is "
-                        f"'float32'): build it with the min_8bit_size the states were "
-                        f"saved with")
+                    why = ("its group's state_dtype is 'float32'" if not group8 else
+                           f"its {p.numel()} elements are under min_8bit_size="
+                           f"{opt._mixed.min_8bit_size}: build it with the min_8bit_size "
+                           f"the states were saved with")
+                    raise ValueError(f"{f}: {where} holds 8-bit states ({coded[0]!r}), and "
+                                     f"this optimizer keeps that parameter's states in "
+                                     f"float32 ({why})")
                 continue
             fl = floats(s, names)
             for k, name in enumerate(names):
@@ -278,6 +286,12 @@ def check_loaded(opt, state_dict) -> None:
                     if (s[name + ABSMAX] < 0).any():     # no step writes one
                         raise ValueError(f"{f}: state[{name + ABSMAX!r}] of {where} holds a "
                                          f"negative value")
+
+
+def _coded(s: dict, names) -> list:
+    """The entries among names that state s holds as 8-bit codes."""
+    return [n for n in names if isinstance(n, str) and not n.endswith(ABSMAX) and (
+        n + ABSMAX in s or (isinstance(s.get(n), torch.Tensor) and s[n].dtype == torch.uint8))]
 
 
 def saved_codes(opt, state_dict) -> dict:
