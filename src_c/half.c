@@ -75,14 +75,14 @@ static HALF_AVX512 void half_copy_bf16_simd(int64_t n, const float *v, uint16_t 
         s[i] = fo_f32_to_bf16(v[i]);
 }
 
-/* fo_mix32 on sixteen lanes */
-static inline HALF_AVX512 __m512i half_mix32(__m512i x)
+/* fo_sr_draw's bits on sixteen lanes: fo_mix32_body, then the top 16 */
+static inline HALF_AVX512 __m512i half_draw(__m512i x)
 {
     x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
     x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x7feb352d));
     x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
     x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)0x846ca68bu));
-    return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+    return _mm512_srli_epi32(x, 16);
 }
 
 static HALF_AVX512 void half_sr_simd(uint32_t n, const float *v, uint16_t *s, uint32_t lo,
@@ -94,7 +94,7 @@ static HALF_AVX512 void half_sr_simd(uint32_t n, const float *v, uint16_t *s, ui
                                                      12, 13, 14, 15));
     const __m512i cc = _mm512_set1_epi32((int)c), sixteen = _mm512_set1_epi32(16);
     for (; n >= 16 && k <= n - 16; k += 16) {
-        __m512i r = _mm512_srli_epi32(half_mix32(_mm512_xor_si512(idx, cc)), 16);
+        __m512i r = half_draw(_mm512_xor_si512(idx, cc));
         __m512i u = _mm512_loadu_si512((const void *)(v + k));
         _mm256_storeu_si256((__m256i *)(s + k), half_bf16(u, r));
         idx = _mm512_add_epi32(idx, sixteen);
