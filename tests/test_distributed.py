@@ -113,6 +113,16 @@ def test_layout_shards_are_nearly_equal():
         assert max(sizes) - min(sizes) <= len(L.dtypes[np.dtype(np.float32)].buckets)
 
 
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_buckets_of_one_unit_go_to_the_ranks_in_turn(world):
+    """Buckets no cut divides (here one 8-bit block each) are dealt round
+    the ranks, so the shards stay nearly equal."""
+    specs = [(np.dtype(np.float32), (8192,), 0, *cut_rule((8192,), False, "oi", True, False))]
+    L = Layout(specs, world, 1024)
+    sizes = [L.shard_length(np.float32, q) for q in range(world)]
+    assert sum(sizes) == 8192 and max(sizes) - min(sizes) <= 256, sizes
+
+
 def test_agc_cut_rules():
     assert agc_cut_rule((4, 3), False, "oi")[0] not in (ROWS, WHOLE)
     assert agc_cut_rule((4, 3), True, "oi") == (ROWS, 3)

@@ -205,7 +205,13 @@ class Layout:
                 nxt = self._next_cut(d, starts, bounds[-1])
             bounds.append(nxt)
         w = self.world
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
+        for b, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+            if self._next_cut(d, starts, lo) >= hi:
+                # one unit no cut divides (an 8-bit block, a row, a clipped tensor):
+                # whole to one rank, the ranks in turn, as snapping every cut to the
+                # nearer end would give every such bucket to the same rank
+                d.buckets.append([lo] * (1 + b % w) + [hi] * (w - b % w))
+                continue
             cuts = [lo]
             for r in range(1, w):
                 c = self._snap(d, starts, lo + ((hi - lo) * r + w // 2) // w)
