@@ -19,7 +19,16 @@ import numpy as np
 import pytest
 
 import fastopt
-from fastopt.distributed._layout import ANY, ROWS, TRUST, WHOLE, Layout, agc_cut_rule, cut_rule
+from fastopt.distributed._layout import (
+    ANY,
+    BLOCKS,
+    ROWS,
+    TRUST,
+    WHOLE,
+    Layout,
+    agc_cut_rule,
+    cut_rule,
+)
 
 pytest.importorskip("mpi4py")
 MPIEXEC = (shutil.which("mpiexec", path=os.path.dirname(sys.executable))
@@ -75,7 +84,7 @@ def test_errors_are_collective(n, tmp_path):
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 5, 8])
-@pytest.mark.parametrize("bucket_bytes", [64, 200, 1 << 20])
+@pytest.mark.parametrize("bucket_bytes", [64, 200, 1024, 3000, 1 << 20])
 def test_layout_tiles_and_never_splits_a_unit(world, bucket_bytes):
     rng = np.random.default_rng(world * 1000 + bucket_bytes)
     specs = []
@@ -84,7 +93,13 @@ def test_layout_tiles_and_never_splits_a_unit(world, bucket_bytes):
         clipped = bool(rng.integers(0, 2))
         layout = "oi" if rng.integers(0, 3) else "io"
         dt = np.float32 if rng.integers(0, 3) else np.float64
-        specs.append((np.dtype(dt), shape, 0, *agc_cut_rule(shape, clipped, layout)))
+        kind = rng.integers(0, 5)
+        if kind >= 3:                   # 8-bit blocks, or a trusted tensor's norm blocks
+            shape = (int(rng.integers(0, 9000)),)
+            specs.append((np.dtype(dt), shape, 0, *cut_rule(shape, False, "oi", kind == 3,
+                                                            kind == 4)))
+        else:
+            specs.append((np.dtype(dt), shape, 0, *agc_cut_rule(shape, clipped, layout)))
     L = Layout(specs, world, bucket_bytes)
     for dt, d in L.dtypes.items():
         cover = sorted(r for q in range(world) for r in d.ranges(q))
@@ -102,6 +117,9 @@ def test_layout_tiles_and_never_splits_a_unit(world, bucket_bytes):
                     assert (p.lo - t.offset) % t.unit == 0 and (p.hi - p.lo) % t.unit == 0
                 if t.rule == WHOLE:
                     assert (p.lo, p.hi) == (t.offset, t.offset + t.size)
+                if t.rule in (BLOCKS, TRUST):
+                    assert (p.lo - t.offset) % t.unit == 0
+                    assert p.hi == t.offset + t.size or (p.hi - t.offset) % t.unit == 0
                 assert int(np.prod(p.shape)) == p.hi - p.lo
 
 
@@ -113,14 +131,35 @@ def test_layout_shards_are_nearly_equal():
         assert max(sizes) - min(sizes) <= len(L.dtypes[np.dtype(np.float32)].buckets)
 
 
-@pytest.mark.parametrize("world", [2, 3, 4])
-def test_buckets_of_one_unit_go_to_the_ranks_in_turn(world):
-    """Buckets no cut divides (here one 8-bit block each) are dealt round
-    the ranks, so the shards stay nearly equal."""
-    specs = [(np.dtype(np.float32), (8192,), 0, *cut_rule((8192,), False, "oi", True, False))]
-    L = Layout(specs, world, 1024)
+def _eight(n):
+    return (np.dtype(np.float32), (n,), 0, *cut_rule((n,), False, "oi", True, False))
+
+
+def _rows(n, m):
+    return (np.dtype(np.float32), (n, m), 0, *agc_cut_rule((n, m), True, "oi"))
+
+
+def _free(n):
+    return (np.dtype(np.float32), (n,), 0, *agc_cut_rule((n,), False, "oi"))
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 5])
+@pytest.mark.parametrize("specs, bucket_bytes, unit", [
+    ([_eight(8192)], 1024, 256),                  # a block a bucket
+    ([_eight(8192)], 2048, 256),                  # two
+    ([_eight(12288)], 3072, 256),                 # three
+    ([_free(200), _eight(256)] * 16, 1024, 256),  # divisible and indivisible buckets in turn
+    ([_rows(64, 400)], 3200, 400),                # two clipped rows a bucket
+], ids=["1 block", "2 blocks", "3 blocks", "mixed", "rows"])
+def test_units_no_cut_divides_are_dealt_so_shards_stay_nearly_equal(
+        world, specs, bucket_bytes, unit):
+    """A slice that cannot end at its rank's share (the unit is whole) is
+    made up for in the next buckets: shards differ by about a unit, not by
+    whole buckets' worth."""
+    L = Layout(specs, world, bucket_bytes)
     sizes = [L.shard_length(np.float32, q) for q in range(world)]
-    assert sum(sizes) == 8192 and max(sizes) - min(sizes) <= 256, sizes
+    assert sum(sizes) == L.dtypes[np.dtype(np.float32)].length
+    assert max(sizes) - min(sizes) <= 2 * unit, sizes
 
 
 def test_agc_cut_rules():

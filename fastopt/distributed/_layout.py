@@ -8,7 +8,9 @@ the bucket size alone.
 Per dtype, the parameters of that dtype are laid out one after the other
 (in the order of ``params``, C order) in one flat buffer. The buffer is cut
 into buckets of about ``bucket_bytes``; each bucket is cut into ``world``
-nearly equal contiguous slices, slice r belonging to rank r. Rank r's shard
+contiguous slices, slice r belonging to rank r, each ending where the rank's
+fair share of the buckets so far does, or at the nearest allowed cut (a
+rank shorted in one bucket is made up in the next). Rank r's shard
 is the union of its slices: it holds the optimizer state of exactly those
 elements. The cuts move to "allowed" positions: anywhere inside a tensor
 that is not AGC-clipped, at row (unit) boundaries of an AGC-clipped tensor
@@ -172,19 +174,26 @@ class Layout:
     # ------------------------------------------------------------ cutting
 
     @staticmethod
-    def _snap(d: DtypeLayout, starts: list, pos: int) -> int:
-        """The allowed cut nearest to pos (ties: the lower one)."""
+    def _bracket(d: DtypeLayout, starts: list, pos: int) -> tuple:
+        """The allowed cuts at or below pos and above it (both pos where any
+        cut is allowed)."""
         if pos <= 0 or pos >= d.length:
-            return min(max(pos, 0), d.length)
+            c = min(max(pos, 0), d.length)
+            return c, c
         k = bisect.bisect_right(starts, pos) - 1
         t = d.tensors[k]
         rel = pos - t.offset
         if rel == 0 or t.rule == ANY:
-            return pos
+            return pos, pos
         step = t.unit if t.rule in (ROWS, BLOCKS, TRUST) else t.size
         below = (rel // step) * step
-        above = min(below + step, t.size)
-        return t.offset + (below if rel - below <= above - rel else above)
+        return t.offset + below, t.offset + min(below + step, t.size)
+
+    @staticmethod
+    def _snap(d: DtypeLayout, starts: list, pos: int) -> int:
+        """The allowed cut nearest to pos (ties: the lower one)."""
+        below, above = Layout._bracket(d, starts, pos)
+        return below if pos - below <= above - pos else above
 
     @staticmethod
     def _next_cut(d: DtypeLayout, starts: list, pos: int) -> int:
@@ -205,18 +214,21 @@ class Layout:
                 nxt = self._next_cut(d, starts, bounds[-1])
             bounds.append(nxt)
         w = self.world
-        for b, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-            if self._next_cut(d, starts, lo) >= hi:
-                # one unit no cut divides (an 8-bit block, a row, a clipped tensor):
-                # whole to one rank, the ranks in turn, as snapping every cut to the
-                # nearer end would give every such bucket to the same rank
-                d.buckets.append([lo] * (1 + b % w) + [hi] * (w - b % w))
-                continue
-            cuts = [lo]
+        # w times what each rank is owed of its fair share of the buckets so
+        # far: a cut that cannot fall at the share's end (units: 8-bit blocks,
+        # rows, clipped tensors) makes up for it in the next buckets, so an
+        # indivisible bucket goes to the ranks in turn, not always to one
+        owed = [0] * w
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            n, cuts = hi - lo, [lo]
             for r in range(1, w):
-                c = self._snap(d, starts, lo + ((hi - lo) * r + w // 2) // w)
+                want = w * cuts[-1] + n + owed[r - 1]       # w times rank r-1's end
+                below, above = self._bracket(d, starts, min(max(want // w, cuts[-1]), hi))
+                c = below if want - w * below <= w * above - want else above
                 cuts.append(min(max(c, cuts[-1]), hi))
             cuts.append(hi)
+            for r in range(w):
+                owed[r] += n - w * (cuts[r + 1] - cuts[r])
             d.buckets.append(cuts)
 
     # ------------------------------------------------------------- shards

@@ -248,9 +248,14 @@ def check_loaded(opt, state_dict) -> None:
         for i, s in (st.items() if isinstance(st, dict) else ()):
             coded = _coded(s, s) if isinstance(s, dict) else []
             if coded:
+                from . import __all__ as names  # (at a load: the package is whole)
+                name = type(opt).__name__
+                alias = f" (or as {name}8bit)" if name + "8bit" in names else ""
+                fix = (f": build it with state_dtype='{Q8}'{alias}" if opt._ROW in _rules.ID
+                       and _rules.RULES[_rules.ID[opt._ROW]].q8 >= 0 else
+                       f" ({name} has no 8-bit form)")
                 raise ValueError(f"{f}: state {i!r} holds 8-bit states ({coded[0]!r}); this "
-                                 f"optimizer keeps float states: build it with "
-                                 f"state_dtype='{Q8}' (or as {type(opt).__name__}8bit)")
+                                 f"optimizer keeps float states{fix}")
         return
     if not isinstance(st, dict) or not isinstance(groups, list) or len(groups) != len(
             opt.param_groups) or not all(isinstance(g, dict) for g in groups):
