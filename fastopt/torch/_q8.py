@@ -248,12 +248,9 @@ def check_loaded(opt, state_dict) -> None:
         for i, s in (st.items() if isinstance(st, dict) else ()):
             coded = _coded(s, s) if isinstance(s, dict) else []
             if coded:
-                from . import __all__ as names  # (at a load: the package is whole)
-                name = type(opt).__name__
-                alias = f" (or as {name}8bit)" if name + "8bit" in names else ""
-                fix = (f": build it with state_dtype='{Q8}'{alias}" if opt._ROW in _rules.ID
+                fix = (f": build it with state_dtype='{Q8}'" if opt._ROW in _rules.ID
                        and _rules.RULES[_rules.ID[opt._ROW]].q8 >= 0 else
-                       f" ({name} has no 8-bit form)")
+                       f" ({type(opt).__name__} has no 8-bit form)")
                 raise ValueError(f"{f}: state {i!r} holds 8-bit states ({coded[0]!r}); this "
                                  f"optimizer keeps float states{fix}")
         return
