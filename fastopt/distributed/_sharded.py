@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _ext, _interrupt
 from ..optim import _states
-from ..optim._checks import as_bool
+from ..optim._checks import as_bool, check_update_count
 from ..optim._masters import HALF
 from . import _checkpoint, _exchange, _trust
 from ._checks import (
@@ -373,10 +373,7 @@ class ShardedOptimizer:
         collective: (error or None, gradients, lrs, scale, max_grad_norm)."""
         err, flat, lrs, scale, mgn = None, None, None, None, None
         try:
-            if self._steps + self._cls._T0 >= 2**63 - 1:    # as fastopt.optim's step
-                raise ValueError(f"{f}: the update count would reach 2**63 - 1, and the "
-                                 f"next one 2**63, beyond int64; this optimizer has taken "
-                                 f"its last step")
+            check_update_count(f, self._steps + self._cls._T0)     # (before any exchange)
             flat = self._check_grads(f, grads)
             scale = _positive(f, "grad_scale", grad_scale)
             if not isinstance(skip_if_nonfinite, (bool, np.bool_)):

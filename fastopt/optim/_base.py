@@ -20,7 +20,7 @@ import numpy as np
 from .. import _interrupt, _q8, _step
 from .. import _validation as _v
 from . import _compiled, _fused, _grads, _masters, _states, checkpoint
-from ._checks import as_bool
+from ._checks import as_bool, check_update_count
 from ._checks import schedule as _schedule
 from ._groups import allocate, make_groups
 
@@ -254,12 +254,7 @@ class _Optimizer:
         kw["t"] = self._steps + self._T0
         if "n_threads" in kw:       # (a kernel call per group: read as the step is)
             kw["n_threads"] = self.n_threads
-        if kw["t"] >= 2**63 - 1:    # only after a checkpoint loaded near the limit
-            # (the count after this step, steps + 1 + T0, must still be an int64,
-            # as a checkpoint holds it)
-            raise ValueError(f"{f}: the update count would reach 2**63 - 1, and the "
-                             f"next one 2**63, beyond int64; this optimizer has taken "
-                             f"its last step")
+        check_update_count(f, kw["t"])     # (only after a checkpoint loaded near the limit)
         return kw
 
     def _calls(self, f, per):

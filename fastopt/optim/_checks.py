@@ -121,3 +121,17 @@ def betas3(fname, label, value):
                         f"{_v._got(value)}") from None
     check = real(lo=0.0, hi=1.0, hi_open=True)
     return tuple(check(fname, f"{label}[{i}]", b) for i, b in enumerate((b1, b2, b3)))
+
+
+#: The first update count a step may not take: after a step at it, the next
+#: count (steps + T0) would be 2**63, beyond the int64 a checkpoint holds.
+LAST_T = 2**63 - 1
+
+
+def check_update_count(f, t) -> None:
+    """A step at update count t leaves a count its checkpoint holds (raises
+    ValueError before anything is written; fastopt.optim's and
+    fastopt.distributed's steps)."""
+    if t >= LAST_T:
+        raise ValueError(f"{f}: the update count would reach 2**63 - 1, and the next one "
+                         f"2**63, beyond int64; this optimizer has taken its last step")

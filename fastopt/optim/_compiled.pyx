@@ -6,8 +6,7 @@ optimizer front end's own small extension: the core (fastopt._ext) knows
 arrays and pointers, not optimizers; it runs the plan
 (``fastopt._ext.StepPlan.run``) and nothing here reaches below that."""
 
-#: An update count past the last one (fastopt/optim/_base.py, _group_kwargs).
-_LAST_T = 2**63 - 1
+from ._checks import LAST_T as _LAST_T      # (the full step's check_update_count says why)
 
 
 cpdef tuple options_key(grad_scale, skip_if_nonfinite, max_grad_norm, norm_type,
