@@ -123,6 +123,7 @@ C_DEPENDS = ["src_c/fastopt.h", "src_c/tables.h", "src_c/half.h", "src_c/rules.h
              "src_c/step_coefs.inc", "src_c/step_apart.inc", "src_c/step_trust.inc",
              "src_c/step.inc", "src_c/step.h", "src_c/step_norm.inc",
              "src_c/capi.h", "src_c/capi_agc.inc", "src_c/q8_maps.inc",
+             "src_c/q8_bytes.inc",
              "fastopt/include/fastopt/fastopt_capi.h",
              "fastopt/_cfastopt.pxd"] + sorted(
                  os.path.join("fastopt", f) for f in os.listdir("fastopt")

@@ -28,13 +28,13 @@
 #define FO_ISA_PATHS "x86-64 baseline, AVX2+FMA (x86-64-v3), AVX-512F (runtime dispatch); " \
     "bfloat16 parameters in their own type, Adam's bfloat16 states: x86-64-v4 where the " \
     "CPU has it; " \
-    "8-bit states widened by byte permutes: AVX-512 VBMI where the CPU has it"
+    "8-bit states coded and widened by byte permutes: AVX-512 VBMI where the CPU has it"
 #define FO_ISA_MID_FEATURE "x86-64-v3"       /* FO_KERNEL's middle clone */
 #define FO_ISA_MID_NAME "AVX2+FMA (x86-64-v3)"
 #elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
     && defined(__linux__) && !defined(FO_NO_CLONES)
 #define FO_ISA_PATHS "x86-64 baseline, AVX2, AVX-512F (runtime dispatch); " \
-    "8-bit states widened by byte permutes: AVX-512 VBMI where the CPU has it"
+    "8-bit states coded and widened by byte permutes: AVX-512 VBMI where the CPU has it"
 #define FO_ISA_MID_FEATURE "avx2"
 #define FO_ISA_MID_NAME "AVX2"
 #else

@@ -10,10 +10,10 @@
 #include "step.h"
 
 /* The AVX-512F search and widening (q8_codes_simd, q8_widen_simd) where the
- * CPU has it, and the widening by byte permutes (q8_widen_vbmi) where it also
- * has AVX-512BW and VBMI, in the builds that clone FO_KERNEL for AVX-512F
- * (step.h; fo_isa_paths lists these paths); FO_NO_CLONES keeps the
- * portable loops alone. */
+ * CPU has it, and the search and widening by byte permutes (q8_codes_vbmi,
+ * q8_widen_vbmi) where it also has AVX-512BW and VBMI, in the builds that
+ * clone FO_KERNEL for AVX-512F (step.h; fo_isa_paths lists these paths);
+ * FO_NO_CLONES keeps the portable loops alone. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
     && defined(__linux__) && !defined(FO_NO_CLONES)
 #define Q8_SIMD 1
@@ -43,8 +43,11 @@ static int q8_simd;     /* the CPU has AVX-512F (set with the tables at load) */
 static int q8_vbmi;     /* and AVX-512BW and VBMI (byte permutes) */
 static void q8_widen_simd(int64_t n, const uint8_t *c, float a, int kind, float *out);
 static void q8_widen_vbmi(int64_t n, const uint8_t *c, float a, int kind, float *out);
+static int q8_bytes[2];   /* q8_codes_vbmi's buckets of map kind were built */
 static void q8_codes_simd(int64_t n, const float *v, float a, int kind, uint8_t *c);
+static void q8_codes_vbmi(int64_t n, const float *v, float a, int kind, uint8_t *c);
 static void q8_build_planes(void);
+static int q8_build_bytes(int kind);
 #endif
 
 void step_q8_widen(int32_t kind, int64_t n, const uint8_t *c, float absmax, float *out)
@@ -148,6 +151,8 @@ __attribute__((constructor)) static void q8_build_both(void)
     q8_build(1);
 #ifdef Q8_SIMD
     q8_build_planes();
+    for (int kind = 0; kind < 2; kind++)
+        q8_bytes[kind] = q8_build_bytes(kind);
     for (int kind = 0; kind < 2; kind++)
         for (int l = 0; l < 8; l++)
             for (int p = 0; p < 1 << l; p++) {
@@ -273,6 +278,8 @@ Q8_TARGET static void q8_widen_simd(int64_t n, const uint8_t *c, float a, int ki
 #define Q8_VBMI_TARGET __attribute__((target("avx512f,avx512bw,avx512vbmi")))
 static uint8_t q8_planes[2][4][256] __attribute__((aligned(64)));
 static uint8_t q8_vbmi_order[64] __attribute__((aligned(64)));
+static uint16_t q8_pick_hi16[32] __attribute__((aligned(64)));
+static uint8_t q8_pick_lo8[64] __attribute__((aligned(64)));
 
 static void q8_build_planes(void)
 {
@@ -288,6 +295,10 @@ static void q8_build_planes(void)
         for (int l = 0; l < 4; l++)
             for (int j = 0; j < 4; j++)
                 q8_vbmi_order[16 * l + 4 * q + j] = (uint8_t)(16 * q + 4 * l + j);
+    for (int i = 0; i < 32; i++)
+        q8_pick_hi16[i] = (uint16_t)(2 * i + 1);    /* the high half of float i of two */
+    for (int i = 0; i < 64; i++)
+        q8_pick_lo8[i] = (uint8_t)(2 * i);          /* the low byte of word i of two */
 }
 
 Q8_VBMI_TARGET static void q8_widen_vbmi(int64_t n, const uint8_t *c, float a, int kind,
@@ -408,6 +419,7 @@ Q8_TARGET static void q8_codes_simd(int64_t n, const float *v, float a, int kind
     for (; i < n; i += 16)
         q8_codes_vec(lv, va, kind, v + i, c + i, n - i, 1);
 }
+#include "q8_bytes.inc"
 #undef Q8_LEVEL
 #undef Q8_ROW
 #undef Q8_PXL
@@ -420,6 +432,10 @@ float step_q8_store(int32_t kind, int64_t n, const float *v, uint8_t *c)
 {
     float a = q8_absmax(n, v);
 #ifdef Q8_SIMD
+    if (q8_vbmi && q8_bytes[kind]) {
+        q8_codes_vbmi(n, v, a, kind, c);
+        return a;
+    }
     if (q8_simd) {
         q8_codes_simd(n, v, a, kind, c);
         return a;

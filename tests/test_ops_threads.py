@@ -96,4 +96,4 @@ def test_show_config(capsys):
         assert ("bfloat16 parameters in their own type, Adam's bfloat16 states: x86-64-v4"
                 in out)         # (GCC 12+)
     if "runtime dispatch" in cfg["isa_paths"]:
-        assert "8-bit states widened by byte permutes: AVX-512 VBMI" in out
+        assert "8-bit states coded and widened by byte permutes: AVX-512 VBMI" in out

@@ -79,9 +79,9 @@ def test_a_block_is_stored_as_the_reference_stores_it():
 
 def test_the_avx512_and_the_portable_loops_give_the_same_bits(tmp_path):
     """src_c/q8.c searches and widens with AVX-512F intrinsics where the CPU
-    has them (widening 64 codes at a time by byte permutes where it also has
-    VBMI) and with plain C loops elsewhere (or built with FO_NO_CLONES):
-    both give the same codes, absmax and widened values, on blocks with
+    has them (64 values at a time by byte permutes where it also has VBMI)
+    and with plain C loops elsewhere (or built with FO_NO_CLONES): both
+    give the same codes, absmax and widened values, on blocks with
     ties, values a float either side of every midpoint, NaN, infinities,
     zeros of both signs, subnormals, and short blocks; every code widened
     at every position of a block, in and out of order."""
@@ -118,6 +118,39 @@ def test_the_avx512_and_the_portable_loops_give_the_same_bits(tmp_path):
                     np.testing.assert_array_equal(
                         cs.q8_widen(simd, kind, codes[-n:], absmax).view(np.uint32),
                         cs.q8_widen(plain, kind, codes[-n:], absmax).view(np.uint32))
+
+
+def test_every_quotient_in_minus_one_to_one_gets_the_portable_loops_code(tmp_path):
+    """Every float32 x in [-1, 1] on both maps: the AVX-512 search (by byte
+    permutes where the CPU has VBMI) gives the portable loop's code. Blocks
+    of 256 values led by 1.0, so that the absmax is 1 and each quotient the
+    value itself; chunks reuse their buffers (fresh arrays cost most of the
+    time)."""
+    if "AVX-512" not in fastopt.config()["isa_active"]:
+        pytest.skip("this CPU has no AVX-512F: the portable loops are the only ones")
+    import _step_ctypes as cs
+    simd, plain = cs.build_q8(str(tmp_path), False), cs.build_q8(str(tmp_path), True)
+    if simd is None:
+        pytest.skip("no C compiler")
+    rows = 4096
+    u = np.empty((rows, 256), np.uint32)
+    u[:, 0] = np.float32(1.0).view(np.uint32)
+    step = np.arange(rows * 255, dtype=np.uint32).reshape(rows, 255)
+    v = u.reshape(-1).view(F32)
+    c, pc = np.empty(v.size, np.uint8), np.empty(v.size, np.uint8)
+    a = np.empty(rows, F32)
+    one = int(np.float32(1.0).view(np.uint32))
+    for sign in (0, 0x80000000):
+        for start in range(0, one + 1, step.size):
+            np.minimum(step + np.uint32(start), np.uint32(one), out=u[:, 1:])
+            u[:, 1:] |= np.uint32(sign)
+            for kind in (0, 1):
+                assert simd.fo_q8_store(cs._ptr(v), v.size, kind, cs._ptr(c), cs._ptr(a)) == 0
+                assert plain.fo_q8_store(cs._ptr(v), v.size, kind, cs._ptr(pc), cs._ptr(a)) == 0
+                if not np.array_equal(c, pc):
+                    i = np.flatnonzero(c != pc)[0]
+                    raise AssertionError(f"map {kind}: x {v[i]!r} ({u.reshape(-1)[i]:#010x}) "
+                                         f"code {c[i]}, portable {pc[i]}")
 
 
 def test_quantize_and_dequantize_are_the_formats():
