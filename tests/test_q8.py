@@ -280,6 +280,33 @@ def test_a_trajectory_of_adamw_stays_the_float32_rule_then_the_format():
     assert m.dequantize()[0, 0] < 0 and m.codes[0, 0] < 127
 
 
+def test_a_second_moment_below_the_maps_reach_in_its_block_reads_zero_and_its_step_grows():
+    """docs/semantics.md, "8-bit states": in a block whose largest gradient
+    is 1e4 times an element's, that element's second moment is under the
+    unsigned map's first midpoint (1.6e-7 of the block's absmax), stores as
+    code 0 and reads 0 the next step, so its Adam step grows towards
+    1 / sqrt(1 - beta2) times the float32 one (the first moment, on the
+    signed map, keeps its value); at 1e2 times the steps stay the float32
+    ones within 1 %."""
+    for small, grows in ((1e-3, True), (1e-1, False)):
+        x8, x32 = np.zeros(256, F32), np.zeros(256, F32)
+        m, v = State8bit.zeros(256), State8bit.zeros(256, signed=False)
+        m32, v32 = np.zeros(256, F32), np.zeros(256, F32)
+        g = np.full(256, small, F32)
+        g[0] = 10.0
+        for t in range(1, 201):
+            b8, b32 = x8.copy(), x32.copy()
+            fastopt.adamw(x8, g, m, v, step=t, lr=1e-3, weight_decay=0.0)
+            fastopt.adamw(x32, g, m32, v32, step=t, lr=1e-3, weight_decay=0.0)
+        ratio = (x8 - b8) / (x32 - b32)
+        assert abs(ratio[0] - 1) < 1e-2                 # the block's largest
+        if grows:
+            assert (v.codes[1:] == 0).all()
+            assert 10 < ratio[1:].min() and ratio[1:].max() < 1 / math.sqrt(1 - 0.999)
+        else:
+            assert (v.codes[1:] > 0).all() and np.abs(ratio[1:] - 1).max() < 1e-2
+
+
 def test_a_step_mixes_8bit_and_float32_tensors_under_one_global_norm():
     rng = np.random.default_rng(6)
     shapes = [(5000,), (10,), (300, 7)]
