@@ -10,10 +10,12 @@
 #include "step.h"
 
 /* The AVX-512F search and widening (q8_codes_simd, q8_widen_simd) where the
- * CPU has it, and the search and widening by byte permutes (q8_codes_vbmi,
- * q8_widen_vbmi) where it also has AVX-512BW and VBMI, in the builds that
- * clone FO_KERNEL for AVX-512F (step.h; fo_isa_paths lists these paths);
- * FO_NO_CLONES keeps the portable loops alone. */
+ * CPU has it, and the codes by a bucket lookup and the widening in byte
+ * permutes (q8_codes_vbmi, q8_widen_vbmi) where it also has AVX-512BW and
+ * VBMI, in the builds that clone FO_KERNEL for AVX-512F (step.h;
+ * fo_isa_paths lists these paths); FO_NO_CLONES keeps the portable loops
+ * alone, FO_Q8_SEARCH the search where the lookup would run (for the
+ * tests). */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
     && defined(__linux__) && !defined(FO_NO_CLONES)
 #define Q8_SIMD 1
@@ -153,6 +155,9 @@ __attribute__((constructor)) static void q8_build_both(void)
     q8_build_planes();
     for (int kind = 0; kind < 2; kind++)
         q8_bytes[kind] = q8_build_bytes(kind);
+#ifdef FO_Q8_SEARCH
+    q8_bytes[0] = q8_bytes[1] = 0;
+#endif
     for (int kind = 0; kind < 2; kind++)
         for (int l = 0; l < 8; l++)
             for (int p = 0; p < 1 << l; p++) {
@@ -278,8 +283,6 @@ Q8_TARGET static void q8_widen_simd(int64_t n, const uint8_t *c, float a, int ki
 #define Q8_VBMI_TARGET __attribute__((target("avx512f,avx512bw,avx512vbmi")))
 static uint8_t q8_planes[2][4][256] __attribute__((aligned(64)));
 static uint8_t q8_vbmi_order[64] __attribute__((aligned(64)));
-static uint16_t q8_pick_hi16[32] __attribute__((aligned(64)));
-static uint8_t q8_pick_lo8[64] __attribute__((aligned(64)));
 
 static void q8_build_planes(void)
 {
@@ -295,10 +298,6 @@ static void q8_build_planes(void)
         for (int l = 0; l < 4; l++)
             for (int j = 0; j < 4; j++)
                 q8_vbmi_order[16 * l + 4 * q + j] = (uint8_t)(16 * q + 4 * l + j);
-    for (int i = 0; i < 32; i++)
-        q8_pick_hi16[i] = (uint16_t)(2 * i + 1);    /* the high half of float i of two */
-    for (int i = 0; i < 64; i++)
-        q8_pick_lo8[i] = (uint8_t)(2 * i);          /* the low byte of word i of two */
 }
 
 Q8_VBMI_TARGET static void q8_widen_vbmi(int64_t n, const uint8_t *c, float a, int kind,
@@ -328,7 +327,6 @@ Q8_VBMI_TARGET static void q8_widen_vbmi(int64_t n, const uint8_t *c, float a, i
     if (i < n)
         q8_widen_simd(n - i, c + i, a, kind, out + i);
 }
-#undef Q8_VBMI_TARGET
 
 /* One level of the search for each of the U vectors: pivot q (of p[u])
  * against x[u]; the count p[u] doubles and takes "the pivot is below x" as

@@ -99,17 +99,20 @@ def build(outdir):
     return lib
 
 
-def build_q8(outdir, portable):
+def build_q8(outdir, portable, search=False):
     """src_c/q8.c alone (the 8-bit blocks' store and widening), built into
     outdir at the extension's arithmetic, with FO_NO_CLONES where portable
-    (the plain C loops only: no AVX-512F search); the loaded library, or
-    None without a C compiler."""
+    (the plain C loops only: no AVX-512F search), with FO_Q8_SEARCH where
+    search (the AVX-512F search where the CPU's VBMI would take the bucket
+    lookup); the loaded library, or None without a C compiler."""
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         return None
-    name = "libfo_q8_portable.so" if portable else "libfo_q8.so"
+    name = ("libfo_q8_portable.so" if portable else
+            "libfo_q8_search.so" if search else "libfo_q8.so")
     so = os.path.join(outdir, name)
-    flags = [f for f in CFLAGS if f != "-fopenmp"] + (["-DFO_NO_CLONES"] if portable else [])
+    flags = ([f for f in CFLAGS if f != "-fopenmp"] + (["-DFO_NO_CLONES"] if portable else [])
+             + (["-DFO_Q8_SEARCH"] if search else []))
     subprocess.run([cc] + flags + ["-I", SRC, "-o", so, os.path.join(SRC, "q8.c"), "-lm"],
                    check=True)
     lib = ct.CDLL(so)

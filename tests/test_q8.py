@@ -78,19 +78,21 @@ def test_a_block_is_stored_as_the_reference_stores_it():
 
 
 def test_the_avx512_and_the_portable_loops_give_the_same_bits(tmp_path):
-    """src_c/q8.c searches and widens with AVX-512F intrinsics where the CPU
-    has them (64 values at a time by byte permutes where it also has VBMI)
-    and with plain C loops elsewhere (or built with FO_NO_CLONES): both
-    give the same codes, absmax and widened values, on blocks with
-    ties, values a float either side of every midpoint, NaN, infinities,
-    zeros of both signs, subnormals, and short blocks; every code widened
-    at every position of a block, in and out of order."""
+    """src_c/q8.c codes and widens with AVX-512F intrinsics where the CPU
+    has them (a search; where it also has VBMI, a bucket lookup and a
+    widening in byte permutes, 64 values at a time) and with plain C loops
+    elsewhere (or built with FO_NO_CLONES): all give the same codes, absmax
+    and widened values, on blocks with ties, values a float either side of
+    every midpoint, NaN, infinities, zeros of both signs, subnormals, and
+    short blocks; every code widened at every position of a block, in and
+    out of order."""
     if "AVX-512" not in fastopt.config()["isa_active"]:
         pytest.skip("this CPU has no AVX-512F: the portable loops are the only ones")
     import _step_ctypes as cs
     simd, plain = cs.build_q8(str(tmp_path), False), cs.build_q8(str(tmp_path), True)
     if simd is None:
         pytest.skip("no C compiler")
+    search = cs.build_q8(str(tmp_path), False, search=True)
     rng = np.random.default_rng(21)
     blocks = _awkward_blocks(rng)
     for code in (SIGNED, UNSIGNED):
@@ -104,11 +106,12 @@ def test_the_avx512_and_the_portable_loops_give_the_same_bits(tmp_path):
     for v in blocks:
         for kind in (0, 1):
             vv = np.ascontiguousarray(v if kind == 0 else np.abs(v))
-            c, a = cs.q8_store(simd, vv, kind)
             pc, pa = cs.q8_store(plain, vv, kind)
-            np.testing.assert_array_equal(c, pc)
-            np.testing.assert_array_equal(a.view(np.uint32), pa.view(np.uint32))
-            np.testing.assert_array_equal(c, _ext.q8_store(vv, kind)[0])
+            for lib in (simd, search):
+                c, a = cs.q8_store(lib, vv, kind)
+                np.testing.assert_array_equal(c, pc)
+                np.testing.assert_array_equal(a.view(np.uint32), pa.view(np.uint32))
+            np.testing.assert_array_equal(pc, _ext.q8_store(vv, kind)[0])
     every = np.arange(256, dtype=np.uint8)
     orders = [every, every[::-1], rng.permutation(every), np.roll(every, 77)]
     for kind in (0, 1):
@@ -121,11 +124,11 @@ def test_the_avx512_and_the_portable_loops_give_the_same_bits(tmp_path):
 
 
 def test_every_quotient_in_minus_one_to_one_gets_the_portable_loops_code(tmp_path):
-    """Every float32 x in [-1, 1] on both maps: the AVX-512 search (by byte
-    permutes where the CPU has VBMI) gives the portable loop's code. Blocks
-    of 256 values led by 1.0, so that the absmax is 1 and each quotient the
-    value itself; chunks reuse their buffers (fresh arrays cost most of the
-    time)."""
+    """Every float32 x in [-1, 1] on both maps: the AVX-512 codes (the
+    bucket lookup where the CPU has VBMI, else the search) are the portable
+    loop's. Blocks of 256 values led by 1.0, so that the absmax is 1 and
+    each quotient the value itself; chunks reuse their buffers (fresh
+    arrays cost most of the time)."""
     if "AVX-512" not in fastopt.config()["isa_active"]:
         pytest.skip("this CPU has no AVX-512F: the portable loops are the only ones")
     import _step_ctypes as cs
