@@ -21,7 +21,9 @@ from fastopt import optim
 
 SHAPES = [(512, 256), (300,), (64, 64, 8)]
 HITS = 25          # interrupted steps wanted per case
-MAX_STEPS = 3000
+MAX_STEPS = 3000   # steps tried at least, and on while a case has run under
+MAX_SECONDS = 60.0  # this long: on a busy machine the killer thread wakes
+                    # late, and fewer of its signals land inside a step
 _KILLERS: list = []
 
 
@@ -61,6 +63,16 @@ def _killer(delay):
     return t
 
 
+def _attempts():
+    """One case's tries: MAX_STEPS, then more until MAX_SECONDS have passed
+    since the first."""
+    end = time.monotonic() + MAX_SECONDS
+    k = 0
+    while k < MAX_STEPS or time.monotonic() < end:
+        yield k
+        k += 1
+
+
 def _settle(t):
     """Wait for the killer to have signalled, and take the signal here if it
     is still pending (it landed after the step). True if it was taken here."""
@@ -78,12 +90,13 @@ def _settle(t):
 
 def _interrupted_steps(step, snapshot, count, twin_step, rng):
     """Run steps, each with a SIGINT after a random delay up to a little more
-    than a step takes, until HITS of them were interrupted (at most
-    MAX_STEPS); after each, the arrays (snapshot[0]()) and count() must be
-    those after a whole step (as the uninterrupted twin's, snapshot[1]())
-    or those before it. Returns how many steps were interrupted."""
+    than a step takes, until HITS of them were interrupted (_attempts:
+    MAX_STEPS tries, more within MAX_SECONDS); after each, the arrays
+    (snapshot[0]()) and count() must be those after a whole step (as the
+    uninterrupted twin's, snapshot[1]()) or those before it. Returns how
+    many steps were interrupted."""
     hits, took, scale = 0, 0.002, 1.0
-    for _ in range(MAX_STEPS):
+    for _ in _attempts():
         if hits >= HITS:
             break
         before, n0 = [a.copy() for a in snapshot[0]()], count()
@@ -204,7 +217,7 @@ def test_interrupted_public_call_on_copies_is_whole_or_absent(name):
     twin_s = [_strided(rng, 3) for _ in range(n_states)]
     twin = twin_bases + [b for bs, _ in twin_s for b in bs]
     hits, took, scale = 0, 0.002, 1.0
-    for _ in range(MAX_STEPS):
+    for _ in _attempts():
         if hits >= HITS:
             break
         before = [a.copy() for a in written]
