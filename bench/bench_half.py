@@ -9,6 +9,9 @@ float32 masters and states; per element, the bytes each variant must move
     fp32 + copy     fp32, plus the bf16 copy of x written               30 B
     bf16 g + copy   bf16 grads and the bf16 copy, one pass                 28 B
     offload         bf16 grads read twice (norm, update), bf16 copy    30 B
+    fp32 offload    the offload step's options on fp32 grads, no copy   32 B
+                    (its float32 counterpart: the half-precision
+                    work is offload / fp32 offload)
     bf16 + astype   bf16 grads, then x.astype(bf16) into the copy     26 + 6 B
     bf16 states     m, v stored as bfloat16 (v rounded stochastically)  20 B
     bf16 st+grads   bf16 states and bf16 grads                          18 B
@@ -59,7 +62,7 @@ from bench_torch import rotating  # noqa: E402
 
 ADAMW = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
 BYTES = {"fp32": 28, "bf16 grads": 26, "f16 grads": 26, "fp32 + copy": 30,
-         "bf16 g + copy": 28, "offload": 30,
+         "bf16 g + copy": 28, "offload": 30, "fp32 offload": 32,
          "bf16 + astype": 32, "bf16 states": 20, "bf16 st+grads": 18, "st+g nearest": 18,
          "ceiling": 28, "torch fused": 28, "DeepSpeedCPUAdam": 28, "ds offload": 52}
 
@@ -92,6 +95,10 @@ def calls(shapes, nth, seed=0):
     out["offload"] = lambda: fastopt.adamw(
         xo, g16, mo, vo, step=1, **ADAMW, grad_scale=1024.0, skip_if_nonfinite=True,
         max_grad_norm=1e9, param_copies=wo, n_threads=nth)
+    xf, mf, vf = state()
+    out["fp32 offload"] = lambda: fastopt.adamw(
+        xf, g32, mf, vf, step=1, **ADAMW, grad_scale=1024.0, skip_if_nonfinite=True,
+        max_grad_norm=1e9, n_threads=nth)
     xa, ma, va = state()
     wa = [np.zeros(s, bf16) for s in shapes]
 
@@ -194,8 +201,10 @@ def report(label, n, times, out=sys.stdout):
               f"{np.median(v / ref):7.3f} {BYTES[k] / BYTES['fp32']:6.3f} "
               f"{rate / 1e9:6.1f}{flag}", file=out)
     a = np.array(times["bf16 grads"])
+    off = np.array(times["offload"])
     print(f"  offload / (bf16 grads + astype) "
-          f"{np.median(np.array(times['offload']) / np.array(times['bf16 + astype'])):.3f};"
+          f"{np.median(off / np.array(times['bf16 + astype'])):.3f};"
+          f" offload / fp32 offload {np.median(off / np.array(times['fp32 offload'])):.3f};"
           f" bf16 grads / fp32 {np.median(a / ref):.3f}", file=out)
     for peer, ours in (("ds offload", "offload"), ("DeepSpeedCPUAdam", "fp32"),
                        ("torch fused", "fp32")):
@@ -227,6 +236,7 @@ def in_cache(nth, n=131072, small=16, reps=(3000, 30), rounds=7, out=sys.stdout)
     for name, v in ns.items():
         print(f"  {name:16s} {v:6.3f} ns an element  / fp32 {v / ns['fp32']:5.2f}"
               f"  (fixed {per[name][0] * 1e6:5.1f} us a call)", file=out)
+    print(f"  offload / fp32 offload {ns['offload'] / ns['fp32 offload']:5.2f}", file=out)
     return ns
 
 
